@@ -1,0 +1,222 @@
+// Package store defines how the allocator persists pools and allocations.
+//
+// A Store is a small transactional key space with a global revision, in the
+// shape of etcd's: a transaction is a list of conditions and a list of
+// operations, applied atomically when every condition holds. Every commit
+// gets the next revision, and every change can be watched from a revision.
+// The allocator keeps its free-space index in memory and uses the store only
+// as the durable record, so a store never has to find a free address.
+//
+// Implementations: memory (tests), bolt (embedded default, group commit),
+// etcd (several replicas). All of them pass the suite in package
+// storetest.
+package store
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+)
+
+// Errors returned by stores. Callers test them with errors.Is.
+var (
+	// ErrConflict means a transaction condition did not hold; nothing was
+	// written. The caller re-reads and decides again.
+	ErrConflict = errors.New("store: condition failed")
+	// ErrCompacted means a watch asked for a revision the store no longer
+	// keeps history for; the caller must take a new snapshot.
+	ErrCompacted = errors.New("store: revision compacted")
+	// ErrClosed means the store was closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// Pool is the durable record of a pool. CIDRs and reserved ranges are kept
+// in canonical text form; the allocator parses them strictly on the way in.
+type Pool struct {
+	ID           string
+	CIDRs        []string
+	Reserved     []string
+	ReuseDelay   time.Duration
+	Labels       map[string]string
+	AllowOverlap bool
+	CreateTime   time.Time
+	UpdateTime   time.Time
+	// Revision is the revision of the commit that last wrote the pool; it
+	// is the pool's etag. Set by the store.
+	Revision int64
+}
+
+// Owner identifies the holder of an allocation.
+type Owner struct {
+	Cluster   string
+	Kind      string
+	Namespace string
+	Name      string
+	UID       string
+}
+
+// Key identifies the owner independently of its uid: Allocate is
+// idempotent per (pool, Key).
+func (o Owner) Key() string {
+	return o.Cluster + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name
+}
+
+// Allocation is the durable record of one allocated address.
+type Allocation struct {
+	Pool       string
+	Address    netip.Addr
+	Owner      Owner
+	CreateTime time.Time
+	// RequestID is the idempotency key the allocation was made with, if
+	// any.
+	RequestID string
+	// Revision is the revision of the commit that wrote the allocation; it
+	// is the allocation's etag. Set by the store.
+	Revision int64
+}
+
+// Quarantine records a released address that must not be handed out again
+// before Until (the pool's reuse delay).
+type Quarantine struct {
+	Pool    string
+	Address netip.Addr
+	Until   time.Time
+}
+
+// Request records the answer to an idempotent request, so a retry with the
+// same request id gets the first answer even after a restart.
+type Request struct {
+	ID string
+	// Allocations are "pool/address" keys of what the request allocated,
+	// in request order.
+	Allocations []string
+	// Revision is set by the store.
+	Revision int64
+}
+
+// CondKind is the kind of a transaction condition.
+type CondKind int
+
+// Condition kinds.
+const (
+	// CondPoolAbsent holds when pool Pool does not exist.
+	CondPoolAbsent CondKind = iota + 1
+	// CondPoolRevision holds when pool Pool exists at exactly Revision.
+	CondPoolRevision
+	// CondAllocationAbsent holds when Pool has no allocation of Address.
+	CondAllocationAbsent
+	// CondAllocationRevision holds when the allocation of Address in Pool
+	// exists at exactly Revision.
+	CondAllocationRevision
+	// CondOwnerAbsent holds when no allocation in Pool has owner key
+	// OwnerKey.
+	CondOwnerAbsent
+	// CondRequestAbsent holds when no request with id RequestID is
+	// recorded.
+	CondRequestAbsent
+)
+
+// Cond is one condition of a transaction.
+type Cond struct {
+	Kind      CondKind
+	Pool      string
+	Address   netip.Addr
+	OwnerKey  string
+	RequestID string
+	Revision  int64
+}
+
+// OpKind is the kind of a transaction operation.
+type OpKind int
+
+// Operation kinds.
+const (
+	// OpPutPool creates or replaces Pool.
+	OpPutPool OpKind = iota + 1
+	// OpDeletePool deletes pool PoolID, with all its allocations and
+	// quarantine records.
+	OpDeletePool
+	// OpPutAllocation creates Allocation (and its owner index entry) and
+	// removes any quarantine record of its address.
+	OpPutAllocation
+	// OpDeleteAllocation deletes the allocation of Address in PoolID (and
+	// its owner index entry).
+	OpDeleteAllocation
+	// OpPutQuarantine records Quarantine.
+	OpPutQuarantine
+	// OpPutRequest records Request.
+	OpPutRequest
+)
+
+// Op is one operation of a transaction. Only the fields of its kind are
+// used.
+type Op struct {
+	Kind       OpKind
+	Pool       *Pool
+	PoolID     string
+	Allocation *Allocation
+	Address    netip.Addr
+	Quarantine *Quarantine
+	Request    *Request
+}
+
+// Txn is applied atomically: all Ops when every Cond holds, nothing
+// otherwise (ErrConflict).
+type Txn struct {
+	Conds []Cond
+	Ops   []Op
+}
+
+// Snapshot is the whole state at one revision.
+type Snapshot struct {
+	Revision    int64
+	Pools       []Pool
+	Allocations []Allocation
+	Quarantine  []Quarantine
+}
+
+// EventType says what changed.
+type EventType int
+
+// Event types.
+const (
+	EventPutPool EventType = iota + 1
+	EventDeletePool
+	EventPutAllocation
+	EventDeleteAllocation
+)
+
+// Event is one change, at the revision of the commit that made it. A
+// DeleteAllocation event carries the allocation as it was; a DeletePool
+// event carries the pool id in Pool.ID (the allocations it held produce
+// their own DeleteAllocation events first).
+type Event struct {
+	Type       EventType
+	Revision   int64
+	Pool       *Pool
+	Allocation *Allocation
+	// Err is set on the last event of a watch that ended for a reason
+	// other than its context: the store closed, the watcher fell too far
+	// behind, or history was compacted (ErrCompacted). Type is zero then.
+	Err error
+}
+
+// Store is the allocator's durable record. Implementations are safe for
+// concurrent use; Commit is durable when it returns (for bolt: fsync'd).
+type Store interface {
+	// Snapshot returns the whole state at the current revision.
+	Snapshot(ctx context.Context) (*Snapshot, error)
+	// Commit applies txn atomically and returns its revision, or
+	// ErrConflict when a condition failed.
+	Commit(ctx context.Context, txn Txn) (int64, error)
+	// GetRequest returns the recorded request with id, or ok=false.
+	GetRequest(ctx context.Context, id string) (Request, bool, error)
+	// Watch sends every event with a revision greater than fromRev, in
+	// order, and closes the channel when ctx is done or after an event
+	// carrying Err. fromRev older than the history kept returns
+	// ErrCompacted.
+	Watch(ctx context.Context, fromRev int64) (<-chan Event, error)
+	// Close releases the store.
+	Close() error
+}
