@@ -15,7 +15,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -29,6 +31,9 @@ var (
 	ErrCompacted = errors.New("store: revision compacted")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrInvalid means a transaction is malformed (see Txn.Validate); it
+	// is a bug in the caller, not a conflict, and retrying cannot help.
+	ErrInvalid = errors.New("store: invalid transaction")
 )
 
 // Pool is the durable record of a pool. CIDRs and reserved ranges are kept
@@ -134,8 +139,8 @@ type OpKind int
 const (
 	// OpPutPool creates or replaces Pool.
 	OpPutPool OpKind = iota + 1
-	// OpDeletePool deletes pool PoolID, with all its allocations and
-	// quarantine records.
+	// OpDeletePool deletes pool PoolID, with all its allocations, their
+	// owner index entries and its quarantine records.
 	OpDeletePool
 	// OpPutAllocation creates Allocation (and its owner index entry) and
 	// removes any quarantine record of its address.
@@ -162,13 +167,19 @@ type Op struct {
 }
 
 // Txn is applied atomically: all Ops when every Cond holds, nothing
-// otherwise (ErrConflict).
+// otherwise (ErrConflict). Conditions are evaluated against the state
+// before the transaction's own operations. Ops apply in order; an op that
+// finds nothing to delete is a no-op and emits no event. OpPutAllocation
+// over an existing allocation of the same address replaces it (and its
+// owner index entry); guard it with CondAllocationAbsent or
+// CondAllocationRevision.
 type Txn struct {
 	Conds []Cond
 	Ops   []Op
 }
 
-// Snapshot is the whole state at one revision.
+// Snapshot is the whole state at one revision. Pools are sorted by ID;
+// allocations and quarantine records by pool, then address.
 type Snapshot struct {
 	Revision    int64
 	Pools       []Pool
@@ -185,17 +196,23 @@ const (
 	EventDeletePool
 	EventPutAllocation
 	EventDeleteAllocation
+	// EventPutQuarantine tells other replicas that a released address must
+	// stay out of their free-space index until Quarantine.Until.
+	EventPutQuarantine
 )
 
-// Event is one change, at the revision of the commit that made it. A
-// DeleteAllocation event carries the allocation as it was; a DeletePool
-// event carries the pool id in Pool.ID (the allocations it held produce
-// their own DeleteAllocation events first).
+// Event is one change, at the revision of the commit that made it; the
+// events of one commit share its revision and come in the order of its
+// ops. A DeleteAllocation event carries the allocation as it was; a
+// DeletePool event carries the pool as it was (the allocations it held
+// produce their own DeleteAllocation events first). The records an event
+// points to may be shared between watchers and must not be modified.
 type Event struct {
 	Type       EventType
 	Revision   int64
 	Pool       *Pool
 	Allocation *Allocation
+	Quarantine *Quarantine
 	// Err is set on the last event of a watch that ended for a reason
 	// other than its context: the store closed, the watcher fell too far
 	// behind, or history was compacted (ErrCompacted). Type is zero then.
@@ -215,8 +232,140 @@ type Store interface {
 	// Watch sends every event with a revision greater than fromRev, in
 	// order, and closes the channel when ctx is done or after an event
 	// carrying Err. fromRev older than the history kept returns
-	// ErrCompacted.
+	// ErrCompacted. A watcher that falls so far behind that the events it
+	// still needs are gone gets an Err that wraps ErrCompacted: either way
+	// the caller takes a new snapshot. A slow watcher never delays
+	// commits.
 	Watch(ctx context.Context, fromRev int64) (<-chan Event, error)
-	// Close releases the store.
+	// Close releases the store. Watchers get an Err event (ErrClosed);
+	// later calls return ErrClosed. Closing twice is not an error.
 	Close() error
+}
+
+// Limits on the identifiers a store keys by. They are far above what the
+// allocator's API admits and only keep keys within what every store can
+// hold.
+const (
+	MaxIDLen       = 1024
+	MaxOwnerKeyLen = 4096
+)
+
+// Validate reports (wrapping ErrInvalid) what makes txn impossible to
+// apply: no ops, an unknown kind, a missing record, an empty or oversized
+// identifier, a NUL byte in a pool id or owner key (stores use NUL as a
+// key separator), or an invalid or zoned address. Stores call it before
+// anything else, so a malformed txn never reaches disk.
+func (t Txn) Validate() error {
+	if len(t.Ops) == 0 {
+		return fmt.Errorf("%w: no operations", ErrInvalid)
+	}
+	for i, c := range t.Conds {
+		if err := c.validate(); err != nil {
+			return fmt.Errorf("%w: condition %d: %w", ErrInvalid, i, err)
+		}
+	}
+	for i, op := range t.Ops {
+		if err := op.validate(); err != nil {
+			return fmt.Errorf("%w: op %d: %w", ErrInvalid, i, err)
+		}
+	}
+	return nil
+}
+
+func (c Cond) validate() error {
+	switch c.Kind {
+	case CondPoolAbsent, CondPoolRevision:
+		return validID("pool", c.Pool)
+	case CondAllocationAbsent, CondAllocationRevision:
+		if err := validID("pool", c.Pool); err != nil {
+			return err
+		}
+		return validAddr(c.Address)
+	case CondOwnerAbsent:
+		if err := validID("pool", c.Pool); err != nil {
+			return err
+		}
+		return validOwnerKey(c.OwnerKey)
+	case CondRequestAbsent:
+		return validID("request id", c.RequestID)
+	default:
+		return fmt.Errorf("unknown condition kind %d", c.Kind)
+	}
+}
+
+func (op Op) validate() error {
+	switch op.Kind {
+	case OpPutPool:
+		if op.Pool == nil {
+			return errors.New("put pool without a pool")
+		}
+		return validID("pool", op.Pool.ID)
+	case OpDeletePool:
+		return validID("pool", op.PoolID)
+	case OpPutAllocation:
+		a := op.Allocation
+		if a == nil {
+			return errors.New("put allocation without an allocation")
+		}
+		if err := validID("pool", a.Pool); err != nil {
+			return err
+		}
+		if err := validAddr(a.Address); err != nil {
+			return err
+		}
+		return validOwnerKey(a.Owner.Key())
+	case OpDeleteAllocation:
+		if err := validID("pool", op.PoolID); err != nil {
+			return err
+		}
+		return validAddr(op.Address)
+	case OpPutQuarantine:
+		q := op.Quarantine
+		if q == nil {
+			return errors.New("put quarantine without a record")
+		}
+		if err := validID("pool", q.Pool); err != nil {
+			return err
+		}
+		return validAddr(q.Address)
+	case OpPutRequest:
+		if op.Request == nil {
+			return errors.New("put request without a request")
+		}
+		return validID("request id", op.Request.ID)
+	default:
+		return fmt.Errorf("unknown op kind %d", op.Kind)
+	}
+}
+
+func validID(what, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("empty %s", what)
+	case len(id) > MaxIDLen:
+		return fmt.Errorf("%s longer than %d bytes", what, MaxIDLen)
+	case strings.IndexByte(id, 0) >= 0:
+		return fmt.Errorf("%s %q contains a NUL byte", what, id)
+	}
+	return nil
+}
+
+func validOwnerKey(k string) error {
+	switch {
+	case len(k) > MaxOwnerKeyLen:
+		return fmt.Errorf("owner key longer than %d bytes", MaxOwnerKeyLen)
+	case strings.IndexByte(k, 0) >= 0:
+		return fmt.Errorf("owner key %q contains a NUL byte", k)
+	}
+	return nil
+}
+
+func validAddr(a netip.Addr) error {
+	switch {
+	case !a.IsValid():
+		return errors.New("invalid address")
+	case a.Zone() != "":
+		return fmt.Errorf("address %s has a zone", a)
+	}
+	return nil
 }

@@ -1,0 +1,317 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+)
+
+func poolName(id string) string {
+	if strings.HasPrefix(id, "pools/") {
+		return id
+	}
+	return "pools/" + id
+}
+
+func poolTable(pools ...*allocatorv1.Pool) func() *table {
+	return func() *table {
+		t := &table{header: []string{"NAME", "FAMILY", "CIDRS", "CAPACITY", "ALLOCATED", "FREE", "ETAG"}}
+		for _, p := range pools {
+			fam := strings.TrimPrefix(p.GetFamily().String(), "IP_FAMILY_")
+			t.add(strings.TrimPrefix(p.GetName(), "pools/"), fam, strings.Join(p.GetCidrs(), ","),
+				p.GetStats().GetCapacity(), fmt.Sprint(p.GetStats().GetAllocated()), p.GetStats().GetFree(), p.GetEtag())
+		}
+		return t
+	}
+}
+
+func allocTable(allocs ...*allocatorv1.Allocation) func() *table {
+	return func() *table {
+		t := &table{header: []string{"POOL", "ADDRESS", "OWNER", "UID", "ETAG", "AGE"}}
+		for _, a := range allocs {
+			o := a.GetOwner()
+			owner := o.GetKind() + "/" + o.GetName()
+			if o.GetNamespace() != "" {
+				owner = o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+			}
+			if o.GetCluster() != "" {
+				owner = o.GetCluster() + ":" + owner
+			}
+			age := time.Since(a.GetCreateTime().AsTime()).Round(time.Second).String()
+			t.add(strings.TrimPrefix(a.GetPool(), "pools/"), a.GetAddress(), owner, o.GetUid(), a.GetEtag(), age)
+		}
+		return t
+	}
+}
+
+func poolCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "pool", Short: "Manage address pools"}
+	var spec struct {
+		cidrs, reserved []string
+		labels          map[string]string
+		reuse           time.Duration
+		overlap, force  bool
+		etag, requestID string
+	}
+	create := &cobra.Command{
+		Use: "create POOL --cidr CIDR...", Short: "Create a pool", Args: cobra.ExactArgs(1),
+		Example: "  plexusctl pool create vips --cidr 10.96.0.0/16 --reserved 10.96.0.0/28",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				p := &allocatorv1.Pool{Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap}
+				if spec.reuse > 0 {
+					p.ReuseDelay = durationpb.New(spec.reuse)
+				}
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: strings.TrimPrefix(args[0], "pools/"), Pool: p, RequestId: spec.requestID})
+				if err != nil {
+					return err
+				}
+				return render(g.out, g.output, resp, poolTable(resp.GetPool()))
+			})
+		},
+	}
+	create.Flags().StringSliceVar(&spec.cidrs, "cidr", nil, "CIDR of the pool (repeatable)")
+	create.Flags().StringSliceVar(&spec.reserved, "reserved", nil, "reserved CIDR, address or range a-b (repeatable)")
+	create.Flags().StringToStringVar(&spec.labels, "label", nil, "label key=value (repeatable)")
+	create.Flags().DurationVar(&spec.reuse, "reuse-delay", 0, "a released address is not reused before this delay")
+	create.Flags().BoolVar(&spec.overlap, "allow-overlap", false, "allow the pool to overlap other pools")
+	create.Flags().StringVar(&spec.requestID, "request-id", "", "idempotency key")
+
+	get := &cobra.Command{
+		Use: "get POOL", Short: "Show a pool and its statistics", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).GetPool(ctx, &allocatorv1.GetPoolRequest{Name: poolName(args[0])})
+				if err != nil {
+					return err
+				}
+				return render(g.out, g.output, resp, poolTable(resp.GetPool()))
+			})
+		},
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "List pools", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				client := allocatorv1.NewAllocatorServiceClient(cc)
+				all := &allocatorv1.ListPoolsResponse{}
+				for token := ""; ; {
+					resp, err := client.ListPools(ctx, &allocatorv1.ListPoolsRequest{PageToken: token, PageSize: 1000})
+					if err != nil {
+						return err
+					}
+					all.Pools = append(all.Pools, resp.GetPools()...)
+					if token = resp.GetNextPageToken(); token == "" {
+						break
+					}
+				}
+				return render(g.out, g.output, all, poolTable(all.GetPools()...))
+			})
+		},
+	}
+	update := &cobra.Command{
+		Use: "update POOL", Short: "Change a pool: set its CIDRs, reserved ranges, labels or reuse delay", Args: cobra.ExactArgs(1),
+		Example: "  plexusctl pool update vips --cidr 10.96.0.0/16 --cidr 10.97.0.0/16",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				p := &allocatorv1.Pool{Name: poolName(args[0]), Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap, Etag: spec.etag}
+				mask := &fieldmaskpb.FieldMask{}
+				for flag, path := range map[string]string{"cidr": "cidrs", "reserved": "reserved", "label": "labels", "reuse-delay": "reuse_delay", "allow-overlap": "allow_overlap"} {
+					if cmd.Flags().Changed(flag) {
+						mask.Paths = append(mask.Paths, path)
+					}
+				}
+				if len(mask.Paths) == 0 {
+					return errors.New("nothing to update: pass --cidr, --reserved, --label, --reuse-delay or --allow-overlap")
+				}
+				p.ReuseDelay = durationpb.New(spec.reuse)
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).UpdatePool(ctx, &allocatorv1.UpdatePoolRequest{Pool: p, UpdateMask: mask, Force: spec.force})
+				if err != nil {
+					return err
+				}
+				return render(g.out, g.output, resp, poolTable(resp.GetPool()))
+			})
+		},
+	}
+	update.Flags().AddFlagSet(create.Flags())
+	update.Flags().BoolVar(&spec.force, "force", false, "remove CIDRs that still hold allocations (they become out of range)")
+	update.Flags().StringVar(&spec.etag, "etag", "", "update only this version of the pool")
+	del := &cobra.Command{
+		Use: "delete POOL", Short: "Delete a pool", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: poolName(args[0]), Force: spec.force, Etag: spec.etag})
+				if err != nil {
+					return err
+				}
+				return render(g.out, g.output, resp, func() *table {
+					t := &table{header: []string{"DELETED", "RELEASED"}}
+					t.add(args[0], fmt.Sprint(resp.GetReleased()))
+					return t
+				})
+			})
+		},
+	}
+	del.Flags().BoolVar(&spec.force, "force", false, "delete even though allocations exist; they are released")
+	del.Flags().StringVar(&spec.etag, "etag", "", "delete only this version of the pool")
+	c.AddCommand(create, get, list, update, del)
+	return c
+}
+
+type ownerFlags struct{ cluster, kind, namespace, name, uid string }
+
+func (o *ownerFlags) add(cmd *cobra.Command, required bool) {
+	cmd.Flags().StringVar(&o.cluster, "owner-cluster", "", "owner's cluster")
+	cmd.Flags().StringVar(&o.kind, "owner-kind", "", "owner's kind, e.g. Pod")
+	cmd.Flags().StringVar(&o.namespace, "owner-namespace", "", "owner's namespace")
+	cmd.Flags().StringVar(&o.name, "owner-name", "", "owner's name")
+	cmd.Flags().StringVar(&o.uid, "owner-uid", "", "owner's uid")
+	if required {
+		_ = cmd.MarkFlagRequired("owner-kind")
+		_ = cmd.MarkFlagRequired("owner-name")
+	}
+}
+
+func (o *ownerFlags) proto() *allocatorv1.Owner {
+	return &allocatorv1.Owner{Cluster: o.cluster, Kind: o.kind, Namespace: o.namespace, Name: o.name, Uid: o.uid}
+}
+
+func allocCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "alloc", Short: "Allocate, inspect, release and watch addresses"}
+	var owner ownerFlags
+	var address, requestID, etag, pool string
+	var allowMissing bool
+	var fromRev int64
+	create := &cobra.Command{
+		Use: "create POOL --owner-kind KIND --owner-name NAME", Short: "Allocate an address (idempotent per owner)", Args: cobra.ExactArgs(1),
+		Example: "  plexusctl alloc create vips --owner-kind Pod --owner-namespace default --owner-name web-0 --owner-uid 1234",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).Allocate(ctx, &allocatorv1.AllocateRequest{Pool: poolName(args[0]), Owner: owner.proto(), Address: address, RequestId: requestID})
+				if err != nil {
+					return err
+				}
+				return render(g.out, g.output, resp, allocTable(resp.GetAllocation()))
+			})
+		},
+	}
+	owner.add(create, true)
+	create.Flags().StringVar(&address, "address", "", "ask for this address")
+	create.Flags().StringVar(&requestID, "request-id", "", "idempotency key")
+
+	get := &cobra.Command{
+		Use: "get POOL ADDRESS", Short: "Show an allocation", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).GetAllocation(ctx, &allocatorv1.GetAllocationRequest{Name: poolName(args[0]) + "/allocations/" + args[1]})
+				if err != nil {
+					return err
+				}
+				return render(g.out, g.output, resp, allocTable(resp.GetAllocation()))
+			})
+		},
+	}
+	var listOwner ownerFlags
+	list := &cobra.Command{
+		Use: "list [POOL]", Short: "List allocations of a pool (all pools when omitted)", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := "pools/-"
+			if len(args) == 1 {
+				p = poolName(args[0])
+			}
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				client := allocatorv1.NewAllocatorServiceClient(cc)
+				all := &allocatorv1.ListAllocationsResponse{}
+				for token := ""; ; {
+					resp, err := client.ListAllocations(ctx, &allocatorv1.ListAllocationsRequest{
+						Pool: p, OwnerCluster: listOwner.cluster, OwnerKind: listOwner.kind, OwnerNamespace: listOwner.namespace,
+						OwnerName: listOwner.name, OwnerUid: listOwner.uid, PageSize: 1000, PageToken: token})
+					if err != nil {
+						return err
+					}
+					all.Allocations = append(all.Allocations, resp.GetAllocations()...)
+					if token = resp.GetNextPageToken(); token == "" {
+						break
+					}
+				}
+				return render(g.out, g.output, all, allocTable(all.GetAllocations()...))
+			})
+		},
+	}
+	listOwner.add(list, false)
+	var relOwner ownerFlags
+	release := &cobra.Command{
+		Use: "release (POOL ADDRESS | POOL --owner-kind KIND --owner-name NAME)", Short: "Release an allocation, optionally guarded by etag and owner uid", Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &allocatorv1.ReleaseRequest{Etag: etag, OwnerUid: relOwner.uid, AllowMissing: allowMissing}
+			if len(args) == 2 {
+				req.Name = poolName(args[0]) + "/allocations/" + args[1]
+			} else {
+				req.Pool, req.Owner = poolName(args[0]), relOwner.proto()
+			}
+			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).Release(ctx, req)
+				if err != nil {
+					return err
+				}
+				return render(g.out, g.output, resp, allocTable(resp.GetAllocation()))
+			})
+		},
+	}
+	relOwner.add(release, false)
+	release.Flags().StringVar(&etag, "etag", "", "release only this version of the allocation")
+	release.Flags().BoolVar(&allowMissing, "allow-missing", false, "succeed when there is nothing to release")
+	watch := &cobra.Command{
+		Use: "watch [POOL]", Short: "Stream allocation events (snapshot first unless --from-revision)", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pool = "pools/-"
+			if len(args) == 1 {
+				pool = poolName(args[0])
+			}
+			cc, err := g.conn("allocator")
+			if err != nil {
+				return err
+			}
+			defer cc.Close()
+			stream, err := allocatorv1.NewAllocatorServiceClient(cc).WatchAllocations(cmd.Context(), &allocatorv1.WatchAllocationsRequest{Pool: pool, StartRevision: fromRev})
+			if err != nil {
+				return err
+			}
+			for {
+				ev, err := stream.Recv()
+				if errors.Is(err, io.EOF) || errors.Is(cmd.Context().Err(), context.Canceled) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if err := render(g.out, g.output, ev, func() *table {
+					t := allocTable(ev.GetAllocation())()
+					t.header = append([]string{"EVENT", "REVISION"}, t.header...)
+					for i := range t.rows {
+						t.rows[i] = append([]string{strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"), fmt.Sprint(ev.GetRevision())}, t.rows[i]...)
+					}
+					if ev.GetAllocation() == nil {
+						t.rows = [][]string{{strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"), fmt.Sprint(ev.GetRevision())}}
+					}
+					return t
+				}); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	watch.Flags().Int64Var(&fromRev, "from-revision", 0, "resume after this revision instead of starting with a snapshot")
+	c.AddCommand(create, get, list, release, watch)
+	return c
+}

@@ -1,0 +1,57 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+)
+
+// jsonOptions render messages as grpcurl does (protojson, two-space
+// indent), so scripts can switch between the two.
+var jsonOptions = protojson.MarshalOptions{Multiline: true, Indent: "  "}
+
+// table is a table rendering of a response: a header and rows.
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+// render writes msg in the chosen format; tbl builds the table form.
+func render(w io.Writer, format string, msg proto.Message, tbl func() *table) error {
+	switch format {
+	case "json":
+		b, err := jsonOptions.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	case "yaml":
+		b, err := protojson.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(y)
+		return err
+	case "table", "":
+		t := tbl()
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(t.header, "\t"))
+		for _, r := range t.rows {
+			fmt.Fprintln(tw, strings.Join(r, "\t"))
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("unknown output format %q (table, json or yaml)", format)
+}

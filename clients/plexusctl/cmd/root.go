@@ -1,0 +1,114 @@
+// Package cmd is plexusctl's command tree.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/plexusnet/plexus/internal/apierr"
+	"github.com/plexusnet/plexus/internal/dial"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	addrs    map[string]*string
+	output   string
+	timeout  time.Duration
+	token    string
+	insecure bool
+	caFile   string
+	certFile string
+	keyFile  string
+	out      io.Writer
+}
+
+// NewRoot returns the plexusctl command tree writing to out.
+func NewRoot(out io.Writer) *cobra.Command {
+	g := &globals{addrs: map[string]*string{}, out: out}
+	root := &cobra.Command{
+		Use:           "plexusctl",
+		Short:         "Drive the Plexus services: allocator, membership, importer and repair",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(out)
+	fs := root.PersistentFlags()
+	for i, svc := range []string{"allocator", "membership", "importer", "repair"} {
+		def := fmt.Sprintf("127.0.0.1:%d", 7401+i)
+		if v, ok := os.LookupEnv("PLEXUS_" + strings.ToUpper(svc) + "_ADDR"); ok {
+			def = v
+		}
+		g.addrs[svc] = fs.String(svc+"-addr", def, "address of the "+svc+" service (env PLEXUS_"+strings.ToUpper(svc)+"_ADDR)")
+	}
+	fs.StringVarP(&g.output, "output", "o", "table", "output format: table, json (as grpcurl prints it) or yaml")
+	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each call")
+	fs.StringVar(&g.token, "token", os.Getenv("PLEXUS_TOKEN"), "bearer token sent with every call (env PLEXUS_TOKEN)")
+	fs.StringVar(&g.caFile, "tls-ca", "", "CA bundle to verify servers with; enables TLS")
+	fs.StringVar(&g.certFile, "tls-cert", "", "client certificate for mutual TLS")
+	fs.StringVar(&g.keyFile, "tls-key", "", "client key for mutual TLS")
+	root.AddCommand(poolCmd(g), allocCmd(g))
+	return root
+}
+
+// conn dials service svc.
+func (g *globals) conn(svc string) (*grpc.ClientConn, error) {
+	opts := []dial.Option{}
+	if g.caFile != "" {
+		opts = append(opts, dial.WithTLSFiles(g.caFile, g.certFile, g.keyFile))
+	} else {
+		opts = append(opts, dial.WithInsecure())
+	}
+	if g.token != "" {
+		opts = append(opts, dial.WithBearerToken(g.token))
+	}
+	return dial.New(*g.addrs[svc], opts...)
+}
+
+// call runs fn with a connection to svc and the call deadline.
+func (g *globals) call(cmd *cobra.Command, svc string, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	cc, err := g.conn(svc)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	defer cancel()
+	return fn(ctx, cc)
+}
+
+// Execute runs plexusctl and returns the process exit code.
+func Execute() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRoot(os.Stdout)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", describe(err))
+		return 1
+	}
+	return 0
+}
+
+// describe renders an error with its stable reason and field violations.
+func describe(err error) string {
+	msg := err.Error()
+	if r := apierr.Reason(err); r != "" {
+		msg += " [" + r + "]"
+	}
+	for _, v := range apierr.FieldViolations(err) {
+		msg += "\n  " + v.Field + ": " + v.Description
+	}
+	if errors.Is(err, context.Canceled) {
+		return "canceled"
+	}
+	return msg
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Generates the deepcopy functions of the Kubernetes API types under
+# clients/go/workload and their CustomResourceDefinitions in deploy/crds.
+# Run from anywhere; uses the pinned controller-gen in .bin (built from
+# tools/go.mod: cd tools && GOBIN=$PWD/../.bin go install tool).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+CONTROLLER_GEN="${CONTROLLER_GEN:-.bin/controller-gen}"
+if [[ ! -x "$CONTROLLER_GEN" ]]; then
+  echo "generate-crds: $CONTROLLER_GEN missing; run: (cd tools && GOBIN=\$PWD/../.bin go install tool)" >&2
+  exit 1
+fi
+
+"$CONTROLLER_GEN" object paths=./clients/go/workload/...
+# crd:maxDescLen is left at its default so kubectl explain shows the docs.
+"$CONTROLLER_GEN" crd paths=./clients/go/workload/... output:crd:artifacts:config=deploy/crds

@@ -1,0 +1,106 @@
+package kubetest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Pinned versions; hack/kube-binaries.sh builds exactly these.
+const (
+	KubeVersion = "v1.36.3"
+	EtcdVersion = "v3.6.16"
+)
+
+// Environment variables that locate the binaries, shared with
+// hack/kube-binaries.sh.
+const (
+	// EnvKubeBin names the folder holding etcd and kube-apiserver.
+	EnvKubeBin = "PLEXUS_KUBE_BIN"
+	// EnvCache names the cache root; the binaries are in a versioned
+	// folder below it.
+	EnvCache = "PLEXUS_CACHE"
+)
+
+// BuildCommand is what a developer runs to build the binaries.
+const BuildCommand = "make kube-binaries"
+
+// ErrBinariesMissing means etcd or kube-apiserver has not been built.
+var ErrBinariesMissing = errors.New("kube-apiserver and etcd binaries not found")
+
+// Binaries locates the control plane executables.
+type Binaries struct {
+	// Dir holds the etcd and kube-apiserver executables.
+	Dir string
+}
+
+// Etcd is the path of the etcd executable.
+func (b Binaries) Etcd() string { return filepath.Join(b.Dir, "etcd") }
+
+// APIServer is the path of the kube-apiserver executable.
+func (b Binaries) APIServer() string { return filepath.Join(b.Dir, "kube-apiserver") }
+
+// DefaultBinDir is where hack/kube-binaries.sh puts the binaries when
+// PLEXUS_KUBE_BIN is not set: $PLEXUS_CACHE, else $XDG_CACHE_HOME/plexus,
+// else $HOME/.cache/plexus, then a folder named after both versions.
+func DefaultBinDir() (string, error) {
+	cache := os.Getenv(EnvCache)
+	if cache == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", fmt.Errorf("locate the cache folder: %w", err)
+			}
+			base = filepath.Join(home, ".cache")
+		}
+		cache = filepath.Join(base, "plexus")
+	}
+	return filepath.Join(cache, "kube-"+KubeVersion+"-etcd-"+EtcdVersion), nil
+}
+
+// FindBinaries returns the binaries named by PLEXUS_KUBE_BIN, else those in
+// DefaultBinDir. It fails with ErrBinariesMissing when either is absent.
+func FindBinaries() (Binaries, error) {
+	dir := os.Getenv(EnvKubeBin)
+	if dir == "" {
+		var err error
+		if dir, err = DefaultBinDir(); err != nil {
+			return Binaries{}, err
+		}
+	}
+	return BinariesIn(dir)
+}
+
+// BinariesIn returns the binaries in dir, failing with ErrBinariesMissing
+// when either is absent.
+func BinariesIn(dir string) (Binaries, error) {
+	b := Binaries{Dir: dir}
+	for _, path := range []string{b.Etcd(), b.APIServer()} {
+		info, err := os.Stat(path)
+		if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+			return Binaries{}, fmt.Errorf("%w: no executable %s (build them with %q or set %s)",
+				ErrBinariesMissing, path, BuildCommand, EnvKubeBin)
+		}
+	}
+	return b, nil
+}
+
+// RequireBinaries returns the binaries for a test. When they are missing the
+// test is skipped on a developer machine but fails in CI (CI set), so a CI
+// job can never pass without having run the Kubernetes tests.
+func RequireBinaries(t testing.TB) Binaries {
+	t.Helper()
+	b, err := FindBinaries()
+	if err == nil {
+		return b
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI is set and the control plane binaries are missing: %v", err)
+		return Binaries{}
+	}
+	t.Skipf("skipping: %v", err)
+	return Binaries{}
+}

@@ -1,0 +1,273 @@
+// Command localkube runs a throwaway Kubernetes control plane for the demo
+// and end-to-end tests: one etcd and one kube-apiserver per named cluster,
+// all on the loopback interface, with the Plexus CRDs installed.
+//
+//	localkube --clusters a,b --dir ./run
+//
+// Once everything is ready it prints shell assignments (ETCD_ENDPOINT,
+// KUBECONFIG_A, KUBECONFIG_B, ...) on stdout and writes the same lines to
+// <dir>/env, then runs until SIGINT or SIGTERM and stops everything it
+// started. A script can wait for <dir>/env to appear and source it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/plexusnet/plexus/internal/kubetest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(ctx, os.Args[1:], os.Stdout, log); err != nil {
+		log.Error("localkube failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+// maxClusters keeps every cluster's Service range inside 10.96.0.0/11.
+const maxClusters = 32
+
+var clusterName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+type options struct {
+	clusters []string
+	dir      string
+	kubeBin  string
+	crds     bool
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("localkube", flag.ContinueOnError)
+	clusters := fs.String("clusters", "a", "comma-separated cluster names; each gets its own kube-apiserver on the shared etcd")
+	dir := fs.String("dir", "", "folder for kubeconfigs, certificates, data and logs (default: a temporary folder, removed on exit)")
+	kubeBin := fs.String("kube-bin", "", "folder holding etcd and kube-apiserver (default: $"+kubetest.EnvKubeBin+" or the build cache)")
+	crds := fs.Bool("crds", true, "install the ServiceExport, ServiceImport and ExternalWorkload CRDs")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o := options{dir: *dir, kubeBin: *kubeBin, crds: *crds}
+	seen := map[string]bool{}
+	for _, name := range strings.Split(*clusters, ",") {
+		name = strings.TrimSpace(name)
+		if !clusterName.MatchString(name) || len(name) > 63 {
+			return options{}, fmt.Errorf("cluster name %q is not a DNS label", name)
+		}
+		if seen[name] {
+			return options{}, fmt.Errorf("cluster %q named twice", name)
+		}
+		seen[name] = true
+		o.clusters = append(o.clusters, name)
+	}
+	if len(o.clusters) > maxClusters {
+		return options{}, fmt.Errorf("at most %d clusters", maxClusters)
+	}
+	return o, nil
+}
+
+// run starts the control plane, reports it on stdout and keeps it up until
+// ctx ends or a component dies; either way it stops everything it started.
+func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger) (err error) {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	bins, err := binaries(o.kubeBin)
+	if err != nil {
+		return err
+	}
+	dir := o.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "localkube-"); err != nil {
+			return fmt.Errorf("create work folder: %w", err)
+		}
+		defer func() {
+			if rmErr := os.RemoveAll(dir); rmErr != nil {
+				err = errors.Join(err, fmt.Errorf("remove work folder: %w", rmErr))
+			}
+		}()
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return fmt.Errorf("resolve work folder: %w", err)
+	}
+	envPath := filepath.Join(dir, "env")
+	// A stale env file would tell a waiting script that this run is ready.
+	if err := os.Remove(envPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale %s: %w", envPath, err)
+	}
+
+	start := time.Now()
+	etcdDir, err := freshDir(dir, "etcd")
+	if err != nil {
+		return err
+	}
+	etcd, err := kubetest.LaunchEtcd(ctx, kubetest.EtcdConfig{Binaries: bins, Dir: etcdDir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if stopErr := etcd.Stop(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+	}()
+	log.Info("etcd ready", "endpoint", etcd.Endpoint(), "elapsed", time.Since(start).Round(time.Millisecond))
+
+	clusters, launchErr := launchClusters(ctx, bins, dir, etcd, o)
+	defer func() {
+		for _, c := range clusters {
+			if stopErr := c.Stop(); stopErr != nil {
+				err = errors.Join(err, stopErr)
+			}
+		}
+	}()
+	if launchErr != nil {
+		return launchErr
+	}
+	log.Info("control plane ready", "clusters", len(clusters), "elapsed", time.Since(start).Round(time.Millisecond))
+
+	env := envLines(dir, etcd, clusters)
+	if err := writeFileAtomic(envPath, []byte(env)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(stdout, env); err != nil {
+		return fmt.Errorf("write to stdout: %w", err)
+	}
+	return waitForEnd(ctx, etcd, clusters, log)
+}
+
+func binaries(dir string) (kubetest.Binaries, error) {
+	if dir != "" {
+		return kubetest.BinariesIn(dir)
+	}
+	return kubetest.FindBinaries()
+}
+
+// freshDir empties dir/name: clusters start from nothing on every run.
+func freshDir(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	if err := os.RemoveAll(path); err != nil {
+		return "", fmt.Errorf("clear %s: %w", path, err)
+	}
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// launchClusters starts the API servers side by side and installs the CRDs.
+// It returns every cluster that started, even on error, so the caller can
+// stop them.
+func launchClusters(ctx context.Context, bins kubetest.Binaries, dir string, etcd *kubetest.Etcd, o options) ([]*kubetest.Cluster, error) {
+	results := make([]*kubetest.Cluster, len(o.clusters))
+	errs := make([]error, len(o.clusters))
+	var wg sync.WaitGroup
+	for i, name := range o.clusters {
+		wg.Go(func() {
+			clusterDir, err := freshDir(dir, name)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			c, err := kubetest.LaunchAPIServer(ctx, kubetest.APIServerConfig{
+				Binaries:      bins,
+				Dir:           clusterDir,
+				Name:          name,
+				EtcdEndpoints: etcd.Endpoints(),
+				// Separate ranges, as separate real clusters would have.
+				ServiceClusterIPRange: fmt.Sprintf("10.%d.0.0/16", 96+i),
+			})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			results[i] = c
+			if o.crds {
+				crdCtx, cancel := context.WithTimeout(ctx, kubetest.DefaultStartTimeout)
+				defer cancel()
+				if err := kubetest.ApplyCRDs(crdCtx, c.Config); err != nil {
+					errs[i] = fmt.Errorf("install CRDs in cluster %s: %w", name, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var started []*kubetest.Cluster
+	for _, c := range results {
+		if c != nil {
+			started = append(started, c)
+		}
+	}
+	return started, errors.Join(errs...)
+}
+
+func envLines(dir string, etcd *kubetest.Etcd, clusters []*kubetest.Cluster) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "LOCALKUBE_DIR=%s\n", shellQuote(dir))
+	fmt.Fprintf(&b, "ETCD_ENDPOINT=%s\n", shellQuote(etcd.Endpoint()))
+	for _, c := range clusters {
+		fmt.Fprintf(&b, "KUBECONFIG_%s=%s\n", envName(c.Name), shellQuote(c.Kubeconfig))
+	}
+	return b.String()
+}
+
+// envName turns a cluster name into the tail of a variable name: "east-1"
+// becomes "EAST_1".
+func envName(cluster string) string {
+	return strings.ToUpper(strings.ReplaceAll(cluster, "-", "_"))
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// waitForEnd blocks until ctx ends (a clean stop) or a component exits on
+// its own (an error: the control plane is no longer whole).
+func waitForEnd(ctx context.Context, etcd *kubetest.Etcd, clusters []*kubetest.Cluster, log *slog.Logger) error {
+	died := make(chan string, len(clusters)+1)
+	watch := func(name string, exited <-chan struct{}) {
+		select {
+		case <-exited:
+			died <- name
+		case <-ctx.Done():
+		}
+	}
+	go watch("etcd ("+etcd.LogPath()+")", etcd.Exited())
+	for _, c := range clusters {
+		go watch("kube-apiserver "+c.Name+" ("+c.LogPath()+")", c.Exited())
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+		return nil
+	case name := <-died:
+		return fmt.Errorf("%s exited unexpectedly", name)
+	}
+}

@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/telemetry"
+)
+
+// Runtime is what a service's setup function gets: its configuration, its
+// server (register gRPC services, readiness checks and metrics on it) and
+// its logger.
+type Runtime struct {
+	Config *config.Common
+	Server *Server
+	Logger *slog.Logger
+}
+
+// Spec describes a service's command.
+type Spec struct {
+	// Service names the service and its default addresses.
+	Service config.Service
+	// Short is the one-line description shown by --help.
+	Short string
+	// AddFlags registers the service's own flags (may be nil).
+	AddFlags func(fs *pflag.FlagSet)
+	// Validate checks the service's own flags (may be nil).
+	Validate func() error
+	// Setup wires the service onto the runtime before it serves. Work it
+	// starts in the background must stop when ctx is done; the returned
+	// cleanup (may be nil) runs after the server has drained.
+	Setup func(ctx context.Context, rt *Runtime) (cleanup func(), err error)
+}
+
+// Version is the module version the binary was built from.
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// Command returns the root command of a service: the common flags (with
+// their PLEXUS_* environment variables), the service's own flags, and a run
+// that sets up logging and telemetry, builds the server, calls Setup and
+// serves until SIGTERM or SIGINT, then drains.
+func Command(spec Spec) *cobra.Command {
+	cfg := config.New(spec.Service)
+	cmd := &cobra.Command{
+		Use:           "plexus-" + spec.Service.Name,
+		Short:         spec.Short,
+		Version:       Version(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), cfg, spec)
+		},
+	}
+	cfg.AddFlags(cmd.Flags())
+	if spec.AddFlags != nil {
+		spec.AddFlags(cmd.Flags())
+	}
+	config.Bind(cmd, func() error {
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		if spec.Validate != nil {
+			return spec.Validate()
+		}
+		return nil
+	})
+	return cmd
+}
+
+func run(ctx context.Context, cfg *config.Common, spec Spec) error {
+	logger, err := telemetry.NewLogger(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	logger = logger.With("service", spec.Service.Name)
+	shutdown, err := telemetry.Setup(ctx, "plexus-"+spec.Service.Name, telemetry.WithLogger(logger))
+	if err != nil {
+		return fmt.Errorf("set up telemetry: %w", err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+
+	srv, err := New(*cfg, spec.Service.Name, WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cleanup, err := spec.Setup(ctx, &Runtime{Config: cfg, Server: srv, Logger: logger})
+	if err != nil {
+		return err
+	}
+	logger.Info("serving", "grpc", srv.GRPCAddr(), "http", srv.HTTPAddr(), "version", Version())
+	err = srv.Run(ctx)
+	cancel()
+	if cleanup != nil {
+		cleanup()
+	}
+	return err
+}
+
+// Main runs a service command and exits the process with its result.
+func Main(spec Spec) {
+	if err := Command(spec).Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}

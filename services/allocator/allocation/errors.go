@@ -1,0 +1,45 @@
+package allocation
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Domain errors of the allocation service. The gRPC server maps each of them
+// to a status code and a stable reason, once, in one table.
+var (
+	ErrPoolNotFound       = errors.New("pool not found")
+	ErrPoolExists         = errors.New("pool already exists")
+	ErrPoolOverlap        = errors.New("pool overlaps another pool")
+	ErrPoolNotEmpty       = errors.New("pool still holds allocations")
+	ErrCIDRInUse          = errors.New("CIDR still holds allocations")
+	ErrAllocationNotFound = errors.New("allocation not found")
+	ErrEtagMismatch       = errors.New("etag does not match")
+	ErrOwnerMismatch      = errors.New("owner uid does not match")
+	ErrRevisionTooOld     = errors.New("revision too old, list again")
+	ErrRequestIDReused    = errors.New("request_id was used for a different request")
+	ErrFamilyMismatch     = errors.New("address family does not match the pool")
+	ErrConflict           = errors.New("concurrent change, try again")
+)
+
+// FieldError is bad input in one request field. Reason is a stable
+// UPPER_SNAKE code.
+type FieldError struct {
+	Field   string
+	Reason  string
+	Message string
+	// Err is the underlying domain error, if any, so callers can test it
+	// with errors.Is.
+	Err error
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s: %s", e.Field, e.Message)
+}
+
+// Unwrap returns the underlying domain error.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func invalid(field, reason, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,547 @@
+package allocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/big"
+	"net/netip"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/plexusnet/plexus/internal/netparse"
+	"github.com/plexusnet/plexus/services/allocator/ipam"
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+var poolIDPattern = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ValidatePoolID checks a pool id: a DNS label.
+func ValidatePoolID(field, id string) error {
+	if !poolIDPattern.MatchString(id) {
+		return invalid(field, "INVALID_POOL_ID", "pool id %q must be 1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'", id)
+	}
+	return nil
+}
+
+// Request asks for one address.
+type Request struct {
+	Pool  string
+	Owner store.Owner
+	// Address, when valid, asks for this address.
+	Address   netip.Addr
+	RequestID string
+}
+
+func (r Request) validate(prefix string) error {
+	if err := ValidatePoolID(prefix+"pool", r.Pool); err != nil {
+		return err
+	}
+	if r.Owner.Kind == "" {
+		return invalid(prefix+"owner.kind", "REQUIRED", "owner kind is required")
+	}
+	if r.Owner.Name == "" {
+		return invalid(prefix+"owner.name", "REQUIRED", "owner name is required")
+	}
+	for _, f := range []struct{ name, v string }{{"cluster", r.Owner.Cluster}, {"kind", r.Owner.Kind}, {"namespace", r.Owner.Namespace}, {"name", r.Owner.Name}, {"uid", r.Owner.UID}} {
+		if len(f.v) > 253 || strings.ContainsAny(f.v, "/\x00") {
+			return invalid(prefix+"owner."+f.name, "INVALID_OWNER", "owner %s must be at most 253 characters without '/'", f.name)
+		}
+	}
+	if len(r.RequestID) > 128 {
+		return invalid(prefix+"request_id", "INVALID_REQUEST_ID", "request_id must be at most 128 characters")
+	}
+	return nil
+}
+
+// PoolSpec is what a user sets on a pool.
+type PoolSpec struct {
+	CIDRs        []string
+	Reserved     []string
+	ReuseDelay   time.Duration
+	Labels       map[string]string
+	AllowOverlap bool
+}
+
+// PoolView is a pool with its live statistics.
+type PoolView struct {
+	store.Pool
+	Family ipamFamily
+	Stats  Stats
+}
+
+type ipamFamily int
+
+// Address families of a pool.
+const (
+	FamilyIPv4 ipamFamily = 4
+	FamilyIPv6 ipamFamily = 6
+)
+
+// Stats counts a pool's addresses.
+type Stats struct {
+	Capacity   *big.Int
+	Allocated  uint64
+	Free       *big.Int
+	OutOfRange uint64
+}
+
+// normalize parses the spec strictly and returns canonical text forms.
+func (p PoolSpec) normalize() (PoolSpec, error) {
+	out := p
+	out.CIDRs = nil
+	out.Reserved = nil
+	if len(p.CIDRs) == 0 {
+		return out, invalid("pool.cidrs", "REQUIRED", "at least one CIDR is required")
+	}
+	var fam int
+	for i, c := range p.CIDRs {
+		pfx, err := netparse.ParsePrefix(c)
+		if err != nil {
+			return out, &FieldError{Field: fmt.Sprintf("pool.cidrs[%d]", i), Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
+		}
+		f := 4
+		if pfx.Addr().Is6() {
+			f = 6
+		}
+		if fam != 0 && f != fam {
+			return out, &FieldError{Field: fmt.Sprintf("pool.cidrs[%d]", i), Reason: "ADDRESS_FAMILY_MISMATCH", Message: "all CIDRs of a pool must be of one family", Err: ErrFamilyMismatch}
+		}
+		fam = f
+		out.CIDRs = append(out.CIDRs, pfx.String())
+	}
+	for i, r := range p.Reserved {
+		rg, err := netparse.ParseRange(r)
+		if err != nil {
+			return out, &FieldError{Field: fmt.Sprintf("pool.reserved[%d]", i), Reason: "INVALID_RANGE", Message: err.Error(), Err: err}
+		}
+		if (fam == 4) != rg.First.Is4() {
+			return out, &FieldError{Field: fmt.Sprintf("pool.reserved[%d]", i), Reason: "ADDRESS_FAMILY_MISMATCH", Message: "reserved ranges must be of the pool's family", Err: ErrFamilyMismatch}
+		}
+		out.Reserved = append(out.Reserved, rg.String())
+	}
+	if p.ReuseDelay < 0 {
+		return out, invalid("pool.reuse_delay", "INVALID_DURATION", "reuse delay must not be negative")
+	}
+	return out, nil
+}
+
+func indexConfig(p store.Pool) (ipam.Config, error) {
+	cfg := ipam.Config{ReuseDelay: p.ReuseDelay}
+	for _, c := range p.CIDRs {
+		pfx, err := netparse.ParsePrefix(c)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.CIDRs = append(cfg.CIDRs, pfx)
+	}
+	for _, r := range p.Reserved {
+		rg, err := netparse.ParseRange(r)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Reserved = append(cfg.Reserved, rg)
+	}
+	return cfg, nil
+}
+
+// overlapping returns the id of a pool (other than self) whose CIDRs
+// overlap any of cidrs, when either side forbids overlap. The caller holds
+// s.mu.
+func (s *Service) overlapping(self string, cidrs []string, allow bool) (string, error) {
+	for id, ps := range s.pools {
+		if id == self || (allow && ps.rec.AllowOverlap) {
+			continue
+		}
+		for _, c := range cidrs {
+			pfx, _ := netparse.ParsePrefix(c)
+			for _, o := range ps.rec.CIDRs {
+				opfx, _ := netparse.ParsePrefix(o)
+				if pfx.Overlaps(opfx) {
+					return id, fmt.Errorf("%s overlaps %s of pool %s: %w", c, o, id, ErrPoolOverlap)
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// CreatePool creates a pool.
+func (s *Service) CreatePool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
+	if err := ValidatePoolID("pool_id", id); err != nil {
+		return PoolView{}, err
+	}
+	spec, err := spec.normalize()
+	if err != nil {
+		return PoolView{}, err
+	}
+	now := s.now().UTC()
+	rec := store.Pool{ID: id, CIDRs: spec.CIDRs, Reserved: spec.Reserved, ReuseDelay: spec.ReuseDelay,
+		Labels: spec.Labels, AllowOverlap: spec.AllowOverlap, CreateTime: now, UpdateTime: now}
+	ps, err := newPoolState(rec)
+	if err != nil {
+		return PoolView{}, &FieldError{Field: "pool.cidrs", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
+	}
+	// Pool changes are rare; holding the pools lock across the commit keeps
+	// the overlap check and the creation atomic.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pools[id]; ok {
+		return PoolView{}, fmt.Errorf("pool %q: %w", id, ErrPoolExists)
+	}
+	if _, err := s.overlapping(id, rec.CIDRs, rec.AllowOverlap); err != nil {
+		return PoolView{}, err
+	}
+	rev, err := s.store.Commit(ctx, store.Txn{
+		Conds: []store.Cond{{Kind: store.CondPoolAbsent, Pool: id}},
+		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &rec}},
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return PoolView{}, fmt.Errorf("pool %q: %w", id, ErrPoolExists)
+	}
+	if err != nil {
+		return PoolView{}, fmt.Errorf("create pool %s: %w", id, err)
+	}
+	ps.rec.Revision = rev
+	s.pools[id] = ps
+	return ps.view(), nil
+}
+
+func (ps *poolState) view() PoolView {
+	st := ps.index.Stats()
+	v := PoolView{Pool: ps.rec, Family: FamilyIPv4, Stats: Stats{Capacity: st.Capacity, Allocated: uint64(len(ps.allocs)), Free: st.Free, OutOfRange: st.OutOfRange}}
+	if !ps.index.Is4() {
+		v.Family = FamilyIPv6
+	}
+	v.Pool.CIDRs = slices.Clone(ps.rec.CIDRs)
+	v.Pool.Reserved = slices.Clone(ps.rec.Reserved)
+	v.Pool.Labels = maps.Clone(ps.rec.Labels)
+	return v
+}
+
+// GetPool returns a pool.
+func (s *Service) GetPool(id string) (PoolView, error) {
+	ps, err := s.pool(id)
+	if err != nil {
+		return PoolView{}, err
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.view(), nil
+}
+
+// ListPools returns up to limit pools with ids after `after`, in id order,
+// and the id to continue after ("" on the last page).
+func (s *Service) ListPools(after string, limit int) ([]PoolView, string) {
+	s.mu.RLock()
+	ids := make([]string, 0, len(s.pools))
+	for id := range s.pools {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	states := make([]*poolState, 0, len(ids))
+	sort.Strings(ids)
+	if len(ids) > limit {
+		ids = ids[:limit]
+	}
+	for _, id := range ids {
+		states = append(states, s.pools[id])
+	}
+	more := len(s.pools) > 0 && len(ids) == limit && ids[len(ids)-1] != s.lastPoolID()
+	s.mu.RUnlock()
+	out := make([]PoolView, 0, len(states))
+	for _, ps := range states {
+		ps.mu.Lock()
+		out = append(out, ps.view())
+		ps.mu.Unlock()
+	}
+	if more {
+		return out, ids[len(ids)-1]
+	}
+	return out, ""
+}
+
+func (s *Service) lastPoolID() string {
+	last := ""
+	for id := range s.pools {
+		if id > last {
+			last = id
+		}
+	}
+	return last
+}
+
+// UpdateMask lists the pool fields an update replaces.
+type UpdateMask struct {
+	CIDRs, Reserved, ReuseDelay, Labels, AllowOverlap bool
+}
+
+// UpdatePool changes a pool. Removing a CIDR that holds allocations needs
+// force; the allocations left outside are returned.
+func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
+	ps, err := s.pool(id)
+	if err != nil {
+		return PoolView{}, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if etag != "" && etag != Etag(ps.rec.Revision) {
+		return PoolView{}, nil, fmt.Errorf("pool %s is at etag %s, not %s: %w", id, Etag(ps.rec.Revision), etag, ErrEtagMismatch)
+	}
+	next := ps.rec
+	merged := PoolSpec{CIDRs: ps.rec.CIDRs, Reserved: ps.rec.Reserved, ReuseDelay: ps.rec.ReuseDelay, Labels: ps.rec.Labels, AllowOverlap: ps.rec.AllowOverlap}
+	if mask.CIDRs {
+		merged.CIDRs = spec.CIDRs
+	}
+	if mask.Reserved {
+		merged.Reserved = spec.Reserved
+	}
+	if mask.ReuseDelay {
+		merged.ReuseDelay = spec.ReuseDelay
+	}
+	if mask.Labels {
+		merged.Labels = spec.Labels
+	}
+	if mask.AllowOverlap {
+		merged.AllowOverlap = spec.AllowOverlap
+	}
+	merged, err = merged.normalize()
+	if err != nil {
+		return PoolView{}, nil, err
+	}
+	if merged.CIDRs[0] != "" && (strings.Contains(merged.CIDRs[0], ":") != !ps.index.Is4()) {
+		return PoolView{}, nil, &FieldError{Field: "pool.cidrs", Reason: "ADDRESS_FAMILY_MISMATCH", Message: "a pool's family cannot change", Err: ErrFamilyMismatch}
+	}
+	if _, err := s.overlapping(id, merged.CIDRs, merged.AllowOverlap); err != nil {
+		return PoolView{}, nil, err
+	}
+	next.CIDRs, next.Reserved, next.ReuseDelay, next.Labels, next.AllowOverlap = merged.CIDRs, merged.Reserved, merged.ReuseDelay, merged.Labels, merged.AllowOverlap
+	next.UpdateTime = s.now().UTC()
+
+	// Build the new index from scratch: pool updates are rare, and a fresh
+	// index with the allocations restored is simplest to get right.
+	fresh, err := newPoolState(next)
+	if err != nil {
+		return PoolView{}, nil, &FieldError{Field: "pool", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
+	}
+	var outside []store.Allocation
+	for addr, a := range ps.allocs {
+		if err := fresh.index.Restore(addr); err != nil {
+			return PoolView{}, nil, fmt.Errorf("update pool %s: restore %s: %w", id, addr, err)
+		}
+		if !fresh.index.Contains(addr) && ps.index.Contains(addr) {
+			outside = append(outside, *a)
+		}
+	}
+	if len(outside) > 0 && !force {
+		sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
+		return PoolView{}, nil, fmt.Errorf("update pool %s: %d allocations (first %s) would fall outside its CIDRs; use force: %w", id, len(outside), outside[0].Address, ErrCIDRInUse)
+	}
+	rev, err := s.store.Commit(ctx, store.Txn{
+		Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}},
+		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &next}},
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return PoolView{}, nil, fmt.Errorf("update pool %s: %w", id, ErrEtagMismatch)
+	}
+	if err != nil {
+		return PoolView{}, nil, fmt.Errorf("update pool %s: %w", id, err)
+	}
+	next.Revision = rev
+	ps.rec = next
+	ps.index = fresh.index
+	sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
+	return ps.view(), outside, nil
+}
+
+// DeletePool deletes a pool; with force its allocations go with it.
+func (s *Service) DeletePool(ctx context.Context, id, etag string, force, allowMissing bool) (int, error) {
+	ps, err := s.pool(id)
+	if err != nil {
+		if allowMissing && errors.Is(err, ErrPoolNotFound) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if etag != "" && etag != Etag(ps.rec.Revision) {
+		return 0, fmt.Errorf("pool %s is at etag %s, not %s: %w", id, Etag(ps.rec.Revision), etag, ErrEtagMismatch)
+	}
+	n := len(ps.allocs) + len(ps.pending)
+	if n > 0 && !force {
+		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
+	}
+	_, err = s.store.Commit(ctx, store.Txn{
+		Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}},
+		Ops:   []store.Op{{Kind: store.OpDeletePool, PoolID: id}},
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return 0, fmt.Errorf("delete pool %s: %w", id, ErrEtagMismatch)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("delete pool %s: %w", id, err)
+	}
+	ps.deleted = true
+	delete(s.pools, id)
+	return len(ps.allocs), nil
+}
+
+// Filter selects allocations by owner fields; empty fields match all.
+type Filter struct {
+	Cluster, Kind, Namespace, Name, UID string
+}
+
+func (f Filter) match(o store.Owner) bool {
+	return (f.Cluster == "" || f.Cluster == o.Cluster) && (f.Kind == "" || f.Kind == o.Kind) &&
+		(f.Namespace == "" || f.Namespace == o.Namespace) && (f.Name == "" || f.Name == o.Name) &&
+		(f.UID == "" || f.UID == o.UID)
+}
+
+// Cursor is a position in the (pool, address) order of allocations.
+type Cursor struct {
+	Pool    string
+	Address netip.Addr
+}
+
+// ListAllocations returns up to limit allocations after cursor in (pool,
+// address) order, of pool (or every pool when pool is "-"), matching f,
+// and the cursor of the next page (zero on the last page).
+func (s *Service) ListAllocations(pool string, f Filter, after Cursor, limit int) ([]store.Allocation, Cursor, error) {
+	var ids []string
+	if pool == "-" {
+		s.mu.RLock()
+		for id := range s.pools {
+			ids = append(ids, id)
+		}
+		s.mu.RUnlock()
+		sort.Strings(ids)
+	} else {
+		if _, err := s.pool(pool); err != nil {
+			return nil, Cursor{}, err
+		}
+		ids = []string{pool}
+	}
+	var out []store.Allocation
+	for _, id := range ids {
+		if id < after.Pool {
+			continue
+		}
+		ps, err := s.pool(id)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		ps.mu.Lock()
+		matched := make([]*store.Allocation, 0)
+		for addr, a := range ps.allocs {
+			if id == after.Pool && after.Address.IsValid() && !after.Address.Less(addr) {
+				continue
+			}
+			if f.match(a.Owner) {
+				matched = append(matched, a)
+			}
+		}
+		sort.Slice(matched, func(i, j int) bool { return matched[i].Address.Less(matched[j].Address) })
+		for _, a := range matched {
+			if len(out) == limit {
+				ps.mu.Unlock()
+				last := out[len(out)-1]
+				return out, Cursor{Pool: last.Pool, Address: last.Address}, nil
+			}
+			out = append(out, *a)
+		}
+		ps.mu.Unlock()
+	}
+	return out, Cursor{}, nil
+}
+
+// WatchEvent is one allocation event of a watch. Synced marks the end of
+// the initial snapshot.
+type WatchEvent struct {
+	Type       store.EventType
+	Allocation store.Allocation
+	Revision   int64
+	Synced     bool
+	Err        error
+}
+
+// Watch streams allocation events of pool ("-" for all): a snapshot first
+// when fromRev is 0, then every change after fromRev.
+func (s *Service) Watch(ctx context.Context, pool string, fromRev int64) (<-chan WatchEvent, error) {
+	if pool != "-" {
+		if _, err := s.pool(pool); err != nil {
+			return nil, err
+		}
+	}
+	var snap *store.Snapshot
+	if fromRev == 0 {
+		var err error
+		if snap, err = s.store.Snapshot(ctx); err != nil {
+			return nil, fmt.Errorf("watch snapshot: %w", err)
+		}
+		fromRev = snap.Revision
+	}
+	events, err := s.store.Watch(ctx, fromRev)
+	if errors.Is(err, store.ErrCompacted) {
+		return nil, fmt.Errorf("watch from revision %d: %w", fromRev, ErrRevisionTooOld)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch: %w", err)
+	}
+	out := make(chan WatchEvent, 256)
+	go func() {
+		defer close(out)
+		send := func(e WatchEvent) bool {
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if snap != nil {
+			for _, a := range snap.Allocations {
+				if (pool == "-" || a.Pool == pool) && !send(WatchEvent{Type: store.EventPutAllocation, Allocation: a, Revision: a.Revision}) {
+					return
+				}
+			}
+			if !send(WatchEvent{Synced: true, Revision: snap.Revision}) {
+				return
+			}
+		}
+		for e := range events {
+			if e.Err != nil {
+				if errors.Is(e.Err, store.ErrCompacted) {
+					e.Err = fmt.Errorf("%w: %w", ErrRevisionTooOld, e.Err)
+				}
+				send(WatchEvent{Err: e.Err})
+				return
+			}
+			if e.Allocation == nil || (pool != "-" && e.Allocation.Pool != pool) {
+				continue
+			}
+			if !send(WatchEvent{Type: e.Type, Allocation: *e.Allocation, Revision: e.Revision}) {
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Pools returns the ids of every pool, sorted (metrics).
+func (s *Service) Pools() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids := slices.Collect(maps.Keys(s.pools))
+	sort.Strings(ids)
+	return ids
+}

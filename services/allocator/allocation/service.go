@@ -1,0 +1,585 @@
+// Package allocation is the allocator's service layer: pools, allocations,
+// idempotency, guarded release and watch, on top of the pure free-space
+// index (package ipam) and a durable store (package store). It knows nothing
+// of gRPC; the server package is a thin adapter around it.
+//
+// Every pool has an in-memory index and a mutex. An allocation first
+// reserves an address in the index under the pool's mutex, then commits to
+// the store outside of it, so concurrent requests reach the store together
+// and are committed as one group. A failed commit gives the address back.
+package allocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/plexusnet/plexus/services/allocator/ipam"
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// Service is the allocator. It is safe for concurrent use.
+type Service struct {
+	store  store.Store
+	now    func() time.Time
+	logger *slog.Logger
+
+	mu    sync.RWMutex
+	pools map[string]*poolState
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithClock sets the clock (tests).
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.logger = l } }
+
+type poolState struct {
+	mu      sync.Mutex
+	rec     store.Pool
+	index   *ipam.Pool
+	deleted bool
+	// allocs holds the committed allocations by address; byOwner maps an
+	// owner key to its address.
+	allocs  map[netip.Addr]*store.Allocation
+	byOwner map[string]netip.Addr
+	// pending holds in-flight allocations by owner key, so a concurrent
+	// request for the same owner waits for the first one's result.
+	pending map[string]*pendingAlloc
+	// releasing holds addresses whose release is being committed; the
+	// channel closes when it is done.
+	releasing map[netip.Addr]chan struct{}
+}
+
+type pendingAlloc struct {
+	done  chan struct{}
+	alloc store.Allocation
+	err   error
+}
+
+// New rebuilds the in-memory state from the store and returns the Service.
+func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) {
+	s := &Service{store: st, now: time.Now, logger: slog.Default(), pools: map[string]*poolState{}}
+	for _, o := range opts {
+		o(s)
+	}
+	snap, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load store snapshot: %w", err)
+	}
+	for _, p := range snap.Pools {
+		ps, err := newPoolState(p)
+		if err != nil {
+			return nil, fmt.Errorf("rebuild pool %s: %w", p.ID, err)
+		}
+		s.pools[p.ID] = ps
+	}
+	for i := range snap.Allocations {
+		a := snap.Allocations[i]
+		ps, ok := s.pools[a.Pool]
+		if !ok {
+			s.logger.Warn("allocation of unknown pool ignored", "pool", a.Pool, "address", a.Address)
+			continue
+		}
+		if err := ps.index.Restore(a.Address); err != nil {
+			return nil, fmt.Errorf("rebuild pool %s: restore %s: %w", a.Pool, a.Address, err)
+		}
+		ps.allocs[a.Address] = &a
+		ps.byOwner[a.Owner.Key()] = a.Address
+	}
+	now := s.now()
+	for _, q := range snap.Quarantine {
+		ps, ok := s.pools[q.Pool]
+		if !ok || !q.Until.After(now) {
+			continue
+		}
+		if err := ps.index.Quarantine(q.Address, q.Until); err != nil {
+			s.logger.Warn("quarantine record ignored", "pool", q.Pool, "address", q.Address, "err", err)
+		}
+	}
+	s.logger.Info("allocator state rebuilt", "pools", len(snap.Pools), "allocations", len(snap.Allocations), "revision", snap.Revision)
+	return s, nil
+}
+
+func newPoolState(p store.Pool) (*poolState, error) {
+	cfg, err := indexConfig(p)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := ipam.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &poolState{
+		rec:     p,
+		index:   idx,
+		allocs:  map[netip.Addr]*store.Allocation{},
+		byOwner: map[string]netip.Addr{},
+		pending: map[string]*pendingAlloc{},
+
+		releasing: map[netip.Addr]chan struct{}{},
+	}, nil
+}
+
+func (s *Service) pool(id string) (*poolState, error) {
+	s.mu.RLock()
+	ps, ok := s.pools[id]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("pool %q: %w", id, ErrPoolNotFound)
+	}
+	return ps, nil
+}
+
+// Etag renders a store revision as an etag.
+func Etag(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// Allocate hands out one address. It is idempotent per (pool, owner key):
+// an owner that already holds an address gets it back with created=false.
+func (s *Service) Allocate(ctx context.Context, req Request) (store.Allocation, bool, error) {
+	if err := req.validate(""); err != nil {
+		return store.Allocation{}, false, err
+	}
+	if req.RequestID != "" {
+		if got, ok, err := s.replay(ctx, req.RequestID, []Request{req}); err != nil || ok {
+			if err != nil {
+				return store.Allocation{}, false, err
+			}
+			return got[0], false, nil
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		a, created, err := s.allocateOnce(ctx, req)
+		if errors.Is(err, ErrConflict) && attempt < 3 {
+			continue
+		}
+		return a, created, err
+	}
+}
+
+func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocation, bool, error) {
+	ps, err := s.pool(req.Pool)
+	if err != nil {
+		return store.Allocation{}, false, err
+	}
+	key := req.Owner.Key()
+	now := s.now()
+
+	ps.mu.Lock()
+	if ps.deleted {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, fmt.Errorf("pool %q: %w", req.Pool, ErrPoolNotFound)
+	}
+	if addr, ok := ps.byOwner[key]; ok {
+		if ch, busy := ps.releasing[addr]; busy {
+			ps.mu.Unlock()
+			if err := wait(ctx, ch); err != nil {
+				return store.Allocation{}, false, err
+			}
+			return store.Allocation{}, false, ErrConflict
+		}
+		a := *ps.allocs[addr]
+		ps.mu.Unlock()
+		if req.Address.IsValid() && req.Address != addr {
+			return store.Allocation{}, false, fmt.Errorf("owner holds %s, not %s: %w", addr, req.Address, ipam.ErrInUse)
+		}
+		return a, false, nil
+	}
+	if p, ok := ps.pending[key]; ok {
+		ps.mu.Unlock()
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return store.Allocation{}, false, ctx.Err()
+		}
+		if p.err != nil {
+			return store.Allocation{}, false, p.err
+		}
+		return p.alloc, false, nil
+	}
+	addr, err := reserve(ps, req, now)
+	if err != nil {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, err
+	}
+	p := &pendingAlloc{done: make(chan struct{})}
+	ps.pending[key] = p
+	poolRev := ps.rec.Revision
+	ps.mu.Unlock()
+
+	rec := store.Allocation{Pool: req.Pool, Address: addr, Owner: req.Owner, CreateTime: now.UTC(), RequestID: req.RequestID}
+	txn := store.Txn{Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: req.Pool, Revision: poolRev}}}
+	appendAllocTxn(&txn, rec)
+	if req.RequestID != "" {
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: req.RequestID})
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: req.RequestID, Allocations: []string{allocKey(req.Pool, addr)}}})
+	}
+	rev, cerr := s.store.Commit(ctx, txn)
+
+	ps.mu.Lock()
+	delete(ps.pending, key)
+	if cerr != nil {
+		_ = ps.index.Unallocate(addr)
+		if errors.Is(cerr, store.ErrConflict) {
+			cerr = fmt.Errorf("allocate %s in pool %s: %w", addr, req.Pool, ErrConflict)
+		}
+		p.err = cerr
+	} else {
+		rec.Revision = rev
+		ps.allocs[addr] = &rec
+		ps.byOwner[key] = addr
+		p.alloc = rec
+	}
+	ps.mu.Unlock()
+	close(p.done)
+	if cerr != nil {
+		if req.RequestID != "" && errors.Is(cerr, ErrConflict) {
+			// Another request with this id may have won: answer with its
+			// result.
+			if got, ok, err := s.replay(ctx, req.RequestID, []Request{req}); err == nil && ok {
+				return got[0], false, nil
+			}
+		}
+		return store.Allocation{}, false, cerr
+	}
+	return rec, true, nil
+}
+
+// reserve takes an address in the index; the caller holds ps.mu.
+func reserve(ps *poolState, req Request, now time.Time) (netip.Addr, error) {
+	if req.Address.IsValid() {
+		if req.Address.Is4() != ps.index.Is4() {
+			return netip.Addr{}, &FieldError{Field: "address", Reason: "ADDRESS_FAMILY_MISMATCH",
+				Message: fmt.Sprintf("%s is not of pool %s's family", req.Address, req.Pool), Err: ErrFamilyMismatch}
+		}
+		if err := ps.index.AllocateAddr(req.Address, now); err != nil {
+			return netip.Addr{}, fmt.Errorf("allocate %s in pool %s: %w", req.Address, req.Pool, err)
+		}
+		return req.Address, nil
+	}
+	addr, err := ps.index.AllocateNext(now)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("allocate in pool %s: %w", req.Pool, err)
+	}
+	return addr, nil
+}
+
+func appendAllocTxn(txn *store.Txn, rec store.Allocation) {
+	txn.Conds = append(txn.Conds,
+		store.Cond{Kind: store.CondAllocationAbsent, Pool: rec.Pool, Address: rec.Address},
+		store.Cond{Kind: store.CondOwnerAbsent, Pool: rec.Pool, OwnerKey: rec.Owner.Key()},
+	)
+	r := rec
+	txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &r})
+}
+
+func allocKey(pool string, addr netip.Addr) string { return pool + "/" + addr.String() }
+
+// replay answers a request id seen before with the allocations it made. It
+// returns ok=false when the id is new.
+func (s *Service) replay(ctx context.Context, id string, reqs []Request) ([]store.Allocation, bool, error) {
+	rec, ok, err := s.store.GetRequest(ctx, id)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	if len(rec.Allocations) != len(reqs) {
+		return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
+	}
+	out := make([]store.Allocation, len(reqs))
+	for i, k := range rec.Allocations {
+		a, err := s.getByKey(k)
+		if err != nil {
+			return nil, false, fmt.Errorf("request %q answered before, but %s is gone: %w", id, k, err)
+		}
+		if a.Pool != reqs[i].Pool || a.Owner.Key() != reqs[i].Owner.Key() {
+			return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
+		}
+		out[i] = a
+	}
+	return out, true, nil
+}
+
+func (s *Service) getByKey(key string) (store.Allocation, error) {
+	for i := len(key) - 1; i >= 0; i-- {
+		if key[i] == '/' {
+			addr, err := netip.ParseAddr(key[i+1:])
+			if err != nil {
+				return store.Allocation{}, err
+			}
+			return s.GetAllocation(key[:i], addr)
+		}
+	}
+	return store.Allocation{}, ErrAllocationNotFound
+}
+
+// BatchAllocate allocates every request or none. Requests for owners that
+// already hold an address in the pool get that address back.
+func (s *Service) BatchAllocate(ctx context.Context, reqs []Request, requestID string) ([]store.Allocation, error) {
+	if len(reqs) == 0 {
+		return nil, invalid("requests", "EMPTY_BATCH", "at least one request is required")
+	}
+	seen := map[string]bool{}
+	for i := range reqs {
+		if err := reqs[i].validate(fmt.Sprintf("requests[%d].", i)); err != nil {
+			return nil, err
+		}
+		k := reqs[i].Pool + "\x00" + reqs[i].Owner.Key()
+		if seen[k] {
+			return nil, invalid(fmt.Sprintf("requests[%d].owner", i), "DUPLICATE_OWNER", "owner appears twice for pool %s", reqs[i].Pool)
+		}
+		seen[k] = true
+	}
+	if requestID != "" {
+		if got, ok, err := s.replay(ctx, requestID, reqs); err != nil || ok {
+			return got, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		out, err := s.batchOnce(ctx, reqs, requestID)
+		if errors.Is(err, ErrConflict) && attempt < 3 {
+			continue
+		}
+		return out, err
+	}
+}
+
+func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID string) ([]store.Allocation, error) {
+	// Lock the pools involved in name order so batches never deadlock.
+	states := map[string]*poolState{}
+	for _, r := range reqs {
+		if _, ok := states[r.Pool]; ok {
+			continue
+		}
+		ps, err := s.pool(r.Pool)
+		if err != nil {
+			return nil, err
+		}
+		states[r.Pool] = ps
+	}
+	ids := make([]string, 0, len(states))
+	for id := range states {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		states[id].mu.Lock()
+	}
+	unlock := func() {
+		for _, id := range ids {
+			states[id].mu.Unlock()
+		}
+	}
+	now := s.now()
+	out := make([]store.Allocation, len(reqs))
+	var fresh []int
+	rollback := func() {
+		for _, i := range fresh {
+			_ = states[reqs[i].Pool].index.Unallocate(out[i].Address)
+		}
+	}
+	txn := store.Txn{}
+	for _, id := range ids {
+		if states[id].deleted {
+			unlock()
+			return nil, fmt.Errorf("pool %q: %w", id, ErrPoolNotFound)
+		}
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondPoolRevision, Pool: id, Revision: states[id].rec.Revision})
+	}
+	for i, r := range reqs {
+		ps := states[r.Pool]
+		key := r.Owner.Key()
+		if addr, ok := ps.byOwner[key]; ok {
+			out[i] = *ps.allocs[addr]
+			continue
+		}
+		if _, ok := ps.pending[key]; ok {
+			rollback()
+			unlock()
+			return nil, fmt.Errorf("owner %s has an allocation in flight in pool %s: %w", key, r.Pool, ErrConflict)
+		}
+		addr, err := reserve(ps, r, now)
+		if err != nil {
+			rollback()
+			unlock()
+			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		out[i] = store.Allocation{Pool: r.Pool, Address: addr, Owner: r.Owner, CreateTime: now.UTC(), RequestID: requestID}
+		fresh = append(fresh, i)
+		appendAllocTxn(&txn, out[i])
+	}
+	if requestID != "" {
+		keys := make([]string, len(out))
+		for i, a := range out {
+			keys[i] = allocKey(a.Pool, a.Address)
+		}
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: requestID})
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: requestID, Allocations: keys}})
+	}
+	if len(fresh) == 0 {
+		unlock()
+		return out, nil
+	}
+	// The pools stay locked during the commit: a batch is rare and large,
+	// and holding the locks keeps all-or-nothing simple.
+	rev, err := s.store.Commit(ctx, txn)
+	if err != nil {
+		rollback()
+		unlock()
+		if errors.Is(err, store.ErrConflict) {
+			return nil, fmt.Errorf("batch allocate: %w", ErrConflict)
+		}
+		return nil, fmt.Errorf("batch allocate: %w", err)
+	}
+	for _, i := range fresh {
+		out[i].Revision = rev
+		a := out[i]
+		ps := states[a.Pool]
+		ps.allocs[a.Address] = &a
+		ps.byOwner[a.Owner.Key()] = a.Address
+	}
+	unlock()
+	return out, nil
+}
+
+// GetAllocation returns the allocation of addr in pool.
+func (s *Service) GetAllocation(pool string, addr netip.Addr) (store.Allocation, error) {
+	ps, err := s.pool(pool)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	a, ok := ps.allocs[addr]
+	if !ok {
+		return store.Allocation{}, fmt.Errorf("%s in pool %s: %w", addr, pool, ErrAllocationNotFound)
+	}
+	return *a, nil
+}
+
+// InRange tells whether addr lies within pool's CIDRs.
+func (s *Service) InRange(pool string, addr netip.Addr) bool {
+	ps, err := s.pool(pool)
+	if err != nil {
+		return false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.index.Contains(addr)
+}
+
+// ReleaseRequest selects the allocation to release and its guards.
+type ReleaseRequest struct {
+	Pool string
+	// Address selects by address; otherwise Owner selects by owner key.
+	Address netip.Addr
+	Owner   store.Owner
+	// Etag, when set, must equal the allocation's etag.
+	Etag string
+	// OwnerUID, when set, must equal the holder's uid.
+	OwnerUID     string
+	AllowMissing bool
+}
+
+// Release frees an allocation if its guards hold. It returns the released
+// allocation, or ok=false when there was none and AllowMissing is set.
+func (s *Service) Release(ctx context.Context, req ReleaseRequest) (store.Allocation, bool, error) {
+	ps, err := s.pool(req.Pool)
+	if err != nil {
+		if req.AllowMissing && errors.Is(err, ErrPoolNotFound) {
+			return store.Allocation{}, false, nil
+		}
+		return store.Allocation{}, false, err
+	}
+	for {
+		rec, ok, err := s.releaseOnce(ctx, ps, req)
+		if errors.Is(err, ErrConflict) {
+			continue // a concurrent release of the same address finished
+		}
+		return rec, ok, err
+	}
+}
+
+func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseRequest) (store.Allocation, bool, error) {
+	now := s.now()
+	ps.mu.Lock()
+	var a *store.Allocation
+	if req.Address.IsValid() {
+		a = ps.allocs[req.Address]
+	} else if addr, ok := ps.byOwner[req.Owner.Key()]; ok {
+		a = ps.allocs[addr]
+	}
+	if a == nil {
+		ps.mu.Unlock()
+		if req.AllowMissing {
+			return store.Allocation{}, false, nil
+		}
+		return store.Allocation{}, false, fmt.Errorf("release in pool %s: %w", req.Pool, ErrAllocationNotFound)
+	}
+	if ch, busy := ps.releasing[a.Address]; busy {
+		ps.mu.Unlock()
+		if err := wait(ctx, ch); err != nil {
+			return store.Allocation{}, false, err
+		}
+		return store.Allocation{}, false, ErrConflict
+	}
+	if req.Etag != "" && req.Etag != Etag(a.Revision) {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, fmt.Errorf("release %s: etag is %s, not %s: %w", a.Address, Etag(a.Revision), req.Etag, ErrEtagMismatch)
+	}
+	if req.OwnerUID != "" && req.OwnerUID != a.Owner.UID {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, fmt.Errorf("release %s: held by uid %q, not %q: %w", a.Address, a.Owner.UID, req.OwnerUID, ErrOwnerMismatch)
+	}
+	rec := *a
+	txn := store.Txn{
+		Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: req.Pool, Address: rec.Address, Revision: rec.Revision}},
+		Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: req.Pool, Address: rec.Address}},
+	}
+	if d := ps.rec.ReuseDelay; d > 0 {
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutQuarantine, Quarantine: &store.Quarantine{Pool: req.Pool, Address: rec.Address, Until: now.Add(d).UTC()}})
+	}
+	// The address stays taken in the index while the release commits, so
+	// no allocation can race it; other requests of the pool go on.
+	ch := make(chan struct{})
+	ps.releasing[rec.Address] = ch
+	ps.mu.Unlock()
+
+	_, err := s.store.Commit(ctx, txn)
+
+	ps.mu.Lock()
+	delete(ps.releasing, rec.Address)
+	if err == nil {
+		delete(ps.allocs, rec.Address)
+		delete(ps.byOwner, rec.Owner.Key())
+		if rerr := ps.index.Release(rec.Address, now); rerr != nil {
+			s.logger.Warn("index release", "pool", req.Pool, "address", rec.Address, "err", rerr)
+		}
+	}
+	ps.mu.Unlock()
+	close(ch)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return store.Allocation{}, false, fmt.Errorf("release %s: changed concurrently: %w", rec.Address, ErrEtagMismatch)
+		}
+		return store.Allocation{}, false, fmt.Errorf("release %s: %w", rec.Address, err)
+	}
+	return rec, true, nil
+}
+
+func wait(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

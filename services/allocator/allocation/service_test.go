@@ -1,0 +1,266 @@
+package allocation_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/ipam"
+	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/bolt"
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
+)
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func newService(t *testing.T, st store.Store) (*allocation.Service, *clock) {
+	t.Helper()
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc, err := allocation.New(context.Background(), st, allocation.WithClock(clk.Now))
+	require.NoError(t, err)
+	return svc, clk
+}
+
+func owner(name string) store.Owner {
+	return store.Owner{Cluster: "a", Kind: "Pod", Namespace: "default", Name: name, UID: "uid-" + name}
+}
+
+func TestAllocateIdempotentPerOwner(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	require.NoError(t, err)
+
+	a1, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	require.True(t, created)
+	a2, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, a1.Address, a2.Address)
+	require.Equal(t, a1.Revision, a2.Revision)
+
+	// /29 has 6 usable addresses (network and broadcast excluded).
+	for i := range 5 {
+		_, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("overflow")})
+	require.ErrorIs(t, err, ipam.ErrExhausted)
+	v, err := svc.GetPool("p")
+	require.NoError(t, err)
+	require.Equal(t, "6", v.Stats.Capacity.String())
+	require.Equal(t, uint64(6), v.Stats.Allocated)
+	require.Equal(t, "0", v.Stats.Free.String())
+}
+
+func TestGuardedRelease(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+
+	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, Etag: "999999"})
+	require.ErrorIs(t, err, allocation.ErrEtagMismatch)
+	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, OwnerUID: "someone-else"})
+	require.ErrorIs(t, err, allocation.ErrOwnerMismatch)
+	got, ok, err := svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, Etag: allocation.Etag(a.Revision), OwnerUID: "uid-x"})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, a.Address, got.Address)
+
+	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address})
+	require.ErrorIs(t, err, allocation.ErrAllocationNotFound)
+	_, ok, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, AllowMissing: true})
+	require.NoError(t, err)
+	require.False(t, ok)
+}
+
+func TestReuseDelaySurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "a.db")
+	st, err := bolt.Open(path)
+	require.NoError(t, err)
+	svc, clk := newService(t, st)
+	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}, ReuseDelay: time.Minute})
+	require.NoError(t, err)
+	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+
+	st, err = bolt.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	svc, err = allocation.New(ctx, st, allocation.WithClock(clk.Now))
+	require.NoError(t, err)
+	// The /30 has two usable addresses; the released one is quarantined.
+	b, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
+	require.NoError(t, err)
+	require.NotEqual(t, a.Address, b.Address)
+	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("z")})
+	require.ErrorIs(t, err, ipam.ErrExhausted)
+}
+
+func TestBatchAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "v4", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}})
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "v6", allocation.PoolSpec{CIDRs: []string{"fd00::/120"}})
+	require.NoError(t, err)
+
+	out, err := svc.BatchAllocate(ctx, []allocation.Request{{Pool: "v4", Owner: owner("svc")}, {Pool: "v6", Owner: owner("svc")}}, "")
+	require.NoError(t, err)
+	require.True(t, out[0].Address.Is4())
+	require.True(t, out[1].Address.Is6())
+
+	// v4 has one address left: a batch asking for two fails whole.
+	_, err = svc.BatchAllocate(ctx, []allocation.Request{{Pool: "v6", Owner: owner("a")}, {Pool: "v4", Owner: owner("a")}, {Pool: "v4", Owner: owner("b")}}, "")
+	require.ErrorIs(t, err, ipam.ErrExhausted)
+	list, _, err := svc.ListAllocations("v6", allocation.Filter{}, allocation.Cursor{}, 100)
+	require.NoError(t, err)
+	require.Len(t, list, 1, "the failed batch must not leave its v6 allocation behind")
+}
+
+func TestRequestIDReplay(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	a, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), RequestID: "r1"})
+	require.NoError(t, err)
+	require.True(t, created)
+	b, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), RequestID: "r1"})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, a.Address, b.Address)
+	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), RequestID: "r1"})
+	require.ErrorIs(t, err, allocation.ErrRequestIDReused)
+}
+
+func TestShrinkNeedsForce(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30", "10.0.1.0/30"}})
+	require.NoError(t, err)
+	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), Address: netip.MustParseAddr("10.0.1.1")})
+	require.NoError(t, err)
+	_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}}, allocation.UpdateMask{CIDRs: true}, "", false)
+	require.ErrorIs(t, err, allocation.ErrCIDRInUse)
+	v, outside, err := svc.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}}, allocation.UpdateMask{CIDRs: true}, "", true)
+	require.NoError(t, err)
+	require.Len(t, outside, 1)
+	require.Equal(t, a.Address, outside[0].Address)
+	require.Equal(t, uint64(1), v.Stats.OutOfRange)
+	require.False(t, svc.InRange("p", a.Address))
+	_, err = svc.DeletePool(ctx, "p", "", false, false)
+	require.ErrorIs(t, err, allocation.ErrPoolNotEmpty)
+	n, err := svc.DeletePool(ctx, "p", "", true, false)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+func TestPoolsMayNotOverlap(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "a", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/16"}})
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "b", allocation.PoolSpec{CIDRs: []string{"10.0.1.0/24"}})
+	require.ErrorIs(t, err, allocation.ErrPoolOverlap)
+	_, err = svc.CreatePool(ctx, "b", allocation.PoolSpec{CIDRs: []string{"10.0.1.0/24"}, AllowOverlap: true})
+	require.ErrorIs(t, err, allocation.ErrPoolOverlap, "both pools must allow overlap")
+}
+
+// TestConcurrentAllocateRelease has 64 goroutines allocating and releasing
+// on a small pool; a model checks that no address is ever held by two
+// owners at once and that the store agrees with the index at the end.
+func TestConcurrentAllocateRelease(t *testing.T) {
+	for _, kind := range []string{"memory", "bolt"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			var st store.Store = memory.New()
+			rounds := 300
+			if kind == "bolt" {
+				b, err := bolt.Open(filepath.Join(t.TempDir(), "a.db"))
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = b.Close() })
+				st = b
+				rounds = 60
+			}
+			svc, _ := newService(t, st)
+			_, err := svc.CreatePool(ctx, "small", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/26"}})
+			require.NoError(t, err)
+
+			var mu sync.Mutex
+			holder := map[netip.Addr]string{}
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for g := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(g), 7))
+					for r := range rounds {
+						o := owner(fmt.Sprintf("g%d-r%d", g, r))
+						a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "small", Owner: o})
+						if err != nil {
+							continue // exhausted at times: 64 holders on 62 addresses
+						}
+						mu.Lock()
+						if h, busy := holder[a.Address]; busy {
+							mu.Unlock()
+							errs <- fmt.Errorf("%s handed to %s while held by %s", a.Address, o.Name, h)
+							return
+						}
+						holder[a.Address] = o.Name
+						mu.Unlock()
+						if rng.IntN(4) == 0 {
+							time.Sleep(time.Duration(rng.IntN(100)) * time.Microsecond)
+						}
+						mu.Lock()
+						delete(holder, a.Address)
+						mu.Unlock()
+						if _, _, err := svc.Release(ctx, allocation.ReleaseRequest{Pool: "small", Address: a.Address, OwnerUID: o.UID}); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			snap, err := st.Snapshot(ctx)
+			require.NoError(t, err)
+			require.Empty(t, snap.Allocations)
+			v, err := svc.GetPool("small")
+			require.NoError(t, err)
+			require.Equal(t, uint64(0), v.Stats.Allocated)
+			require.Equal(t, v.Stats.Capacity.String(), v.Stats.Free.String())
+		})
+	}
+}

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"errors"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/plexusnet/plexus/internal/apierr"
+	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/ipam"
+)
+
+// errorTable maps the allocator's domain errors to gRPC codes and stable
+// reasons. It is the only place where that happens.
+var errorTable = apierr.Table{
+	{Err: ipam.ErrExhausted, Code: codes.ResourceExhausted, Reason: "POOL_EXHAUSTED"},
+	// ErrInReuseDelay wraps ErrInUse: it must come first.
+	{Err: ipam.ErrInReuseDelay, Code: codes.FailedPrecondition, Reason: "ADDRESS_IN_REUSE_DELAY"},
+	{Err: ipam.ErrInUse, Code: codes.AlreadyExists, Reason: "ADDRESS_IN_USE"},
+	{Err: ipam.ErrOutOfRange, Code: codes.InvalidArgument, Reason: "ADDRESS_OUT_OF_RANGE"},
+	{Err: ipam.ErrReserved, Code: codes.InvalidArgument, Reason: "ADDRESS_RESERVED"},
+	{Err: allocation.ErrFamilyMismatch, Code: codes.InvalidArgument, Reason: "ADDRESS_FAMILY_MISMATCH"},
+	{Err: allocation.ErrPoolNotFound, Code: codes.NotFound, Reason: "POOL_NOT_FOUND"},
+	{Err: allocation.ErrPoolExists, Code: codes.AlreadyExists, Reason: "POOL_ALREADY_EXISTS"},
+	{Err: allocation.ErrPoolOverlap, Code: codes.FailedPrecondition, Reason: "POOL_OVERLAP"},
+	{Err: allocation.ErrPoolNotEmpty, Code: codes.FailedPrecondition, Reason: "POOL_NOT_EMPTY"},
+	{Err: allocation.ErrCIDRInUse, Code: codes.FailedPrecondition, Reason: "CIDR_IN_USE"},
+	{Err: allocation.ErrAllocationNotFound, Code: codes.NotFound, Reason: "ALLOCATION_NOT_FOUND"},
+	{Err: allocation.ErrEtagMismatch, Code: codes.FailedPrecondition, Reason: "ETAG_MISMATCH"},
+	{Err: allocation.ErrOwnerMismatch, Code: codes.FailedPrecondition, Reason: "OWNER_MISMATCH"},
+	{Err: allocation.ErrRevisionTooOld, Code: codes.OutOfRange, Reason: "REVISION_TOO_OLD"},
+	{Err: allocation.ErrRequestIDReused, Code: codes.InvalidArgument, Reason: "REQUEST_ID_REUSED"},
+	{Err: allocation.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
+}
+
+// mapError turns a domain error into a status error. Bad input becomes
+// INVALID_ARGUMENT with the field's own reason and a BadRequest violation;
+// a domain error wrapped in a field error keeps the domain error's code.
+func mapError(err error) error {
+	var fe *allocation.FieldError
+	if errors.As(err, &fe) {
+		if fe.Err != nil {
+			for _, r := range errorTable {
+				if errors.Is(fe.Err, r.Err) && r.Code != codes.InvalidArgument {
+					return apierr.Map(err, errorTable)
+				}
+			}
+		}
+		return apierr.InvalidField(fe.Reason, apierr.FieldViolation{Field: fe.Field, Description: fe.Message})
+	}
+	return apierr.Map(err, errorTable)
+}

@@ -1,0 +1,471 @@
+// Package server is the allocator's gRPC adapter: it parses and validates
+// requests, calls the allocation service, maps domain errors to statuses
+// once (errors.go) and converts results to the v1 API.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	"github.com/plexusnet/plexus/internal/apierr"
+	"github.com/plexusnet/plexus/internal/netparse"
+	"github.com/plexusnet/plexus/internal/pagination"
+	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// MaxBatch is the largest BatchAllocate accepted.
+const MaxBatch = 10000
+
+// Server implements allocatorv1.AllocatorServiceServer.
+type Server struct {
+	allocatorv1.UnimplementedAllocatorServiceServer
+	svc     *allocation.Service
+	metrics *Metrics
+}
+
+// New returns a Server around svc. metrics may be nil.
+func New(svc *allocation.Service, metrics *Metrics) *Server {
+	return &Server{svc: svc, metrics: metrics}
+}
+
+// Register registers the server on g.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	allocatorv1.RegisterAllocatorServiceServer(g, s)
+}
+
+func (s *Server) fail(err error) error {
+	err = mapError(err)
+	if s.metrics != nil && err != nil {
+		s.metrics.errors.WithLabelValues(apierr.Reason(err)).Inc()
+	}
+	return err
+}
+
+func annotate(ctx context.Context, attrs ...attribute.KeyValue) {
+	trace.SpanFromContext(ctx).SetAttributes(attrs...)
+}
+
+func ownerAttrs(o *allocatorv1.Owner) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("plexus.owner.cluster", o.GetCluster()),
+		attribute.String("plexus.owner.kind", o.GetKind()),
+		attribute.String("plexus.owner.namespace", o.GetNamespace()),
+		attribute.String("plexus.owner.name", o.GetName()),
+	}
+}
+
+// poolID parses "pools/{id}".
+func poolID(field, name string, allowAll bool) (string, error) {
+	id, ok := strings.CutPrefix(name, "pools/")
+	if !ok || strings.Contains(id, "/") {
+		return "", &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%q is not of the form pools/{pool_id}", name)}
+	}
+	if allowAll && id == "-" {
+		return id, nil
+	}
+	if err := allocation.ValidatePoolID(field, id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// allocationName parses "pools/{id}/allocations/{address}".
+func allocationName(field, name string) (string, netip.Addr, error) {
+	rest, ok := strings.CutPrefix(name, "pools/")
+	id, addrText, ok2 := strings.Cut(rest, "/allocations/")
+	if !ok || !ok2 {
+		return "", netip.Addr{}, &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%q is not of the form pools/{pool_id}/allocations/{address}", name)}
+	}
+	if err := allocation.ValidatePoolID(field, id); err != nil {
+		return "", netip.Addr{}, err
+	}
+	addr, err := netparse.ParseAddr(addrText)
+	if err != nil {
+		return "", netip.Addr{}, &allocation.FieldError{Field: field, Reason: "INVALID_ADDRESS", Message: err.Error(), Err: err}
+	}
+	return id, addr, nil
+}
+
+func ownerFrom(o *allocatorv1.Owner) store.Owner {
+	return store.Owner{Cluster: o.GetCluster(), Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), UID: o.GetUid()}
+}
+
+func ownerTo(o store.Owner) *allocatorv1.Owner {
+	return &allocatorv1.Owner{Cluster: o.Cluster, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Uid: o.UID}
+}
+
+func (s *Server) allocationTo(a store.Allocation) *allocatorv1.Allocation {
+	return &allocatorv1.Allocation{
+		Name:       "pools/" + a.Pool + "/allocations/" + a.Address.String(),
+		Pool:       "pools/" + a.Pool,
+		Address:    a.Address.String(),
+		Owner:      ownerTo(a.Owner),
+		Etag:       allocation.Etag(a.Revision),
+		CreateTime: timestamppb.New(a.CreateTime),
+		Revision:   a.Revision,
+		OutOfRange: !s.svc.InRange(a.Pool, a.Address),
+	}
+}
+
+func poolTo(v allocation.PoolView) *allocatorv1.Pool {
+	p := &allocatorv1.Pool{
+		Name:         "pools/" + v.ID,
+		Cidrs:        v.CIDRs,
+		Reserved:     v.Reserved,
+		Labels:       v.Labels,
+		AllowOverlap: v.AllowOverlap,
+		Family:       allocatorv1.IPFamily_IP_FAMILY_IPV4,
+		Etag:         allocation.Etag(v.Revision),
+		CreateTime:   timestamppb.New(v.CreateTime),
+		UpdateTime:   timestamppb.New(v.UpdateTime),
+		Stats: &allocatorv1.PoolStats{
+			Capacity:   v.Stats.Capacity.String(),
+			Allocated:  v.Stats.Allocated,
+			Free:       v.Stats.Free.String(),
+			OutOfRange: v.Stats.OutOfRange,
+		},
+	}
+	if v.ReuseDelay > 0 {
+		p.ReuseDelay = durationpb.New(v.ReuseDelay)
+	}
+	if v.Family == allocation.FamilyIPv6 {
+		p.Family = allocatorv1.IPFamily_IP_FAMILY_IPV6
+	}
+	return p
+}
+
+func specFrom(p *allocatorv1.Pool) (allocation.PoolSpec, error) {
+	spec := allocation.PoolSpec{CIDRs: p.GetCidrs(), Reserved: p.GetReserved(), Labels: p.GetLabels(), AllowOverlap: p.GetAllowOverlap()}
+	if d := p.GetReuseDelay(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return spec, &allocation.FieldError{Field: "pool.reuse_delay", Reason: "INVALID_DURATION", Message: err.Error()}
+		}
+		spec.ReuseDelay = d.AsDuration()
+	}
+	return spec, nil
+}
+
+// CreatePool implements AllocatorService.CreatePool.
+func (s *Server) CreatePool(ctx context.Context, req *allocatorv1.CreatePoolRequest) (*allocatorv1.CreatePoolResponse, error) {
+	annotate(ctx, attribute.String("plexus.pool", req.GetPoolId()))
+	if req.GetPool() == nil {
+		return nil, s.fail(&allocation.FieldError{Field: "pool", Reason: "REQUIRED", Message: "pool is required"})
+	}
+	spec, err := specFrom(req.GetPool())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	v, err := s.svc.CreatePool(ctx, req.GetPoolId(), spec)
+	if errors.Is(err, allocation.ErrPoolExists) && req.GetRequestId() != "" {
+		// A retry of a creation that succeeded: answer with the pool when
+		// it is the one asked for.
+		if got, gerr := s.svc.GetPool(req.GetPoolId()); gerr == nil && sameSpec(got, spec) {
+			return &allocatorv1.CreatePoolResponse{Pool: poolTo(got)}, nil
+		}
+	}
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &allocatorv1.CreatePoolResponse{Pool: poolTo(v)}, nil
+}
+
+func sameSpec(v allocation.PoolView, spec allocation.PoolSpec) bool {
+	if len(v.CIDRs) != len(spec.CIDRs) {
+		return false
+	}
+	for i := range spec.CIDRs {
+		p, err := netparse.ParsePrefix(spec.CIDRs[i])
+		if err != nil || p.String() != v.CIDRs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// GetPool implements AllocatorService.GetPool.
+func (s *Server) GetPool(ctx context.Context, req *allocatorv1.GetPoolRequest) (*allocatorv1.GetPoolResponse, error) {
+	id, err := poolID("name", req.GetName(), false)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	annotate(ctx, attribute.String("plexus.pool", id))
+	v, err := s.svc.GetPool(id)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &allocatorv1.GetPoolResponse{Pool: poolTo(v)}, nil
+}
+
+// ListPools implements AllocatorService.ListPools.
+func (s *Server) ListPools(ctx context.Context, req *allocatorv1.ListPoolsRequest) (*allocatorv1.ListPoolsResponse, error) {
+	size, err := pagination.Size(req.GetPageSize())
+	if err != nil {
+		return nil, s.fail(&allocation.FieldError{Field: "page_size", Reason: "INVALID_PAGE_SIZE", Message: err.Error()})
+	}
+	var after string
+	if err := pagination.Decode(req.GetPageToken(), &after); err != nil {
+		return nil, s.fail(&allocation.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: err.Error()})
+	}
+	views, next := s.svc.ListPools(after, size)
+	resp := &allocatorv1.ListPoolsResponse{}
+	for _, v := range views {
+		resp.Pools = append(resp.Pools, poolTo(v))
+	}
+	if next != "" {
+		resp.NextPageToken = pagination.Encode(next)
+	}
+	return resp, nil
+}
+
+// UpdatePool implements AllocatorService.UpdatePool.
+func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequest) (*allocatorv1.UpdatePoolResponse, error) {
+	id, err := poolID("pool.name", req.GetPool().GetName(), false)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	annotate(ctx, attribute.String("plexus.pool", id))
+	spec, err := specFrom(req.GetPool())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	var mask allocation.UpdateMask
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		mask = allocation.UpdateMask{CIDRs: true, Reserved: true, ReuseDelay: true, Labels: true, AllowOverlap: true}
+	}
+	for _, p := range paths {
+		switch p {
+		case "cidrs":
+			mask.CIDRs = true
+		case "reserved":
+			mask.Reserved = true
+		case "reuse_delay":
+			mask.ReuseDelay = true
+		case "labels":
+			mask.Labels = true
+		case "allow_overlap":
+			mask.AllowOverlap = true
+		default:
+			return nil, s.fail(&allocation.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %q cannot be updated", p)})
+		}
+	}
+	v, outside, err := s.svc.UpdatePool(ctx, id, spec, mask, req.GetPool().GetEtag(), req.GetForce())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	resp := &allocatorv1.UpdatePoolResponse{Pool: poolTo(v)}
+	for _, a := range outside {
+		resp.OutOfRange = append(resp.OutOfRange, s.allocationTo(a))
+	}
+	return resp, nil
+}
+
+// DeletePool implements AllocatorService.DeletePool.
+func (s *Server) DeletePool(ctx context.Context, req *allocatorv1.DeletePoolRequest) (*allocatorv1.DeletePoolResponse, error) {
+	id, err := poolID("name", req.GetName(), false)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	annotate(ctx, attribute.String("plexus.pool", id))
+	n, err := s.svc.DeletePool(ctx, id, req.GetEtag(), req.GetForce(), req.GetAllowMissing())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &allocatorv1.DeletePoolResponse{Released: uint64(n)}, nil
+}
+
+func requestFrom(prefix string, r *allocatorv1.AllocateRequest) (allocation.Request, error) {
+	id, err := poolID(prefix+"pool", r.GetPool(), false)
+	if err != nil {
+		return allocation.Request{}, err
+	}
+	req := allocation.Request{Pool: id, Owner: ownerFrom(r.GetOwner()), RequestID: r.GetRequestId()}
+	if r.GetAddress() != "" {
+		addr, err := netparse.ParseAddr(r.GetAddress())
+		if err != nil {
+			return req, &allocation.FieldError{Field: prefix + "address", Reason: "INVALID_ADDRESS", Message: err.Error(), Err: err}
+		}
+		req.Address = addr
+	}
+	return req, nil
+}
+
+// Allocate implements AllocatorService.Allocate.
+func (s *Server) Allocate(ctx context.Context, req *allocatorv1.AllocateRequest) (*allocatorv1.AllocateResponse, error) {
+	start := time.Now()
+	annotate(ctx, append(ownerAttrs(req.GetOwner()), attribute.String("plexus.pool", req.GetPool()))...)
+	r, err := requestFrom("", req)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	a, created, err := s.svc.Allocate(ctx, r)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	annotate(ctx, attribute.String("plexus.address", a.Address.String()), attribute.Bool("plexus.created", created))
+	if s.metrics != nil {
+		s.metrics.latency.WithLabelValues(r.Pool).Observe(time.Since(start).Seconds())
+	}
+	return &allocatorv1.AllocateResponse{Allocation: s.allocationTo(a), Created: created}, nil
+}
+
+// BatchAllocate implements AllocatorService.BatchAllocate.
+func (s *Server) BatchAllocate(ctx context.Context, req *allocatorv1.BatchAllocateRequest) (*allocatorv1.BatchAllocateResponse, error) {
+	if n := len(req.GetRequests()); n > MaxBatch {
+		return nil, s.fail(&allocation.FieldError{Field: "requests", Reason: "BATCH_TOO_LARGE", Message: fmt.Sprintf("%d requests, at most %d", n, MaxBatch)})
+	}
+	annotate(ctx, attribute.Int("plexus.batch.size", len(req.GetRequests())))
+	reqs := make([]allocation.Request, len(req.GetRequests()))
+	for i, r := range req.GetRequests() {
+		var err error
+		if reqs[i], err = requestFrom(fmt.Sprintf("requests[%d].", i), r); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	out, err := s.svc.BatchAllocate(ctx, reqs, req.GetRequestId())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	resp := &allocatorv1.BatchAllocateResponse{Allocations: make([]*allocatorv1.Allocation, len(out))}
+	for i, a := range out {
+		resp.Allocations[i] = s.allocationTo(a)
+	}
+	return resp, nil
+}
+
+// GetAllocation implements AllocatorService.GetAllocation.
+func (s *Server) GetAllocation(ctx context.Context, req *allocatorv1.GetAllocationRequest) (*allocatorv1.GetAllocationResponse, error) {
+	id, addr, err := allocationName("name", req.GetName())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	annotate(ctx, attribute.String("plexus.pool", id), attribute.String("plexus.address", addr.String()))
+	a, err := s.svc.GetAllocation(id, addr)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &allocatorv1.GetAllocationResponse{Allocation: s.allocationTo(a)}, nil
+}
+
+type listPos struct {
+	Pool    string `json:"p"`
+	Address string `json:"a"`
+}
+
+// ListAllocations implements AllocatorService.ListAllocations.
+func (s *Server) ListAllocations(ctx context.Context, req *allocatorv1.ListAllocationsRequest) (*allocatorv1.ListAllocationsResponse, error) {
+	id, err := poolID("pool", req.GetPool(), true)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	annotate(ctx, attribute.String("plexus.pool", id))
+	size, err := pagination.Size(req.GetPageSize())
+	if err != nil {
+		return nil, s.fail(&allocation.FieldError{Field: "page_size", Reason: "INVALID_PAGE_SIZE", Message: err.Error()})
+	}
+	var pos listPos
+	if err := pagination.Decode(req.GetPageToken(), &pos); err != nil {
+		return nil, s.fail(&allocation.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: err.Error()})
+	}
+	var after allocation.Cursor
+	if pos.Pool != "" {
+		addr, err := netip.ParseAddr(pos.Address)
+		if err != nil {
+			return nil, s.fail(&allocation.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: "invalid page token"})
+		}
+		after = allocation.Cursor{Pool: pos.Pool, Address: addr}
+	}
+	f := allocation.Filter{Cluster: req.GetOwnerCluster(), Kind: req.GetOwnerKind(), Namespace: req.GetOwnerNamespace(), Name: req.GetOwnerName(), UID: req.GetOwnerUid()}
+	out, next, err := s.svc.ListAllocations(id, f, after, size)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	resp := &allocatorv1.ListAllocationsResponse{Allocations: make([]*allocatorv1.Allocation, len(out))}
+	for i, a := range out {
+		resp.Allocations[i] = s.allocationTo(a)
+	}
+	if next.Pool != "" {
+		resp.NextPageToken = pagination.Encode(listPos{Pool: next.Pool, Address: next.Address.String()})
+	}
+	return resp, nil
+}
+
+// Release implements AllocatorService.Release.
+func (s *Server) Release(ctx context.Context, req *allocatorv1.ReleaseRequest) (*allocatorv1.ReleaseResponse, error) {
+	var r allocation.ReleaseRequest
+	switch {
+	case req.GetName() != "":
+		id, addr, err := allocationName("name", req.GetName())
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		r.Pool, r.Address = id, addr
+	case req.GetPool() != "" && req.GetOwner() != nil:
+		id, err := poolID("pool", req.GetPool(), false)
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		r.Pool, r.Owner = id, ownerFrom(req.GetOwner())
+		annotate(ctx, ownerAttrs(req.GetOwner())...)
+	default:
+		return nil, s.fail(&allocation.FieldError{Field: "name", Reason: "REQUIRED", Message: "name, or pool and owner, are required"})
+	}
+	annotate(ctx, attribute.String("plexus.pool", r.Pool), attribute.Bool("plexus.guarded", req.GetEtag() != "" || req.GetOwnerUid() != ""))
+	r.Etag, r.OwnerUID, r.AllowMissing = req.GetEtag(), req.GetOwnerUid(), req.GetAllowMissing()
+	a, ok, err := s.svc.Release(ctx, r)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	resp := &allocatorv1.ReleaseResponse{}
+	if ok {
+		resp.Allocation = s.allocationTo(a)
+	}
+	return resp, nil
+}
+
+// WatchAllocations implements AllocatorService.WatchAllocations.
+func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stream grpc.ServerStreamingServer[allocatorv1.WatchAllocationsResponse]) error {
+	id, err := poolID("pool", req.GetPool(), true)
+	if err != nil {
+		return s.fail(err)
+	}
+	if req.GetStartRevision() < 0 {
+		return s.fail(&allocation.FieldError{Field: "start_revision", Reason: "INVALID_REVISION", Message: "start_revision must not be negative"})
+	}
+	events, err := s.svc.Watch(stream.Context(), id, req.GetStartRevision())
+	if err != nil {
+		return s.fail(err)
+	}
+	for e := range events {
+		if e.Err != nil {
+			return s.fail(e.Err)
+		}
+		resp := &allocatorv1.WatchAllocationsResponse{Revision: e.Revision}
+		switch {
+		case e.Synced:
+			resp.Type = allocatorv1.EventType_EVENT_TYPE_SYNCED
+		case e.Type == store.EventDeleteAllocation:
+			resp.Type = allocatorv1.EventType_EVENT_TYPE_DELETED
+			resp.Allocation = s.allocationTo(e.Allocation)
+		default:
+			resp.Type = allocatorv1.EventType_EVENT_TYPE_ADDED
+			resp.Allocation = s.allocationTo(e.Allocation)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+	return stream.Context().Err()
+}

@@ -1,0 +1,207 @@
+package bolt
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// benchOwner is an owner of realistic size: a Pod with a generated name.
+func benchOwner(i int) store.Owner {
+	return store.Owner{
+		Cluster:   "cluster-east-1",
+		Kind:      "Pod",
+		Namespace: "payments",
+		Name:      fmt.Sprintf("checkout-7d9f8b6c5-%08d", i),
+		UID:       fmt.Sprintf("3f2b8c1e-5d4a-4c3b-9e8f-%012d", i),
+	}
+}
+
+func benchAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+}
+
+// allocTxn is what the allocator commits for one Allocate: the address
+// and the owner must both be free.
+func allocTxn(i int) store.Txn {
+	a := &store.Allocation{Pool: "bench", Address: benchAddr(i), Owner: benchOwner(i), CreateTime: time.Now(), RequestID: fmt.Sprint("req-", i)}
+	return store.Txn{
+		Conds: []store.Cond{
+			{Kind: store.CondAllocationAbsent, Pool: a.Pool, Address: a.Address},
+			{Kind: store.CondOwnerAbsent, Pool: a.Pool, OwnerKey: a.Owner.Key()},
+		},
+		Ops: []store.Op{{Kind: store.OpPutAllocation, Allocation: a}},
+	}
+}
+
+// BenchmarkCommit measures durable (fsync'd) allocation commits from 1, 8
+// and 64 concurrent committers: commits/s, the mean group-commit batch
+// and the latency each committer sees.
+func BenchmarkCommit(b *testing.B) {
+	for _, committers := range []int{1, 8, 64} {
+		b.Run(fmt.Sprint("committers=", committers), func(b *testing.B) {
+			s, err := Open(filepath.Join(b.TempDir(), "bench.db"))
+			require.NoError(b, err)
+			defer s.Close()
+			var (
+				next      atomic.Int64
+				mu        sync.Mutex
+				latencies = make([]time.Duration, 0, b.N)
+				wg        sync.WaitGroup
+			)
+			before := s.Stats()
+			b.ResetTimer()
+			start := time.Now()
+			for range committers {
+				wg.Go(func() {
+					var mine []time.Duration
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= b.N {
+							break
+						}
+						t0 := time.Now()
+						if _, err := s.Commit(b.Context(), allocTxn(i)); err != nil {
+							b.Error(err)
+							return
+						}
+						mine = append(mine, time.Since(t0))
+					}
+					mu.Lock()
+					latencies = append(latencies, mine...)
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			st := s.Stats()
+			slices.Sort(latencies)
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
+			b.ReportMetric(float64(st.Txns-before.Txns)/float64(max(1, st.Batches-before.Batches)), "txns/batch")
+			b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// BenchmarkBatchAllocate measures one transaction of 1,000 allocations,
+// as BatchAllocate commits it.
+func BenchmarkBatchAllocate(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "bench.db"))
+	require.NoError(b, err)
+	defer s.Close()
+	for n := 0; b.Loop(); n++ {
+		var tx store.Txn
+		for i := range 1000 {
+			one := allocTxn(n*1000 + i)
+			tx.Conds = append(tx.Conds, one.Conds...)
+			tx.Ops = append(tx.Ops, one.Ops...)
+		}
+		if _, err := s.Commit(b.Context(), tx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+const millionAllocs = 1_000_000
+
+var (
+	millionOnce sync.Once
+	millionPath string
+	millionErr  error
+	// benchDir holds files that outlive one benchmark run; TestMain removes
+	// it.
+	benchDir string
+)
+
+// millionFile builds, once per test binary, a store file holding a
+// million allocations of realistic size in one pool.
+func millionFile(b *testing.B) string {
+	b.Helper()
+	millionOnce.Do(func() {
+		benchDir, millionErr = os.MkdirTemp("", "plexus-store-bench-")
+		if millionErr != nil {
+			return
+		}
+		millionPath = filepath.Join(benchDir, "million.db")
+		s, err := Open(millionPath, WithNoSync(), WithHistory(1))
+		if err != nil {
+			millionErr = err
+			return
+		}
+		_, err = s.Commit(b.Context(), store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "bench", CIDRs: []string{"10.0.0.0/12"}}}}})
+		for i := 0; err == nil && i < millionAllocs; i += 1000 {
+			var tx store.Txn
+			for j := i; j < i+1000; j++ {
+				tx.Ops = append(tx.Ops, allocTxn(j).Ops...)
+			}
+			_, err = s.Commit(b.Context(), tx)
+		}
+		if err == nil {
+			err = s.db.Sync()
+		}
+		millionErr = errors.Join(err, s.Close())
+	})
+	require.NoError(b, millionErr)
+	return millionPath
+}
+
+// BenchmarkOpenSnapshot1M measures what an allocator restart costs the
+// store: open a file of a million allocations and read them all. "warm"
+// has the file in the page cache (a process restart); "cold" evicts it
+// first (a machine restart).
+func BenchmarkOpenSnapshot1M(b *testing.B) {
+	path := millionFile(b)
+	fi, err := os.Stat(path)
+	require.NoError(b, err)
+	for _, cold := range []bool{false, true} {
+		name := "warm"
+		if cold {
+			name = "cold"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if cold {
+					b.StopTimer()
+					require.NoError(b, evict(path))
+					b.StartTimer()
+				}
+				s, err := Open(path)
+				require.NoError(b, err)
+				snap, err := s.Snapshot(b.Context())
+				require.NoError(b, err)
+				require.Len(b, snap.Allocations, millionAllocs)
+				require.NoError(b, s.Close())
+			}
+			b.ReportMetric(float64(fi.Size())/(1<<20), "file-MiB")
+			b.ReportMetric(float64(fi.Size())/millionAllocs, "file-B/alloc")
+		})
+	}
+}
+
+// evict drops path's pages from the page cache, for cold-read figures
+// without touching the rest of the machine.
+func evict(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+}

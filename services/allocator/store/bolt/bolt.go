@@ -1,0 +1,383 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/eventlog"
+)
+
+// Bucket and meta key names.
+var (
+	bucketMeta       = []byte("meta")
+	bucketPools      = []byte("pools")
+	bucketAllocs     = []byte("allocations")
+	bucketOwners     = []byte("owners")
+	bucketQuarantine = []byte("quarantine")
+	bucketRequests   = []byte("requests")
+
+	keyFormat   = []byte("format")
+	keyRevision = []byte("revision")
+	keyAllocs   = []byte("allocations")
+)
+
+// fileFormat is the layout version written in the meta bucket; Open
+// refuses a file of another version rather than misread it.
+const fileFormat = 1
+
+// Defaults.
+const (
+	DefaultMaxBatch    = 4096
+	DefaultLockTimeout = 5 * time.Second
+	// maxBatchOps bounds the size of one write transaction when callers
+	// send large transactions (bulk allocation).
+	maxBatchOps = 1 << 16
+	// mmapSize is reserved address space, not memory: with it, reads
+	// (snapshots) never stall a commit that grows the file below it.
+	mmapSize = 1 << 30
+	// allocFill is the page fill of the allocations bucket (see newWriter).
+	allocFill = 0.9
+)
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	noSync      bool
+	history     int
+	maxBatch    int
+	lockTimeout time.Duration
+	logger      *slog.Logger
+}
+
+// WithNoSync skips fsync. A crash then loses acknowledged commits: for
+// benchmarks that measure everything but the disk, never for serving.
+func WithNoSync() Option { return func(o *options) { o.noSync = true } }
+
+// WithHistory sets how many events are kept in memory for watches from a
+// past revision (default 100,000).
+func WithHistory(events int) Option { return func(o *options) { o.history = events } }
+
+// WithMaxBatch caps how many transactions are committed together (default
+// DefaultMaxBatch).
+func WithMaxBatch(txns int) Option { return func(o *options) { o.maxBatch = txns } }
+
+// WithLockTimeout sets how long Open waits for another process to release
+// the file (default DefaultLockTimeout).
+func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Store is a store.Store in a bbolt file.
+type Store struct {
+	db     *bbolt.DB
+	log    *eventlog.Log
+	logger *slog.Logger
+	path   string
+
+	// The queue of transactions waiting for the committer.
+	qmu      sync.Mutex
+	queue    []*pending
+	closing  bool
+	kick     chan struct{}
+	stopped  chan struct{}
+	maxBatch int
+	closed   atomic.Bool
+
+	// Owned by the committer goroutine.
+	rev    int64
+	allocs int64
+
+	txns, conflicts, batches atomic.Uint64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store file at path. A file left by
+// a crash opens cleanly: bbolt's two meta pages make the last committed
+// transaction the state.
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{
+		history:     eventlog.DefaultCapacity,
+		maxBatch:    DefaultMaxBatch,
+		lockTimeout: DefaultLockTimeout,
+		logger:      slog.Default(),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxBatch <= 0 {
+		o.maxBatch = DefaultMaxBatch
+	}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, fs.ErrNotExist)
+
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:         o.lockTimeout,
+		NoSync:          o.noSync,
+		FreelistType:    bbolt.FreelistMapType,
+		InitialMmapSize: mmapSize,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open store %s: file is locked by another process (waited %s)", path, o.lockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s := &Store{
+		db:       db,
+		logger:   o.logger,
+		path:     path,
+		kick:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+		maxBatch: o.maxBatch,
+	}
+	if err := db.Update(s.init); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if created && !o.noSync {
+		// The file's directory entry must survive a power loss too.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+	}
+	s.log = eventlog.New(o.history, s.rev)
+	go s.run()
+	return s, nil
+}
+
+// init creates the buckets of a new file, checks the format of an
+// existing one, and loads the revision.
+func (s *Store) init(tx *bbolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		var err error
+		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
+			return err
+		}
+		if err := meta.Put(keyFormat, []byte{fileFormat}); err != nil {
+			return err
+		}
+	}
+	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) {
+		return fmt.Errorf("file format %v, want [%d]: not a store file of this version", f, fileFormat)
+	}
+	for _, b := range [][]byte{bucketPools, bucketAllocs, bucketOwners, bucketQuarantine, bucketRequests} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	s.rev = int64(getUint64(meta, keyRevision))
+	s.allocs = int64(getUint64(meta, keyAllocs))
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func getUint64(b *bbolt.Bucket, k []byte) uint64 {
+	v := b.Get(k)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+func putUint64(b *bbolt.Bucket, k []byte, v uint64) error {
+	return b.Put(k, binary.BigEndian.AppendUint64(nil, v))
+}
+
+// Path returns the file the store was opened from.
+func (s *Store) Path() string { return s.path }
+
+// view runs fn in a read transaction, mapping a closed database to
+// store.ErrClosed.
+func (s *Store) view(fn func(*bbolt.Tx) error) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	err := s.db.View(fn)
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return store.ErrClosed
+	}
+	return err
+}
+
+// Snapshot implements store.Store. It reads everything in one bbolt read
+// transaction, which sees one committed batch, so one revision.
+func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	snap := &store.Snapshot{}
+	err := s.view(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		snap.Revision = int64(getUint64(meta, keyRevision))
+
+		err := tx.Bucket(bucketPools).ForEach(func(k, v []byte) error {
+			p, err := decodePool(string(k), v)
+			snap.Pools = append(snap.Pools, p)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+
+		// The count is only a capacity hint; bound it by what the file
+		// could hold, so a wrong count cannot cost more than it saves.
+		hint := min(getUint64(meta, keyAllocs), uint64(tx.Size()/16))
+		snap.Allocations = make([]store.Allocation, 0, hint)
+		var pools interner
+		n := 0
+		c := tx.Bucket(bucketAllocs).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if n++; n%(1<<16) == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			pool, addr, err := splitAddrKey(k)
+			if err != nil {
+				return err
+			}
+			a, err := decodeAllocation(pools.get(pool), addr, v)
+			if err != nil {
+				return err
+			}
+			snap.Allocations = append(snap.Allocations, a)
+		}
+
+		c = tx.Bucket(bucketQuarantine).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			pool, addr, err := splitAddrKey(k)
+			if err != nil {
+				return err
+			}
+			q, err := decodeQuarantine(pools.get(pool), addr, v)
+			if err != nil {
+				return err
+			}
+			snap.Quarantine = append(snap.Quarantine, q)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", s.path, err)
+	}
+	return snap, nil
+}
+
+// interner returns one string per pool id, since keys come sorted by pool
+// and a million allocations would otherwise carry a million copies.
+type interner struct{ last string }
+
+func (i *interner) get(b []byte) string {
+	if string(b) != i.last {
+		i.last = string(b)
+	}
+	return i.last
+}
+
+// GetRequest implements store.Store.
+func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Request{}, false, err
+	}
+	var (
+		r  store.Request
+		ok bool
+	)
+	err := s.view(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketRequests).Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		var err error
+		r, err = decodeRequest(id, v)
+		ok = err == nil
+		return err
+	})
+	if err != nil {
+		return store.Request{}, false, fmt.Errorf("get request %q: %w", id, err)
+	}
+	return r, ok, nil
+}
+
+// Watch implements store.Store.
+func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	return s.log.Watch(ctx, fromRev)
+}
+
+// Compact drops the in-memory event history up to rev. The file keeps no
+// history, so this is what a restart does to watchers, on demand.
+func (s *Store) Compact(_ context.Context, rev int64) error {
+	s.log.Compact(rev)
+	return nil
+}
+
+// Stats counts the committer's work since Open.
+type Stats struct {
+	// Txns is the number of transactions the committer took, committed
+	// or not.
+	Txns uint64
+	// Conflicts is the number that failed a condition.
+	Conflicts uint64
+	// Batches is the number of bbolt write transactions, each one disk
+	// sync: Txns/Batches is the mean group-commit batch.
+	Batches uint64
+}
+
+// Stats returns the committer's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Txns: s.txns.Load(), Conflicts: s.conflicts.Load(), Batches: s.batches.Load()}
+}
+
+// Close commits what was already queued, ends every watch with
+// store.ErrClosed and closes the file.
+func (s *Store) Close() error {
+	s.qmu.Lock()
+	if s.closing {
+		s.qmu.Unlock()
+		<-s.stopped
+		return nil
+	}
+	s.closing = true
+	s.qmu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	<-s.stopped
+	s.closed.Store(true)
+	s.log.Close(store.ErrClosed)
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", s.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/storetest"
+)
+
+func openTemp(t *testing.T, opts ...Option) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "allocator.db"), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func reopen(t *testing.T, s store.Store, opts ...Option) store.Store {
+	t.Helper()
+	b := s.(*Store)
+	require.NoError(t, b.Close())
+	s2, err := Open(b.Path(), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s2.Close() })
+	return s2
+}
+
+func TestConformance(t *testing.T) {
+	const history = 256
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return openTemp(t, WithHistory(history))
+	}, storetest.WithHistory(history), storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
+		return reopen(t, s, WithHistory(history))
+	}))
+}
+
+func TestConformanceDefaultOptions(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t) })
+}
+
+func alloc(pool, addr, name string) *store.Allocation {
+	return &store.Allocation{Pool: pool, Address: netip.MustParseAddr(addr), Owner: store.Owner{Kind: "Pod", Namespace: "ns", Name: name}}
+}
+
+func putAlloc(a *store.Allocation) store.Op {
+	return store.Op{Kind: store.OpPutAllocation, Allocation: a}
+}
+
+// enqueue hands txns to the committer as one batch, the way concurrent
+// Commits arriving during a write would be, and waits for the results.
+func enqueue(t *testing.T, s *Store, ctxs []context.Context, txns []store.Txn) []*pending {
+	t.Helper()
+	ps := make([]*pending, len(txns))
+	for i, tx := range txns {
+		require.NoError(t, tx.Validate())
+		ps[i] = &pending{ctx: ctxs[i], txn: tx, done: make(chan struct{})}
+	}
+	s.qmu.Lock()
+	s.queue = append(s.queue, ps...)
+	s.qmu.Unlock()
+	s.kick <- struct{}{}
+	for _, p := range ps {
+		<-p.done
+	}
+	return ps
+}
+
+// TestBatchEvaluatesInOrder: within one batch, each transaction's
+// conditions see the transactions before it; a failed one changes nothing
+// and takes no revision.
+func TestBatchEvaluatesInOrder(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	base, err := s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p"}}}})
+	require.NoError(t, err)
+	before := s.Stats()
+	addr := netip.MustParseAddr("10.0.0.1")
+	absent := store.Cond{Kind: store.CondAllocationAbsent, Pool: "p", Address: addr}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+
+	ps := enqueue(t, s,
+		[]context.Context{ctx, ctx, ctx, canceled, ctx, ctx},
+		[]store.Txn{
+			{Conds: []store.Cond{absent}, Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "a"))}},
+			{Conds: []store.Cond{absent}, Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "b"))}},
+			{
+				Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: "p", Address: addr, Revision: base + 1}},
+				Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: addr}},
+			},
+			{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.9", "canceled"))}},
+			{Conds: []store.Cond{absent}, Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "d"))}},
+			{Conds: []store.Cond{absent}, Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "e"))}},
+		})
+	revs := make([]int64, len(ps))
+	for i, p := range ps {
+		revs[i] = p.rev
+	}
+	require.Equal(t, []int64{base + 1, 0, base + 2, 0, base + 3, 0}, revs)
+	require.NoError(t, ps[0].err)
+	require.ErrorIs(t, ps[1].err, store.ErrConflict)
+	require.NoError(t, ps[2].err)
+	require.ErrorIs(t, ps[3].err, context.Canceled)
+	require.NoError(t, ps[4].err)
+	require.ErrorIs(t, ps[5].err, store.ErrConflict)
+
+	after := s.Stats()
+	require.Equal(t, before.Batches+1, after.Batches, "one batch, one disk write")
+	require.Equal(t, before.Txns+5, after.Txns)
+	require.Equal(t, before.Conflicts+2, after.Conflicts)
+
+	snap, err := s.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Equal(t, base+3, snap.Revision)
+	require.Len(t, snap.Allocations, 1)
+	require.Equal(t, "d", snap.Allocations[0].Owner.Name)
+
+	ch, err := s.Watch(ctx, base)
+	require.NoError(t, err)
+	var got []string
+	for range 3 {
+		ev := <-ch
+		got = append(got, fmt.Sprint(ev.Revision, " ", ev.Type, " ", ev.Allocation.Owner.Name))
+	}
+	require.Equal(t, []string{
+		fmt.Sprint(base+1, " ", store.EventPutAllocation, " a"),
+		fmt.Sprint(base+2, " ", store.EventDeleteAllocation, " a"),
+		fmt.Sprint(base+3, " ", store.EventPutAllocation, " d"),
+	}, got)
+}
+
+// TestBatchOfOnlyConflictsWritesNothing: a batch in which every
+// transaction fails takes no disk write.
+func TestBatchOfOnlyConflictsWritesNothing(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "a"))}})
+	require.NoError(t, err)
+	before := s.Stats()
+	held := store.Cond{Kind: store.CondAllocationAbsent, Pool: "p", Address: netip.MustParseAddr("10.0.0.1")}
+	ps := enqueue(t, s, []context.Context{ctx, ctx}, []store.Txn{
+		{Conds: []store.Cond{held}, Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "b"))}},
+		{Conds: []store.Cond{held}, Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "c"))}},
+	})
+	for _, p := range ps {
+		require.ErrorIs(t, p.err, store.ErrConflict)
+	}
+	require.Equal(t, before.Batches, s.Stats().Batches)
+}
+
+// TestBadRecordFailsOnlyItsTransaction: when a batch cannot be written (a
+// corrupt record makes one transaction fail), the others still commit.
+func TestBadRecordFailsOnlyItsTransaction(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketAllocs).Put(addrKey("p", netip.MustParseAddr("10.0.0.66")), []byte{valueVersion, 0xff})
+	}))
+	ps := enqueue(t, s, []context.Context{ctx, ctx, ctx}, []store.Txn{
+		{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "a"))}},
+		{Ops: []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.0.0.66")}}},
+		{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.2", "c"))}},
+	})
+	require.NoError(t, ps[0].err)
+	require.ErrorContains(t, ps[1].err, "decode allocation p/10.0.0.66")
+	require.NoError(t, ps[2].err)
+	require.Equal(t, ps[0].rev+1, ps[2].rev)
+}
+
+// TestGroupCommit: concurrent committers share disk writes.
+func TestGroupCommit(t *testing.T) {
+	s := openTemp(t)
+	const committers, each = 64, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, committers*each)
+	for g := range committers {
+		wg.Go(func() {
+			for i := range each {
+				addr := netip.AddrFrom4([4]byte{10, 0, byte(g), byte(i)})
+				if _, err := s.Commit(t.Context(), store.Txn{Ops: []store.Op{putAlloc(alloc("p", addr.String(), "x"))}}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	st := s.Stats()
+	require.Equal(t, uint64(committers*each), st.Txns)
+	require.Less(t, st.Batches, st.Txns/2, "64 concurrent committers should average well over one transaction per disk write")
+	t.Logf("%d txns in %d batches", st.Txns, st.Batches)
+}
+
+// TestAllocationCount: the count kept in the meta bucket (a capacity hint
+// for snapshots) follows puts, replacements and deletions.
+func TestAllocationCount(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	commit := func(ops ...store.Op) {
+		_, err := s.Commit(ctx, store.Txn{Ops: ops})
+		require.NoError(t, err)
+	}
+	commit(putAlloc(alloc("p", "10.0.0.1", "a")), putAlloc(alloc("p", "10.0.0.2", "b")), putAlloc(alloc("q", "10.0.0.1", "a")))
+	commit(putAlloc(alloc("p", "10.0.0.1", "z")))
+	commit(store.Op{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.0.0.2")},
+		store.Op{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.0.0.3")})
+	commit(putAlloc(alloc("p", "10.0.0.3", "c")), putAlloc(alloc("p", "10.0.0.4", "d")))
+	commit(store.Op{Kind: store.OpDeletePool, PoolID: "q"})
+
+	s2 := reopen(t, s).(*Store)
+	snap, err := s2.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Len(t, snap.Allocations, 3)
+	require.Equal(t, int64(3), s2.allocs)
+}
+
+func TestOpenRefusesOtherFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "other.db")
+	db, err := bbolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bbolt.Tx) error {
+		b, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyFormat, []byte{fileFormat + 1})
+	}))
+	require.NoError(t, db.Close())
+	_, err = Open(path)
+	require.ErrorContains(t, err, "not a store file of this version")
+
+	notBolt := filepath.Join(t.TempDir(), "garbage.db")
+	require.NoError(t, os.WriteFile(notBolt, bytes.Repeat([]byte("plexus"), 4096), 0o600))
+	_, err = Open(notBolt)
+	require.Error(t, err)
+}
+
+func TestOpenLockedFile(t *testing.T) {
+	s := openTemp(t)
+	_, err := Open(s.Path(), WithLockTimeout(50*time.Millisecond))
+	require.ErrorContains(t, err, "locked by another process")
+}

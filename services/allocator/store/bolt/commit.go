@@ -1,0 +1,400 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// pending is one Commit waiting for the committer.
+type pending struct {
+	ctx  context.Context
+	txn  store.Txn
+	rev  int64
+	err  error
+	done chan struct{}
+}
+
+// Commit implements store.Store: it queues txn for the committer and waits
+// until the batch holding it is on disk. A txn whose ctx ends while it is
+// still queued is dropped; once its batch is being written, Commit waits
+// for the outcome so the caller never has to guess.
+func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	if err := txn.Validate(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	p := &pending{ctx: ctx, txn: txn, done: make(chan struct{})}
+	s.qmu.Lock()
+	if s.closing {
+		s.qmu.Unlock()
+		return 0, store.ErrClosed
+	}
+	s.queue = append(s.queue, p)
+	s.qmu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default: // the committer is already due to look at the queue
+	}
+	<-p.done
+	return p.rev, p.err
+}
+
+// run is the committer: it writes whatever is queued, batch after batch,
+// and sleeps only when the queue is empty. It drains the queue before
+// Close completes.
+func (s *Store) run() {
+	defer close(s.stopped)
+	var batch []*pending
+	for {
+		s.qmu.Lock()
+		n, ops := 0, 0
+		for n < len(s.queue) && n < s.maxBatch && (n == 0 || ops < maxBatchOps) {
+			ops += len(s.queue[n].txn.Ops)
+			n++
+		}
+		batch = append(batch[:0], s.queue[:n]...)
+		rest := copy(s.queue, s.queue[n:])
+		clear(s.queue[rest:])
+		s.queue = s.queue[:rest]
+		closing := s.closing
+		s.qmu.Unlock()
+
+		if n == 0 {
+			if closing {
+				return
+			}
+			<-s.kick
+			continue
+		}
+		s.commitBatch(batch)
+		clear(batch)
+	}
+}
+
+// commitBatch writes batch and replies to every Commit in it.
+func (s *Store) commitBatch(batch []*pending) {
+	live := 0
+	for _, p := range batch {
+		if err := p.ctx.Err(); err != nil {
+			p.err = fmt.Errorf("commit not attempted: %w", err)
+			continue
+		}
+		live++
+	}
+	if live > 0 {
+		if err := s.write(batch); err != nil {
+			s.logger.Error("store batch write failed; retrying its transactions one by one",
+				"path", s.path, "txns", live, "err", err)
+			// One bad transaction must not fail the others: write each
+			// alone.
+			for _, p := range batch {
+				if p.err != nil {
+					continue
+				}
+				if err := s.write([]*pending{p}); err != nil {
+					p.err = fmt.Errorf("commit to %s: %w", s.path, err)
+				}
+			}
+		}
+	}
+	for _, p := range batch {
+		close(p.done)
+	}
+}
+
+// write applies the live transactions of batch in one bbolt transaction.
+// On success it sets each one's revision or ErrConflict, appends the
+// events and returns nil; on failure nothing is written, no result is set
+// and the error is returned.
+func (s *Store) write(batch []*pending) error {
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+
+	w := newWriter(tx)
+	rev := s.rev
+	revs := make([]int64, len(batch)) // 0: failed a condition
+	var events []store.Event
+	for i, p := range batch {
+		if p.err != nil {
+			continue
+		}
+		ok, err := w.holds(p.txn.Conds)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		rev++
+		for _, op := range p.txn.Ops {
+			if events, err = w.apply(op, rev, events); err != nil {
+				return err
+			}
+		}
+		revs[i] = rev
+	}
+
+	conflicts := 0
+	if rev > s.rev {
+		meta := tx.Bucket(bucketMeta)
+		if err := putUint64(meta, keyRevision, uint64(rev)); err != nil {
+			return err
+		}
+		if err := putUint64(meta, keyAllocs, uint64(s.allocs+w.allocDelta)); err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		s.batches.Add(1)
+	}
+	// Else every transaction failed its conditions: nothing to write, and
+	// the verdicts rest on state that is already on disk.
+	s.rev = rev
+	s.allocs += w.allocDelta
+	s.log.Append(events)
+	for i, p := range batch {
+		if p.err != nil {
+			continue
+		}
+		if revs[i] == 0 {
+			p.err = store.ErrConflict
+			conflicts++
+		}
+		p.rev = revs[i]
+		s.txns.Add(1)
+	}
+	s.conflicts.Add(uint64(conflicts))
+	return nil
+}
+
+// writer evaluates conditions and applies ops inside one bbolt write
+// transaction. bbolt requires keys and values passed to Put to stay
+// unchanged until the transaction commits, so every key is freshly
+// allocated.
+type writer struct {
+	pools, allocs, owners, quarantine, requests *bbolt.Bucket
+	allocDelta                                  int64
+}
+
+func newWriter(tx *bbolt.Tx) *writer {
+	w := &writer{
+		pools:      tx.Bucket(bucketPools),
+		allocs:     tx.Bucket(bucketAllocs),
+		owners:     tx.Bucket(bucketOwners),
+		quarantine: tx.Bucket(bucketQuarantine),
+		requests:   tx.Bucket(bucketRequests),
+	}
+	// Allocations mostly arrive in address order (the allocator hands out
+	// the next free address), so pages split by an append would stay
+	// half empty at bbolt's default fill; fuller pages mean a smaller
+	// file and a faster snapshot. The owner index is written in random
+	// order and keeps the default.
+	w.allocs.FillPercent = allocFill
+	return w
+}
+
+func (w *writer) holds(conds []store.Cond) (bool, error) {
+	for _, c := range conds {
+		ok, err := w.holdsOne(c)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (w *writer) holdsOne(c store.Cond) (bool, error) {
+	switch c.Kind {
+	case store.CondPoolAbsent:
+		return w.pools.Get([]byte(c.Pool)) == nil, nil
+	case store.CondPoolRevision:
+		v := w.pools.Get([]byte(c.Pool))
+		if v == nil {
+			return false, nil
+		}
+		p, err := decodePool(c.Pool, v)
+		return err == nil && p.Revision == c.Revision, err
+	case store.CondAllocationAbsent:
+		return w.allocs.Get(addrKey(c.Pool, c.Address)) == nil, nil
+	case store.CondAllocationRevision:
+		v := w.allocs.Get(addrKey(c.Pool, c.Address))
+		if v == nil {
+			return false, nil
+		}
+		a, err := decodeAllocation(c.Pool, c.Address, v)
+		return err == nil && a.Revision == c.Revision, err
+	case store.CondOwnerAbsent:
+		return w.ownerAbsent(c.Pool, c.OwnerKey)
+	case store.CondRequestAbsent:
+		return w.requests.Get([]byte(c.RequestID)) == nil, nil
+	}
+	return false, fmt.Errorf("unknown condition kind %d", c.Kind)
+}
+
+// ownerAbsent looks the owner up in the hashed index and confirms each
+// hit against the allocation it points to.
+func (w *writer) ownerAbsent(pool, ownerKey string) (bool, error) {
+	prefix := ownerPrefix(pool, ownerKey)
+	c := w.owners.Cursor()
+	for k, _ := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		addr, ok := parseAddr(k[len(prefix):])
+		if !ok {
+			return false, fmt.Errorf("malformed owner index key %q", k)
+		}
+		v := w.allocs.Get(addrKey(pool, addr))
+		if v == nil {
+			return false, fmt.Errorf("owner index entry %q points to no allocation", k)
+		}
+		a, err := decodeAllocation(pool, addr, v)
+		if err != nil {
+			return false, err
+		}
+		if a.Owner.Key() == ownerKey {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Event, error) {
+	switch op.Kind {
+	case store.OpPutPool:
+		if err := w.pools.Put([]byte(op.Pool.ID), encodePool(op.Pool, rev)); err != nil {
+			return events, err
+		}
+		p := *op.Pool
+		p.CIDRs, p.Reserved, p.Labels = slices.Clone(p.CIDRs), slices.Clone(p.Reserved), maps.Clone(p.Labels)
+		p.Revision = rev
+		return append(events, store.Event{Type: store.EventPutPool, Revision: rev, Pool: &p}), nil
+
+	case store.OpDeletePool:
+		return w.deletePool(op.PoolID, rev, events)
+
+	case store.OpPutAllocation:
+		a := *op.Allocation
+		a.Revision = rev
+		key := addrKey(a.Pool, a.Address)
+		if old := w.allocs.Get(key); old != nil {
+			prev, err := decodeAllocation(a.Pool, a.Address, old)
+			if err != nil {
+				return events, err
+			}
+			if err := w.owners.Delete(ownerIndexKey(a.Pool, prev.Owner.Key(), a.Address)); err != nil {
+				return events, err
+			}
+		} else {
+			w.allocDelta++
+		}
+		if err := w.allocs.Put(key, encodeAllocation(&a, rev)); err != nil {
+			return events, err
+		}
+		if err := w.owners.Put(ownerIndexKey(a.Pool, a.Owner.Key(), a.Address), []byte{}); err != nil {
+			return events, err
+		}
+		if err := w.quarantine.Delete(addrKey(a.Pool, a.Address)); err != nil {
+			return events, err
+		}
+		return append(events, store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: &a}), nil
+
+	case store.OpDeleteAllocation:
+		key := addrKey(op.PoolID, op.Address)
+		old := w.allocs.Get(key)
+		if old == nil {
+			return events, nil
+		}
+		prev, err := decodeAllocation(op.PoolID, op.Address, old)
+		if err != nil {
+			return events, err
+		}
+		if err := w.owners.Delete(ownerIndexKey(op.PoolID, prev.Owner.Key(), op.Address)); err != nil {
+			return events, err
+		}
+		if err := w.allocs.Delete(key); err != nil {
+			return events, err
+		}
+		w.allocDelta--
+		return append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &prev}), nil
+
+	case store.OpPutQuarantine:
+		q := *op.Quarantine
+		if err := w.quarantine.Put(addrKey(q.Pool, q.Address), encodeQuarantine(&q)); err != nil {
+			return events, err
+		}
+		return append(events, store.Event{Type: store.EventPutQuarantine, Revision: rev, Quarantine: &q}), nil
+
+	case store.OpPutRequest:
+		return events, w.requests.Put([]byte(op.Request.ID), encodeRequest(op.Request, rev))
+	}
+	return events, fmt.Errorf("unknown op kind %d", op.Kind)
+}
+
+// deletePool removes a pool and everything filed under it. Keys are
+// collected before deleting, as deleting under a bbolt cursor can skip
+// entries.
+func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store.Event, error) {
+	prefix := poolPrefix(id)
+
+	var keys [][]byte
+	c := w.allocs.Cursor()
+	for k, v := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		_, addr, err := splitAddrKey(k)
+		if err != nil {
+			return events, err
+		}
+		a, err := decodeAllocation(id, addr, v)
+		if err != nil {
+			return events, err
+		}
+		events = append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &a})
+		keys = append(keys, bytes.Clone(k))
+	}
+	if err := deleteKeys(w.allocs, keys); err != nil {
+		return events, err
+	}
+	w.allocDelta -= int64(len(keys))
+
+	for _, b := range []*bbolt.Bucket{w.owners, w.quarantine} {
+		keys = keys[:0]
+		c := b.Cursor()
+		for k, _ := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
+		}
+		if err := deleteKeys(b, keys); err != nil {
+			return events, err
+		}
+	}
+
+	if v := w.pools.Get([]byte(id)); v != nil {
+		p, err := decodePool(id, v)
+		if err != nil {
+			return events, err
+		}
+		if err := w.pools.Delete([]byte(id)); err != nil {
+			return events, err
+		}
+		events = append(events, store.Event{Type: store.EventDeletePool, Revision: rev, Pool: &p})
+	}
+	return events, nil
+}
+
+func deleteKeys(b *bbolt.Bucket, keys [][]byte) error {
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

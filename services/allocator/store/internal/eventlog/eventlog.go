@@ -1,0 +1,217 @@
+// Package eventlog keeps the recent history of a store's events in a ring
+// and serves watchers from it.
+//
+// Appending never waits for a watcher: each watcher has its own goroutine
+// that reads the ring at its own cursor and copies events into a bounded
+// channel. A watcher whose cursor falls out of the ring (it read too
+// slowly, or history was compacted past it) ends with an Err event that
+// wraps store.ErrCompacted, and its channel closes.
+package eventlog
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// DefaultCapacity is the number of events kept when New is given zero.
+const DefaultCapacity = 100_000
+
+// Watcher channel and read-batch sizes. The channel absorbs bursts; the
+// batch bounds how long a watcher holds the lock.
+const (
+	chanBuffer = 256
+	readBatch  = 128
+)
+
+// Log is the event history of one store. It is safe for concurrent use.
+type Log struct {
+	mu   sync.Mutex
+	ring []store.Event
+	// Events are numbered by sequence; the ring holds [tail, head).
+	head, tail uint64
+	// compacted is the highest revision whose events are not (or not all)
+	// kept: watches must start at or after it.
+	compacted int64
+	// notify is closed and replaced on every append and on close, waking
+	// watchers that caught up.
+	notify   chan struct{}
+	closed   bool
+	closeErr error
+}
+
+// New returns a log that keeps the last capacity events (DefaultCapacity
+// when capacity <= 0) and holds history for revisions after startRev: the
+// revision the store had when it was opened.
+func New(capacity int, startRev int64) *Log {
+	if capacity <= 0 {
+		capacity = DefaultCapacity
+	}
+	return &Log{
+		ring:      make([]store.Event, capacity),
+		compacted: startRev,
+		notify:    make(chan struct{}),
+	}
+}
+
+// Append adds the events of one or more commits, in revision order. The
+// caller must append commits in the order of their revisions and before
+// it acknowledges them, so a watch started after a commit returned sees
+// it.
+func (l *Log) Append(events []store.Event) {
+	if len(events) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	n := uint64(len(l.ring))
+	for _, ev := range events {
+		if l.head-l.tail == n {
+			// Losing any event of a revision makes the whole revision
+			// unwatchable.
+			l.compacted = max(l.compacted, l.ring[l.tail%n].Revision)
+			l.ring[l.tail%n] = store.Event{}
+			l.tail++
+		}
+		l.ring[l.head%n] = ev
+		l.head++
+	}
+	close(l.notify)
+	l.notify = make(chan struct{})
+}
+
+// Compact drops the history of revisions up to rev. Watchers still
+// reading it end with ErrCompacted.
+func (l *Log) Compact(rev int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rev <= l.compacted {
+		return
+	}
+	n := uint64(len(l.ring))
+	for l.tail < l.head && l.ring[l.tail%n].Revision <= rev {
+		l.ring[l.tail%n] = store.Event{}
+		l.tail++
+	}
+	l.compacted = rev
+	// Wake watchers so the ones left behind notice now.
+	close(l.notify)
+	l.notify = make(chan struct{})
+}
+
+// Compacted returns the revision a watch must start at or after.
+func (l *Log) Compacted() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.compacted
+}
+
+// Close ends every watch with an Err event carrying err (after the events
+// already appended) and makes later watches fail with err.
+func (l *Log) Close(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	l.closeErr = err
+	close(l.notify)
+}
+
+// Watch implements store.Store.Watch on the history.
+func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, l.closeErr
+	}
+	if fromRev < l.compacted {
+		compacted := l.compacted
+		l.mu.Unlock()
+		return nil, fmt.Errorf("watch from revision %d, history starts after %d: %w", fromRev, compacted, store.ErrCompacted)
+	}
+	n := uint64(len(l.ring))
+	// Revisions in the ring never decrease, so the first event to send is
+	// found by binary search.
+	i := sort.Search(int(l.head-l.tail), func(i int) bool {
+		return l.ring[(l.tail+uint64(i))%n].Revision > fromRev
+	})
+	w := &watcher{log: l, next: l.tail + uint64(i), after: fromRev}
+	l.mu.Unlock()
+
+	out := make(chan store.Event, chanBuffer)
+	go w.run(ctx, out)
+	return out, nil
+}
+
+type watcher struct {
+	log  *Log
+	next uint64
+	// after filters out events of revisions the caller already has: a
+	// commit may be visible in the store before its events are appended.
+	after int64
+}
+
+func (w *watcher) run(ctx context.Context, out chan<- store.Event) {
+	defer close(out)
+	var (
+		batch  = make([]store.Event, 0, readBatch)
+		notify <-chan struct{}
+		endErr error
+	)
+	for {
+		batch, notify, endErr = w.read(batch[:0])
+		for _, ev := range batch {
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if endErr != nil {
+			select {
+			case out <- store.Event{Err: endErr}:
+			case <-ctx.Done():
+			}
+			return
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// read copies the next events into batch. With nothing to read it returns
+// the channel to wait on, or the error that ends the watch.
+func (w *watcher) read(batch []store.Event) ([]store.Event, <-chan struct{}, error) {
+	l := w.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.next < l.tail {
+		return batch, nil, fmt.Errorf("watcher fell too far behind (history kept after revision %d): %w", l.compacted, store.ErrCompacted)
+	}
+	n := uint64(len(l.ring))
+	for w.next < l.head && len(batch) < cap(batch) {
+		ev := l.ring[w.next%n]
+		w.next++
+		if ev.Revision > w.after {
+			batch = append(batch, ev)
+		}
+	}
+	if len(batch) == 0 && l.closed {
+		return batch, nil, l.closeErr
+	}
+	return batch, l.notify, nil
+}

@@ -1,0 +1,98 @@
+package eventlog
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+func events(rev int64, n int) []store.Event {
+	evs := make([]store.Event, n)
+	for i := range evs {
+		evs[i] = store.Event{Type: store.EventPutAllocation, Revision: rev}
+	}
+	return evs
+}
+
+func revisions(t *testing.T, ch <-chan store.Event, n int) []int64 {
+	t.Helper()
+	var out []int64
+	for len(out) < n {
+		select {
+		case ev := <-ch:
+			require.NoError(t, ev.Err)
+			out = append(out, ev.Revision)
+		case <-time.After(5 * time.Second):
+			require.FailNow(t, "timed out", "got %v", out)
+		}
+	}
+	return out
+}
+
+// TestRingKeepsWholeRevisions: once any event of a revision is evicted,
+// watches must start at or after that revision.
+func TestRingKeepsWholeRevisions(t *testing.T) {
+	l := New(4, 10)
+	require.Equal(t, int64(10), l.Compacted())
+	l.Append(events(11, 1))
+	l.Append(events(12, 2))
+	require.Equal(t, int64(10), l.Compacted())
+	l.Append(events(13, 3)) // evicts 11 and one event of 12
+	require.Equal(t, int64(12), l.Compacted())
+
+	_, err := l.Watch(t.Context(), 11)
+	require.ErrorIs(t, err, store.ErrCompacted)
+	ch, err := l.Watch(t.Context(), 12)
+	require.NoError(t, err)
+	require.Equal(t, []int64{13, 13, 13}, revisions(t, ch, 3))
+
+	// A revision larger than the ring leaves only its tail, which no
+	// watch may start inside.
+	l.Append(events(14, 9))
+	require.Equal(t, int64(14), l.Compacted())
+	_, err = l.Watch(t.Context(), 13)
+	require.ErrorIs(t, err, store.ErrCompacted)
+}
+
+func TestWatchFromEachRevision(t *testing.T) {
+	l := New(100, 0)
+	l.Append(events(1, 3))
+	l.Append(events(2, 1))
+	l.Append(events(4, 2))
+	for from, want := range map[int64][]int64{
+		0: {1, 1, 1, 2, 4, 4},
+		1: {2, 4, 4},
+		2: {4, 4},
+		3: {4, 4},
+	} {
+		ch, err := l.Watch(t.Context(), from)
+		require.NoError(t, err)
+		require.Equal(t, want, revisions(t, ch, len(want)), "from %d", from)
+	}
+}
+
+// TestWatcherBehindCompactionEnds: a watcher reading history that gets
+// compacted away ends with ErrCompacted instead of skipping events.
+func TestWatcherBehindCompactionEnds(t *testing.T) {
+	l := New(100_000, 0)
+	ch, err := l.Watch(t.Context(), 0)
+	require.NoError(t, err)
+	for rev := int64(1); rev <= 2000; rev++ {
+		l.Append(events(rev, 1))
+	}
+	l.Compact(1999)
+	var last int64
+	for ev := range ch {
+		if ev.Err != nil {
+			require.ErrorIs(t, ev.Err, store.ErrCompacted)
+			require.Less(t, last, int64(1999))
+			return
+		}
+		require.Equal(t, last+1, ev.Revision)
+		last = ev.Revision
+	}
+	require.FailNow(t, "channel closed without an error")
+}

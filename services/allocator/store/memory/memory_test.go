@@ -1,0 +1,28 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
+	"github.com/plexusnet/plexus/services/allocator/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	const history = 256
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s := memory.New(memory.WithHistory(history))
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}, storetest.WithHistory(history))
+}
+
+// TestConformanceDefaultHistory runs the suite against the default
+// configuration, where the slow watcher catches up instead.
+func TestConformanceDefaultHistory(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

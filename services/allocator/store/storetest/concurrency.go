@@ -1,0 +1,172 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+const racers = 64
+
+type win struct {
+	racer int
+	rev   int64
+}
+
+// testConcurrentAllocationAbsent: many allocators racing for the same
+// addresses, each guarded by CondAllocationAbsent; exactly one wins each.
+func testConcurrentAllocationAbsent(t *testing.T, s store.Store) {
+	const addrs = 16
+	start := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		wins = make(map[int][]win)
+		errs []error
+	)
+	for r := range racers {
+		wg.Go(func() {
+			for j := range addrs {
+				i := (r + j) % addrs
+				addr := netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}).String()
+				rev, err := s.Commit(t.Context(), store.Txn{
+					Conds: []store.Cond{allocAbsent("p", addr)},
+					Ops:   []store.Op{putAlloc(newAlloc("p", addr, fmt.Sprint("racer-", r)))},
+				})
+				mu.Lock()
+				switch {
+				case err == nil:
+					wins[i] = append(wins[i], win{r, rev})
+				case !errors.Is(err, store.ErrConflict):
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+
+	var revs []int64
+	snap := snapshot(t, s)
+	require.Len(t, snap.Allocations, addrs)
+	for i, a := range snap.Allocations {
+		require.Len(t, wins[i], 1, "address %s won %d times", a.Address, len(wins[i]))
+		w := wins[i][0]
+		require.Equal(t, fmt.Sprint("racer-", w.racer), a.Owner.Name)
+		require.Equal(t, w.rev, a.Revision)
+		revs = append(revs, w.rev)
+	}
+	slices.Sort(revs)
+	require.Len(t, slices.Compact(revs), addrs, "two commits got the same revision")
+	require.Equal(t, start+addrs, snap.Revision, "failed commits must not take revisions")
+}
+
+// testConcurrentOwnerAbsent: many replicas allocating different addresses
+// for the same owner (a retry storm); exactly one wins.
+func testConcurrentOwnerAbsent(t *testing.T, s store.Store) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		won  []int
+		errs []error
+	)
+	for r := range racers {
+		wg.Go(func() {
+			a := newAlloc("p", netip.AddrFrom4([4]byte{10, 0, 1, byte(r)}).String(), "web-0")
+			a.Owner.UID = fmt.Sprint("uid-", r)
+			_, err := s.Commit(t.Context(), store.Txn{
+				Conds: []store.Cond{ownerAbsent("p", a.Owner), allocAbsent("p", a.Address.String())},
+				Ops:   []store.Op{putAlloc(a)},
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won = append(won, r)
+			case !errors.Is(err, store.ErrConflict):
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	require.Len(t, won, 1)
+	snap := snapshot(t, s)
+	require.Len(t, snap.Allocations, 1)
+	require.Equal(t, fmt.Sprint("uid-", won[0]), snap.Allocations[0].Owner.UID)
+}
+
+// testSnapshotIsConsistent takes snapshots while pairs of allocations are
+// committed together, and checks each snapshot holds exactly the commits
+// up to its revision.
+func testSnapshotIsConsistent(t *testing.T, s store.Store) {
+	const (
+		writers   = 4
+		perWriter = 50
+		maxSnaps  = 50
+	)
+	type pair struct{ a, b string }
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		byRev = make(map[int64]pair)
+		errs  []error
+	)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				addr := netip.AddrFrom4([4]byte{10, 0, byte(w), byte(i)}).String()
+				rev, err := s.Commit(t.Context(), txn(
+					putAlloc(newAlloc("a", addr, "x")),
+					putAlloc(newAlloc("b", addr, "x")),
+				))
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					byRev[rev] = pair{"a/" + addr, "b/" + addr}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	var snaps []*store.Snapshot
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running && len(snaps) < maxSnaps; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		snaps = append(snaps, snapshot(t, s))
+	}
+	<-done
+	require.Empty(t, errs)
+	snaps = append(snaps, snapshot(t, s))
+
+	for _, snap := range snaps {
+		var want, got []string
+		for rev, p := range byRev {
+			if rev <= snap.Revision {
+				want = append(want, p.a, p.b)
+			}
+		}
+		for _, a := range snap.Allocations {
+			got = append(got, a.Pool+"/"+a.Address.String())
+			p, ok := byRev[a.Revision]
+			require.True(t, ok, "allocation %s has revision %d, which no commit returned", a.Address, a.Revision)
+			require.Contains(t, []string{p.a, p.b}, a.Pool+"/"+a.Address.String())
+		}
+		require.ElementsMatch(t, want, got, "snapshot at revision %d", snap.Revision)
+	}
+	require.Len(t, snaps[len(snaps)-1].Allocations, 2*writers*perWriter)
+}
