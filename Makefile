@@ -46,7 +46,8 @@ lint: tools ## buf lint, buf breaking against main, gofmt, go vet.
 .PHONY: build
 build: ## Build the four services and plexusctl into bin/.
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl
+	CGO_ENABLED=0 $(GO) build -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/kubetest/cmd/localkube
+	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test
 test: lint check-generated kube-binaries ## Unit and integration tests (real kube-apiserver and etcd), race detector on the pure cores.
@@ -59,11 +60,11 @@ bench: ## Benchmarks of the pure cores and against peer implementations (see BEN
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: demo
-demo: build kube-binaries ## Run the whole system locally end to end, then stop.
+demo: tools build kube-binaries ## Run the whole system locally end to end, then stop.
 	hack/demo.sh
 
 .PHONY: demo-up
-demo-up: build kube-binaries ## Like demo, but keep everything running for exploring.
+demo-up: tools build kube-binaries ## Like demo, but keep everything running for exploring.
 	hack/demo.sh --keep
 
 .PHONY: clean

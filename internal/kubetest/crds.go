@@ -2,7 +2,9 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,14 +175,20 @@ func crdGVR(crd *apiextensionsv1.CustomResourceDefinition, version string) schem
 	return schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
 }
 
-// InstallCRDs applies CRDs() to the cluster behind cfg for the test and
-// waits until they are served. Installed CRDs stay: the cluster is torn down
-// with the test anyway.
-func InstallCRDs(t testing.TB, cfg *rest.Config) {
+// InstallCRDs applies CRDs() to the clusters behind cfgs for the test, all
+// at once, and waits until they are served. Installed CRDs stay: the
+// clusters are torn down with the test anyway.
+func InstallCRDs(t testing.TB, cfgs ...*rest.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultStartTimeout)
 	defer cancel()
-	if err := ApplyCRDs(ctx, cfg); err != nil {
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		wg.Go(func() { errs[i] = ApplyCRDs(ctx, cfg) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("install CRDs: %v", err)
 	}
 }
