@@ -28,6 +28,7 @@ kube-binaries: ## Build and cache kube-apiserver and etcd (first run takes minut
 .PHONY: generate
 generate: tools ## Regenerate Go code from the protos and the CRD manifests.
 	buf generate
+	buf build --as-file-descriptor-set -o clients/go/plexus/apidesc/plexus.binpb
 	hack/generate-crds.sh
 
 .PHONY: check-generated

@@ -30,7 +30,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/config"
@@ -131,7 +130,7 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 	// Until Run, the server is not ready for anyone.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	registerReflection(s.grpc, logger)
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("listen --grpc-addr: %w", err)

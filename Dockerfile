@@ -1,0 +1,29 @@
+# One multi-stage build with a target per service:
+#   docker build --target allocator -t plexus-allocator .
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ \
+      ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl
+
+# Static binaries on a minimal, non-root base.
+FROM gcr.io/distroless/static-debian12:nonroot AS base
+USER nonroot:nonroot
+
+FROM base AS allocator
+COPY --from=build /out/allocator /plexus-allocator
+ENTRYPOINT ["/plexus-allocator"]
+
+FROM base AS membership
+COPY --from=build /out/membership /plexus-membership
+ENTRYPOINT ["/plexus-membership"]
+
+FROM base AS importer
+COPY --from=build /out/importer /plexus-importer
+ENTRYPOINT ["/plexus-importer"]
+
+FROM base AS repair
+COPY --from=build /out/repair /plexus-repair
+ENTRYPOINT ["/plexus-repair"]

@@ -1,0 +1,228 @@
+// Package proctest runs the project's own binaries in tests: it builds a
+// main package once per test process, starts it on free loopback ports,
+// waits until its gRPC health check answers SERVING, and stops it (or kills
+// it) when asked or when the test ends.
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+var (
+	buildMu  sync.Mutex
+	builtDir string
+	built    = map[string]string{}
+)
+
+// moduleRoot finds the directory holding the main module's go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Build compiles the main package pkg (a path relative to the module root,
+// such as "./services/allocator") once per test process and returns the
+// binary's path.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if builtDir == "" {
+		if builtDir, err = os.MkdirTemp("", "plexus-bin-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(builtDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// FreeAddr returns a loopback address with a port free at the time of the
+// call.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Proc is a running service process.
+type Proc struct {
+	t        testing.TB
+	bin      string
+	args     []string
+	env      []string
+	GRPCAddr string
+	HTTPAddr string
+	LogPath  string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	waitErr  error
+}
+
+// Option configures Start.
+type Option func(*Proc)
+
+// WithEnv adds environment variables (KEY=VALUE) to the process.
+func WithEnv(kv ...string) Option { return func(p *Proc) { p.env = append(p.env, kv...) } }
+
+// Start runs bin with args plus --grpc-addr and --http-addr on free
+// loopback ports and waits until its health check answers SERVING. The
+// process is stopped when the test ends.
+func Start(t testing.TB, bin string, args []string, opts ...Option) *Proc {
+	t.Helper()
+	p := &Proc{t: t, bin: bin, args: args, GRPCAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)}
+	for _, o := range opts {
+		o(p)
+	}
+	p.LogPath = filepath.Join(t.TempDir(), filepath.Base(bin)+".log")
+	p.start()
+	t.Cleanup(func() { p.Stop() })
+	p.WaitServing(30 * time.Second)
+	return p
+}
+
+func (p *Proc) start() {
+	p.t.Helper()
+	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	args := append([]string{"--grpc-addr", p.GRPCAddr, "--http-addr", p.HTTPAddr}, p.args...)
+	p.cmd = exec.Command(p.bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.Env = append(os.Environ(), p.env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		p.t.Fatalf("start %s: %v", p.bin, err)
+	}
+	p.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		p.waitErr = cmd.Wait()
+		logf.Close()
+		close(done)
+	}(p.cmd, p.done)
+}
+
+// WaitServing waits until the process's overall health is SERVING.
+func (p *Proc) WaitServing(timeout time.Duration) {
+	p.t.Helper()
+	cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer cc.Close()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			p.t.Fatalf("%s exited before serving: %v\n%s", filepath.Base(p.bin), p.waitErr, p.Log())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.t.Fatalf("%s not SERVING after %s\n%s", filepath.Base(p.bin), timeout, p.Log())
+}
+
+// Log returns the process's output so far.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	if len(b) > 8000 {
+		b = append([]byte("...\n"), b[len(b)-8000:]...)
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// Kill sends SIGKILL and waits for the process to exit.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Stop sends SIGTERM, waits up to 20 s, then kills.
+func (p *Proc) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.Kill()
+	}
+}
+
+// Restart starts the process again with the same arguments and ports after
+// it exited (Kill or Stop first), and waits until it serves.
+func (p *Proc) Restart() {
+	p.t.Helper()
+	<-p.done
+	p.start()
+	p.WaitServing(30 * time.Second)
+}
+
+// Tool returns the path of a pinned tool installed into .bin by `make
+// tools` (for example "grpcurl"). When it is missing the test fails in CI
+// and is skipped elsewhere with the command that installs it.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, ".bin", name)
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing: run make tools", p)
+		}
+		t.Skipf("%s is missing: run make tools", p)
+	}
+	return p
+}
