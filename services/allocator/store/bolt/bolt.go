@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -58,6 +59,7 @@ type Option func(*options)
 
 type options struct {
 	noSync      bool
+	noWarm      bool
 	history     int
 	maxBatch    int
 	lockTimeout time.Duration
@@ -67,6 +69,10 @@ type options struct {
 // WithNoSync skips fsync. A crash then loses acknowledged commits: for
 // benchmarks that measure everything but the disk, never for serving.
 func WithNoSync() Option { return func(o *options) { o.noSync = true } }
+
+// WithoutWarmUp skips reading the file into the page cache on open (see
+// Store.warm), for callers that will not take a snapshot.
+func WithoutWarmUp() Option { return func(o *options) { o.noWarm = true } }
 
 // WithHistory sets how many events are kept in memory for watches from a
 // past revision (default 100,000).
@@ -160,7 +166,35 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	s.log = eventlog.New(o.history, s.rev)
 	go s.run()
+	if !o.noWarm {
+		go s.warm()
+	}
 	return s, nil
+}
+
+// warm reads the file once, sequentially, to fill the page cache. The
+// snapshot an allocator takes right after it starts walks the
+// allocations in key order, which after a cold boot is a random read per
+// page: seconds for a million allocations, where one sequential read
+// takes a fraction of that. (posix_fadvise WILLNEED does not do this:
+// Linux reads only one read-ahead window for it.) When the file is
+// already cached this costs a memory copy of it.
+func (s *Store) warm() {
+	f, err := os.Open(s.path)
+	if err != nil {
+		s.logger.Warn("store warm-up failed", "path", s.path, "err", err)
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); !s.closed.Load(); off += int64(len(buf)) {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			if !errors.Is(err, io.EOF) {
+				s.logger.Warn("store warm-up failed", "path", s.path, "err", err)
+			}
+			return
+		}
+	}
 }
 
 // init creates the buckets of a new file, checks the format of an

@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -253,4 +254,37 @@ func TestOpenLockedFile(t *testing.T) {
 	s := openTemp(t)
 	_, err := Open(s.Path(), WithLockTimeout(50*time.Millisecond))
 	require.ErrorContains(t, err, "locked by another process")
+}
+
+// TestOwnerIndexCollision: the owner index keys by a hash of the owner
+// key; an entry whose hash matches but whose allocation belongs to
+// another owner (a collision) must not count as the owner.
+func TestOwnerIndexCollision(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	other := alloc("p", "10.0.0.7", "other")
+	_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(other)}})
+	require.NoError(t, err)
+	wanted := store.Owner{Kind: "Pod", Namespace: "ns", Name: "wanted"}
+	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketOwners).Put(ownerIndexKey("p", wanted.Key(), other.Address), []byte{})
+	}))
+	absent := func(o store.Owner) bool {
+		_, err := s.Commit(ctx, store.Txn{
+			Conds: []store.Cond{{Kind: store.CondOwnerAbsent, Pool: "p", OwnerKey: o.Key()}},
+			Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.9.9.9")}},
+		})
+		if errors.Is(err, store.ErrConflict) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	require.True(t, absent(wanted))
+	require.False(t, absent(other.Owner))
+
+	// The real entry for the owner is found past the colliding one.
+	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(&store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.9"), Owner: wanted})}})
+	require.NoError(t, err)
+	require.False(t, absent(wanted))
 }

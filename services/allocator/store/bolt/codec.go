@@ -157,8 +157,10 @@ type decoder struct {
 	err error
 }
 
-func newDecoder(v []byte) *decoder {
-	d := &decoder{s: string(v)}
+// newDecoder returns a decoder by value, so it lives on the caller's
+// stack.
+func newDecoder(v []byte) decoder {
+	d := decoder{s: string(v)}
 	if v := d.uint(); d.err == nil && v != valueVersion {
 		d.err = fmt.Errorf("unknown value version %d", v)
 	}

@@ -248,6 +248,16 @@ func verifyCrashFile(t *testing.T, path string, m *crashModel) {
 		}
 	}
 
+	// bbolt's own page-level check: no page leaked, freed twice or
+	// unreachable.
+	require.NoError(t, s.db.View(func(tx *bbolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}))
+
 	// Every owner index entry points at an allocation of that owner, and
 	// every allocation has one.
 	entries := 0

@@ -170,3 +170,62 @@ func testSnapshotIsConsistent(t *testing.T, s store.Store) {
 	}
 	require.Len(t, snaps[len(snaps)-1].Allocations, 2*writers*perWriter)
 }
+
+// testConcurrentAllocateRelease: the revision a Commit returns is the
+// etag of what it wrote, even when commits are batched together, so a
+// guarded release with it succeeds. Many goroutines allocate and release
+// on a few addresses.
+func testConcurrentAllocateRelease(t *testing.T, s store.Store) {
+	const (
+		workers = 64
+		rounds  = 30
+		addrs   = 48
+	)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				o := owner(fmt.Sprintf("w%d-r%d", w, r), "uid")
+				var rev int64
+				var addr string
+				for i := range addrs {
+					addr = netip.AddrFrom4([4]byte{10, 0, 0, byte((w + r + i) % addrs)}).String()
+					var err error
+					rev, err = s.Commit(t.Context(), store.Txn{
+						Conds: []store.Cond{allocAbsent("p", addr), ownerAbsent("p", o)},
+						Ops:   []store.Op{putAlloc(&store.Allocation{Pool: "p", Address: netip.MustParseAddr(addr), Owner: o})},
+					})
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, store.ErrConflict) {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+						return
+					}
+				}
+				if rev == 0 {
+					continue // every address taken at the moment
+				}
+				_, err := s.Commit(t.Context(), store.Txn{
+					Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: "p", Address: netip.MustParseAddr(addr), Revision: rev}},
+					Ops:   []store.Op{delAlloc("p", addr)},
+				})
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("release %s allocated at revision %d: %w", addr, rev, err))
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	require.Empty(t, snapshot(t, s).Allocations)
+}

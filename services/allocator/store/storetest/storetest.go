@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"WatchCancel", testWatchCancel},
 		{"ConcurrentAllocationAbsent", testConcurrentAllocationAbsent},
 		{"ConcurrentOwnerAbsent", testConcurrentOwnerAbsent},
+		{"ConcurrentAllocateRelease", testConcurrentAllocateRelease},
 		{"SlowWatcher", func(t *testing.T, s store.Store) { testSlowWatcher(t, s, cfg.history) }},
 		{"Close", testClose},
 	}
