@@ -23,7 +23,8 @@ var (
 )
 
 // FieldError is bad input in one request field. Reason is a stable
-// UPPER_SNAKE code.
+// UPPER_SNAKE code; when empty, the reason of the wrapped domain error
+// applies.
 type FieldError struct {
 	Field   string
 	Reason  string

@@ -188,11 +188,15 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 			return store.Allocation{}, false, ErrConflict
 		}
 		a := *ps.allocs[addr]
-		ps.mu.Unlock()
 		if req.Address.IsValid() && req.Address != addr {
+			ps.mu.Unlock()
 			return store.Allocation{}, false, fmt.Errorf("owner holds %s, not %s: %w", addr, req.Address, ipam.ErrInUse)
 		}
-		return a, false, nil
+		if req.Owner.UID == "" || req.Owner.UID == a.Owner.UID {
+			ps.mu.Unlock()
+			return a, false, nil
+		}
+		return s.rebind(ctx, ps, a, req.Owner, now)
 	}
 	if p, ok := ps.pending[key]; ok {
 		ps.mu.Unlock()
@@ -206,7 +210,7 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 		}
 		return p.alloc, false, nil
 	}
-	addr, err := reserve(ps, req, now)
+	addr, err := reserve(ps, req, now, "address")
 	if err != nil {
 		ps.mu.Unlock()
 		return store.Allocation{}, false, err
@@ -254,15 +258,59 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 	return rec, true, nil
 }
 
-// reserve takes an address in the index; the caller holds ps.mu.
-func reserve(ps *poolState, req Request, now time.Time) (netip.Addr, error) {
+// rebind hands an owner's address to a new incarnation of the owner (same
+// cluster, kind, namespace and name, new uid: a StatefulSet pod recreated,
+// say). The allocation gets a new revision, so a guarded release by anyone
+// who saw the old incarnation fails. The caller holds ps.mu; rebind
+// releases it.
+func (s *Service) rebind(ctx context.Context, ps *poolState, old store.Allocation, owner store.Owner, now time.Time) (store.Allocation, bool, error) {
+	rec := old
+	rec.Owner = owner
+	rec.CreateTime = now.UTC()
+	rec.RequestID = ""
+	ch := make(chan struct{})
+	ps.releasing[old.Address] = ch
+	ps.mu.Unlock()
+	r := rec
+	rev, err := s.store.Commit(ctx, store.Txn{
+		Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: old.Pool, Address: old.Address, Revision: old.Revision}},
+		Ops:   []store.Op{{Kind: store.OpPutAllocation, Allocation: &r}},
+	})
+	ps.mu.Lock()
+	delete(ps.releasing, old.Address)
+	if err == nil {
+		rec.Revision = rev
+		ps.allocs[old.Address] = &rec
+	}
+	ps.mu.Unlock()
+	close(ch)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return store.Allocation{}, false, fmt.Errorf("rebind %s to uid %s: %w", old.Address, owner.UID, ErrConflict)
+		}
+		return store.Allocation{}, false, fmt.Errorf("rebind %s to uid %s: %w", old.Address, owner.UID, err)
+	}
+	s.logger.Info("allocation handed to a new incarnation of its owner", "pool", old.Pool, "address", old.Address, "owner", owner.Key(), "old_uid", old.Owner.UID, "uid", owner.UID)
+	return rec, false, nil
+}
+
+// reserve takes an address in the index; the caller holds ps.mu. field
+// names the request's address field, for errors that blame it.
+func reserve(ps *poolState, req Request, now time.Time, field string) (netip.Addr, error) {
 	if req.Address.IsValid() {
 		if req.Address.Is4() != ps.index.Is4() {
-			return netip.Addr{}, &FieldError{Field: "address", Reason: "ADDRESS_FAMILY_MISMATCH",
+			return netip.Addr{}, &FieldError{Field: field, Reason: "ADDRESS_FAMILY_MISMATCH",
 				Message: fmt.Sprintf("%s is not of pool %s's family", req.Address, req.Pool), Err: ErrFamilyMismatch}
 		}
 		if err := ps.index.AllocateAddr(req.Address, now); err != nil {
-			return netip.Addr{}, fmt.Errorf("allocate %s in pool %s: %w", req.Address, req.Pool, err)
+			err = fmt.Errorf("allocate %s in pool %s: %w", req.Address, req.Pool, err)
+			if errors.Is(err, ipam.ErrOutOfRange) || errors.Is(err, ipam.ErrReserved) {
+				// The caller asked for an address it can never get: bad
+				// input in a field it chose, whose reason the error table
+				// gives.
+				return netip.Addr{}, &FieldError{Field: field, Message: err.Error(), Err: err}
+			}
+			return netip.Addr{}, err
 		}
 		return req.Address, nil
 	}
@@ -398,7 +446,17 @@ func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID strin
 		ps := states[r.Pool]
 		key := r.Owner.Key()
 		if addr, ok := ps.byOwner[key]; ok {
-			out[i] = *ps.allocs[addr]
+			a := *ps.allocs[addr]
+			if _, busy := ps.releasing[addr]; busy || (r.Owner.UID != "" && r.Owner.UID != a.Owner.UID) {
+				// Rare: let the single-request path hand it over, then retry.
+				rollback()
+				unlock()
+				if _, _, err := s.Allocate(ctx, Request{Pool: r.Pool, Owner: r.Owner}); err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("owner %s changed incarnation: %w", key, ErrConflict)
+			}
+			out[i] = a
 			continue
 		}
 		if _, ok := ps.pending[key]; ok {
@@ -406,7 +464,7 @@ func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID strin
 			unlock()
 			return nil, fmt.Errorf("owner %s has an allocation in flight in pool %s: %w", key, r.Pool, ErrConflict)
 		}
-		addr, err := reserve(ps, r, now)
+		addr, err := reserve(ps, r, now, fmt.Sprintf("requests[%d].address", i))
 		if err != nil {
 			rollback()
 			unlock()

@@ -264,3 +264,31 @@ func TestConcurrentAllocateRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnerRecreatedGetsAddressWithNewEtag: a recreated owner (same name,
+// new uid) keeps the address, but the allocation gets a new etag and uid,
+// so a guarded release by someone who saw the old incarnation fails.
+func TestOwnerRecreatedGetsAddressWithNewEtag(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	old, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("web-0")})
+	require.NoError(t, err)
+	reborn := owner("web-0")
+	reborn.UID = "uid-new"
+	got, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: reborn})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, old.Address, got.Address)
+	require.Equal(t, "uid-new", got.Owner.UID)
+	require.NotEqual(t, old.Revision, got.Revision)
+
+	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: old.Address, Etag: allocation.Etag(old.Revision), OwnerUID: old.Owner.UID})
+	require.ErrorIs(t, err, allocation.ErrEtagMismatch)
+
+	out, err := svc.BatchAllocate(ctx, []allocation.Request{{Pool: "p", Owner: owner("web-0")}}, "")
+	require.NoError(t, err)
+	require.Equal(t, old.Address, out[0].Address)
+	require.Equal(t, "uid-web-0", out[0].Owner.UID, "a batch hands it over too")
+}
