@@ -85,7 +85,6 @@ func run(ctx context.Context, cfg *config.Common, spec Spec) error {
 	if err != nil {
 		return err
 	}
-	logger = logger.With("service", spec.Service.Name)
 	shutdown, err := telemetry.Setup(ctx, "plexus-"+spec.Service.Name, telemetry.WithLogger(logger))
 	if err != nil {
 		return fmt.Errorf("set up telemetry: %w", err)
@@ -102,7 +101,7 @@ func run(ctx context.Context, cfg *config.Common, spec Spec) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("serving", "grpc", srv.GRPCAddr(), "http", srv.HTTPAddr(), "version", Version())
+	logger.Info("starting", "service", spec.Service.Name, "version", Version())
 	err = srv.Run(ctx)
 	cancel()
 	if cleanup != nil {

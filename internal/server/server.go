@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -179,8 +181,16 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		}
 		return nil
 	})
-	accessLog := logging.UnaryServerInterceptor(slogAdapter(s.logger), logging.WithLogOnEvents(logging.FinishCall))
-	accessLogStream := logging.StreamServerInterceptor(slogAdapter(s.logger), logging.WithLogOnEvents(logging.FinishCall))
+	// Successful calls are logged at debug: at thousands of calls a second
+	// an info line each costs more than the call itself.
+	levels := logging.WithLevels(func(c codes.Code) logging.Level {
+		if c == codes.OK {
+			return logging.LevelDebug
+		}
+		return logging.DefaultServerCodeToLevel(c)
+	})
+	accessLog := logging.UnaryServerInterceptor(slogAdapter(s.logger), logging.WithLogOnEvents(logging.FinishCall), levels)
+	accessLogStream := logging.StreamServerInterceptor(slogAdapter(s.logger), logging.WithLogOnEvents(logging.FinishCall), levels)
 	// Health checks arrive every few seconds from probes; logging each one
 	// would bury the calls that matter.
 	notHealth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return !isHealthMethod(c.FullMethod()) })
@@ -211,6 +221,9 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgSize),
 		grpc.MaxConcurrentStreams(s.cfg.MaxConcurrentStreams),
+		// A fixed pool of stream workers avoids a new goroutine (and its
+		// stack growth) per call under load.
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 		// Clients of package dial ping every 30s on idle connections; allow
 		// it instead of answering with GOAWAY too_many_pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),

@@ -465,7 +465,8 @@ func (b *syncBuffer) lines() []map[string]any {
 
 func TestAccessLogCarriesTraceID(t *testing.T) {
 	var out syncBuffer
-	logger, err := telemetry.NewLogger(&out, "info", "json")
+	// Successful calls are logged at debug.
+	logger, err := telemetry.NewLogger(&out, "debug", "json")
 	require.NoError(t, err)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))

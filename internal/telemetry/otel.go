@@ -91,6 +91,12 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (Shutdown, e
 	for _, p := range o.processors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
 	}
+	if traceExporter == "none" && len(o.processors) == 0 && env("OTEL_TRACES_SAMPLER") == "" {
+		// Nothing would ever read a recorded span: record only when an
+		// upstream caller sampled the trace, so ids still propagate (and
+		// appear in logs) at almost no cost per call.
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	otel.SetTracerProvider(tp)
 	shutdowns := []Shutdown{tp.Shutdown}

@@ -76,15 +76,27 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) 
 	if err != nil {
 		return nil, fmt.Errorf("load store snapshot: %w", err)
 	}
+	// Size each pool's maps once: grown one entry at a time, the maps of a
+	// million allocations rehash over and over, which took most of a
+	// restart's time.
+	counts := map[string]int{}
+	for i := range snap.Allocations {
+		counts[snap.Allocations[i].Pool]++
+	}
 	for _, p := range snap.Pools {
 		ps, err := newPoolState(p)
 		if err != nil {
 			return nil, fmt.Errorf("rebuild pool %s: %w", p.ID, err)
 		}
+		ps.allocs = make(map[netip.Addr]*store.Allocation, counts[p.ID])
+		ps.byOwner = make(map[string]netip.Addr, counts[p.ID])
 		s.pools[p.ID] = ps
 	}
 	for i := range snap.Allocations {
-		a := snap.Allocations[i]
+		// Records are never changed in place (an update stores a new
+		// one), so the map may point into the snapshot instead of
+		// copying each record to the heap.
+		a := &snap.Allocations[i]
 		ps, ok := s.pools[a.Pool]
 		if !ok {
 			s.logger.Warn("allocation of unknown pool ignored", "pool", a.Pool, "address", a.Address)
@@ -93,7 +105,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) 
 		if err := ps.index.Restore(a.Address); err != nil {
 			return nil, fmt.Errorf("rebuild pool %s: restore %s: %w", a.Pool, a.Address, err)
 		}
-		ps.allocs[a.Address] = &a
+		ps.allocs[a.Address] = a
 		ps.byOwner[a.Owner.Key()] = a.Address
 	}
 	now := s.now()

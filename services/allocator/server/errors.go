@@ -34,19 +34,32 @@ var errorTable = apierr.Table{
 }
 
 // mapError turns a domain error into a status error. Bad input becomes
-// INVALID_ARGUMENT with the field's own reason and a BadRequest violation;
-// a domain error wrapped in a field error keeps the domain error's code.
+// INVALID_ARGUMENT with a BadRequest violation naming the field, and the
+// field's own reason or, when it has none, the reason of the domain error
+// it wraps; a domain error of another code wrapped in a field error keeps
+// that code.
 func mapError(err error) error {
 	var fe *allocation.FieldError
-	if errors.As(err, &fe) {
-		if fe.Err != nil {
-			for _, r := range errorTable {
-				if errors.Is(fe.Err, r.Err) && r.Code != codes.InvalidArgument {
-					return apierr.Map(err, errorTable)
-				}
-			}
-		}
-		return apierr.InvalidField(fe.Reason, apierr.FieldViolation{Field: fe.Field, Description: fe.Message})
+	if !errors.As(err, &fe) {
+		return apierr.Map(err, errorTable)
 	}
-	return apierr.Map(err, errorTable)
+	reason := fe.Reason
+	if fe.Err != nil {
+		for _, r := range errorTable {
+			if !errors.Is(fe.Err, r.Err) {
+				continue
+			}
+			if r.Code != codes.InvalidArgument {
+				return apierr.Map(err, errorTable)
+			}
+			if reason == "" {
+				reason = r.Reason
+			}
+			break
+		}
+	}
+	if reason == "" {
+		reason = apierr.ReasonInvalidRequest
+	}
+	return apierr.InvalidField(reason, apierr.FieldViolation{Field: fe.Field, Description: fe.Message})
 }
