@@ -441,23 +441,28 @@ func (s *Service) ListAllocations(pool string, f Filter, after Cursor, limit int
 			continue // deleted meanwhile
 		}
 		ps.mu.Lock()
-		matched := make([]*store.Allocation, 0)
-		for addr, a := range ps.allocs {
-			if id == after.Pool && after.Address.IsValid() && !after.Address.Less(addr) {
-				continue
+		full := false
+		visit := func(addr netip.Addr) bool {
+			if a := ps.allocs[addr]; a != nil && f.match(a.Owner) {
+				if len(out) == limit {
+					full = true
+					return false
+				}
+				out = append(out, *a)
 			}
-			if f.match(a.Owner) {
-				matched = append(matched, a)
-			}
+			return true
 		}
-		sort.Slice(matched, func(i, j int) bool { return matched[i].Address.Less(matched[j].Address) })
-		for _, a := range matched {
-			if len(out) == limit {
-				ps.mu.Unlock()
-				last := out[len(out)-1]
-				return out, Cursor{Pool: last.Pool, Address: last.Address}, nil
-			}
-			out = append(out, *a)
+		if id == after.Pool && after.Address.IsValid() {
+			ps.order.AscendGreaterOrEqual(after.Address, func(addr netip.Addr) bool {
+				return addr == after.Address || visit(addr)
+			})
+		} else {
+			ps.order.Ascend(visit)
+		}
+		if full {
+			ps.mu.Unlock()
+			last := out[len(out)-1]
+			return out, Cursor{Pool: last.Pool, Address: last.Address}, nil
 		}
 		ps.mu.Unlock()
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/google/btree"
 	"log/slog"
 	"net/netip"
 	"sort"
@@ -50,7 +51,10 @@ type poolState struct {
 	deleted bool
 	// allocs holds the committed allocations by address; byOwner maps an
 	// owner key to its address.
-	allocs  map[netip.Addr]*store.Allocation
+	allocs map[netip.Addr]*store.Allocation
+	// order holds the allocated addresses sorted, so a list page costs
+	// O(log n + page), not a walk of the pool.
+	order   *btree.BTreeG[netip.Addr]
 	byOwner map[string]netip.Addr
 	// pending holds in-flight allocations by owner key, so a concurrent
 	// request for the same owner waits for the first one's result.
@@ -105,8 +109,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) 
 		if err := ps.index.Restore(a.Address); err != nil {
 			return nil, fmt.Errorf("rebuild pool %s: restore %s: %w", a.Pool, a.Address, err)
 		}
-		ps.allocs[a.Address] = a
-		ps.byOwner[a.Owner.Key()] = a.Address
+		ps.put(a)
 	}
 	now := s.now()
 	for _, q := range snap.Quarantine {
@@ -135,11 +138,28 @@ func newPoolState(p store.Pool) (*poolState, error) {
 		rec:     p,
 		index:   idx,
 		allocs:  map[netip.Addr]*store.Allocation{},
+		order:   btree.NewG(32, netip.Addr.Less),
 		byOwner: map[string]netip.Addr{},
 		pending: map[string]*pendingAlloc{},
 
 		releasing: map[netip.Addr]chan struct{}{},
 	}, nil
+}
+
+// put records a committed allocation; the caller holds ps.mu.
+func (ps *poolState) put(a *store.Allocation) {
+	if _, ok := ps.allocs[a.Address]; !ok {
+		ps.order.ReplaceOrInsert(a.Address)
+	}
+	ps.allocs[a.Address] = a
+	ps.byOwner[a.Owner.Key()] = a.Address
+}
+
+// remove forgets a released allocation; the caller holds ps.mu.
+func (ps *poolState) remove(a store.Allocation) {
+	delete(ps.allocs, a.Address)
+	delete(ps.byOwner, a.Owner.Key())
+	ps.order.Delete(a.Address)
 }
 
 func (s *Service) pool(id string) (*poolState, error) {
@@ -251,8 +271,7 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 		p.err = cerr
 	} else {
 		rec.Revision = rev
-		ps.allocs[addr] = &rec
-		ps.byOwner[key] = addr
+		ps.put(&rec)
 		p.alloc = rec
 	}
 	ps.mu.Unlock()
@@ -513,8 +532,7 @@ func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID strin
 		out[i].Revision = rev
 		a := out[i]
 		ps := states[a.Pool]
-		ps.allocs[a.Address] = &a
-		ps.byOwner[a.Owner.Key()] = a.Address
+		ps.put(&a)
 	}
 	unlock()
 	return out, nil
@@ -628,8 +646,7 @@ func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseReq
 	ps.mu.Lock()
 	delete(ps.releasing, rec.Address)
 	if err == nil {
-		delete(ps.allocs, rec.Address)
-		delete(ps.byOwner, rec.Owner.Key())
+		ps.remove(rec)
 		if rerr := ps.index.Release(rec.Address, now); rerr != nil {
 			s.logger.Warn("index release", "pool", req.Pool, "address", rec.Address, "err", rerr)
 		}
