@@ -4,19 +4,22 @@ package main
 import (
 	"context"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	"github.com/spf13/pflag"
+
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/services/membership/service"
 )
 
 func main() {
+	opts := service.DefaultOptions()
 	server.Main(server.Spec{
-		Service: config.Membership,
-		Short:   "Plexus membership: which workloads back which Services, streamed",
+		Service:  config.Membership,
+		Short:    "Plexus membership: which workloads back which Services, streamed",
+		AddFlags: func(fs *pflag.FlagSet) { opts.AddFlags(fs) },
+		Validate: opts.Validate,
 		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			membershipv1.RegisterMembershipServiceServer(rt.Server.GRPC(), membershipv1.UnimplementedMembershipServiceServer{})
-			rt.Server.SetServing("plexus.membership.v1.MembershipService", true)
-			return nil, nil
+			return service.Setup(ctx, rt, opts)
 		},
 	})
 }
