@@ -58,7 +58,6 @@ func NewRoot(out io.Writer) *cobra.Command {
 	fs.StringVar(&g.keyFile, "tls-key", "", "client key for mutual TLS")
 	root.AddCommand(poolCmd(g), allocCmd(g))
 	root.AddCommand(workloadCmd(g), membersCmd(g))
-	root.AddCommand(repairCmd(g))
 	return root
 }
 
