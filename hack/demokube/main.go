@@ -1,0 +1,303 @@
+// Command demokube is the demo's hands on the Kubernetes API: it seeds the
+// exporting cluster with a Service, its ServiceExport and Pods (with their
+// status set, as there is no kubelet), flips a Pod's readiness, shows what
+// the importer wrote in the member cluster, and waits for it. kubectl is
+// not needed.
+//
+//	demokube seed      --kubeconfig A --namespace shop --members shop
+//	demokube set-ready --kubeconfig A --namespace shop --pod cart-1 --ready=false
+//	demokube show      --kubeconfig B --namespace shop --service cart
+//	demokube wait      --kubeconfig B --namespace shop --service cart --endpoints 4 --ready 3
+//	demokube delete-workload --kubeconfig A --namespace shop --name vm-1
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	"github.com/plexusnet/plexus/internal/mcsnames"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: demokube seed|set-ready|show|wait|delete-workload [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster to act on")
+	ns := fs.String("namespace", "shop", "namespace")
+	service := fs.String("service", "cart", "service name")
+	pods := fs.Int("pods", 3, "pods to create (seed)")
+	pod := fs.String("pod", "", "pod name (set-ready)")
+	ready := fs.Bool("ready", true, "readiness to set (set-ready)")
+	endpoints := fs.Int("endpoints", -1, "endpoints to wait for (wait)")
+	readyEndpoints := fs.Int("ready-endpoints", -1, "ready endpoints to wait for (wait)")
+	name := fs.String("name", "", "object name (delete-workload)")
+	timeout := fs.Duration("timeout", 60*time.Second, "how long to wait")
+	_ = fs.Parse(os.Args[2:])
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	d, err := newDriver(cfg)
+	if err != nil {
+		fail(err)
+	}
+	switch os.Args[1] {
+	case "seed":
+		err = d.seed(ctx, *ns, *service, *pods)
+	case "namespace":
+		err = d.namespace(ctx, *ns)
+	case "set-ready":
+		err = d.setReady(ctx, *ns, *pod, *ready)
+	case "show":
+		err = d.show(ctx, *ns, *service)
+	case "wait":
+		err = d.wait(ctx, *ns, *service, *endpoints, *readyEndpoints)
+	case "delete-workload":
+		err = workloadClientDelete(ctx, cfg, *ns, *name)
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "demokube:", err)
+	os.Exit(1)
+}
+
+type driver struct {
+	kube kubernetes.Interface
+	mcs  mcsclient.Interface
+}
+
+func newDriver(cfg *rest.Config) (*driver, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mcs, err := mcsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &driver{kube: kube, mcs: mcs}, nil
+}
+
+func (d *driver) namespace(ctx context.Context, ns string) error {
+	_, err := d.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// seed creates the namespace, a Service selecting app=<service>, its
+// ServiceExport, and ready Pods with IPs.
+func (d *driver) seed(ctx context.Context, ns, service string, pods int) error {
+	if err := d.namespace(ctx, ns); err != nil {
+		return err
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": service},
+			Ports: []corev1.ServicePort{{
+				Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http"),
+			}},
+		},
+	}
+	if _, err := d.kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create service: %w", err)
+	}
+	for i := range pods {
+		name := fmt.Sprintf("%s-%d", service, i)
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": service}},
+			Spec: corev1.PodSpec{
+				NodeName: fmt.Sprintf("node-%d", i%2),
+				Containers: []corev1.Container{{
+					Name: "app", Image: "registry.example/cart:1",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				}},
+			},
+		}
+		created, err := d.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("create pod %s: %w", name, err)
+		}
+		ip := fmt.Sprintf("10.244.%d.%d", i/200, 10+i%200)
+		created.Status = corev1.PodStatus{
+			Phase:  corev1.PodRunning,
+			PodIP:  ip,
+			PodIPs: []corev1.PodIP{{IP: ip}},
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()},
+			},
+		}
+		if _, err := d.kube.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("set pod %s status: %w", name, err)
+		}
+	}
+	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: ns}}
+	if _, err := d.mcs.MulticlusterV1beta1().ServiceExports(ns).Create(ctx, export, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create service export: %w", err)
+	}
+	fmt.Printf("namespace %s: Service %s (port 80 -> http), ServiceExport %s, %d ready Pods\n", ns, service, service, pods)
+	return nil
+}
+
+func (d *driver) setReady(ctx context.Context, ns, pod string, ready bool) error {
+	p, err := d.kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	found := false
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == corev1.PodReady {
+			p.Status.Conditions[i].Status = status
+			p.Status.Conditions[i].LastTransitionTime = metav1.Now()
+			found = true
+		}
+	}
+	if !found {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()})
+	}
+	_, err = d.kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err == nil {
+		fmt.Printf("pod %s/%s ready=%v\n", ns, pod, ready)
+	}
+	return err
+}
+
+// slices returns the importer's slices of a service.
+func (d *driver) slices(ctx context.Context, ns, service string) ([]discoveryv1.EndpointSlice, error) {
+	list, err := d.kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: mcsnames.LabelMCSServiceName + "=" + service + "," + mcsnames.LabelManagedBy + "=" + mcsnames.ManagedBy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items, nil
+}
+
+func (d *driver) show(ctx context.Context, ns, service string) error {
+	si, err := d.mcs.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, service, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("service import: %w", err)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	var ports []string
+	for _, p := range si.Spec.Ports {
+		ports = append(ports, fmt.Sprintf("%s:%d/%s", p.Name, p.Port, p.Protocol))
+	}
+	var clusters []string
+	for _, c := range si.Status.Clusters {
+		clusters = append(clusters, c.Cluster)
+	}
+	fmt.Fprintf(w, "ServiceImport %s/%s\ttype=%s\tips=%s\tports=%s\tclusters=%s\n", ns, si.Name, si.Spec.Type, strings.Join(si.Spec.IPs, ","), strings.Join(ports, ","), strings.Join(clusters, ","))
+	for _, c := range si.Status.Conditions {
+		fmt.Fprintf(w, "  condition %s=%s\treason=%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	derived := mcsnames.DerivedServiceName(service)
+	if svc, err := d.kube.CoreV1().Services(ns).Get(ctx, derived, metav1.GetOptions{}); err == nil {
+		fmt.Fprintf(w, "Service %s/%s\tclusterIP=%s\tselector=%v\tports=%d\n", ns, svc.Name, svc.Spec.ClusterIP, svc.Spec.Selector, len(svc.Spec.Ports))
+	} else {
+		fmt.Fprintf(w, "Service %s/%s\t%v\n", ns, derived, err)
+	}
+	slices, err := d.slices(ctx, ns, service)
+	if err != nil {
+		return err
+	}
+	for _, s := range slices {
+		fmt.Fprintf(w, "EndpointSlice %s\tsource-cluster=%s\tservice-name=%s\tmanaged-by=%s\tendpoints=%d\n", s.Name,
+			s.Labels[mcsnames.LabelSourceCluster], s.Labels[mcsnames.LabelServiceName], s.Labels[mcsnames.LabelManagedBy], len(s.Endpoints))
+		for _, e := range s.Endpoints {
+			ref := ""
+			if e.TargetRef != nil {
+				ref = e.TargetRef.Kind + "/" + e.TargetRef.Name
+			}
+			fmt.Fprintf(w, "  %s\tready=%v\tserving=%v\t%s\n", strings.Join(e.Addresses, ","), deref(e.Conditions.Ready), deref(e.Conditions.Serving), ref)
+		}
+	}
+	return w.Flush()
+}
+
+func deref(b *bool) bool { return b != nil && *b }
+
+// wait polls until the importer's slices of the service hold the given
+// numbers of endpoints and ready endpoints (-1: any), and the
+// ServiceImport has a VIP.
+func (d *driver) wait(ctx context.Context, ns, service string, endpoints, ready int) error {
+	var last string
+	for {
+		total, readyN := 0, 0
+		slices, err := d.slices(ctx, ns, service)
+		if err == nil {
+			for _, s := range slices {
+				for _, e := range s.Endpoints {
+					total++
+					if deref(e.Conditions.Ready) {
+						readyN++
+					}
+				}
+			}
+			si, serr := d.mcs.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, service, metav1.GetOptions{})
+			vip := serr == nil && (len(si.Spec.IPs) > 0 || si.Spec.Type == mcsv1beta1.Headless)
+			last = fmt.Sprintf("%d endpoints, %d ready, vip=%v", total, readyN, vip)
+			if vip && (endpoints < 0 || total == endpoints) && (ready < 0 || readyN == ready) {
+				fmt.Printf("member cluster has %s\n", last)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("timed out waiting; last seen: " + last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func workloadClientDelete(ctx context.Context, cfg *rest.Config, ns, name string) error {
+	rc, err := workloadclient.NewRESTClient(cfg)
+	if err != nil {
+		return err
+	}
+	if err := workloadclient.ForNamespace(rc, ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	fmt.Printf("deleted ExternalWorkload %s/%s directly in the API (its address is now leaked)\n", ns, name)
+	return nil
+}
