@@ -140,8 +140,8 @@ func launch(args ...string) (*allocator, error) {
 			a.logs.add(line)
 			var rec struct {
 				Msg  string `json:"msg"`
-				GRPC string `json:"grpc"`
-				HTTP string `json:"http"`
+				GRPC string `json:"grpc_addr"`
+				HTTP string `json:"http_addr"`
 			}
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving" && rec.GRPC != "" {
 				select {

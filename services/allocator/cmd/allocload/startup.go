@@ -82,7 +82,7 @@ func timeStartup(cfg startupConfig) (time.Duration, error) {
 		for sc.Scan() {
 			var rec struct {
 				Msg  string `json:"msg"`
-				GRPC string `json:"grpc"`
+				GRPC string `json:"grpc_addr"`
 			}
 			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" && rec.GRPC != "" {
 				select {
