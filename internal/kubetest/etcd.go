@@ -34,12 +34,18 @@ type EtcdConfig struct {
 	Fsync bool
 	// StartTimeout bounds start-up; DefaultStartTimeout when zero.
 	StartTimeout time.Duration
+	// Args are extra etcd flags, such as "--max-txn-ops=1024".
+	Args []string
 }
 
 // Etcd is a running single-member etcd on the loopback interface.
 type Etcd struct {
 	endpoint string
 	dataDir  string
+	bin      string
+	args     []string
+	logPath  string
+	timeout  time.Duration
 	proc     *process
 }
 
@@ -61,6 +67,30 @@ func (e *Etcd) Exited() <-chan struct{} { return e.proc.done }
 // Stop terminates etcd (SIGTERM, then SIGKILL after DefaultStopGrace) and
 // returns once it is gone. Stopping twice is harmless.
 func (e *Etcd) Stop() error { return e.proc.stop(DefaultStopGrace) }
+
+// Start starts a stopped etcd again on the same ports and data folder, as
+// after a crash or a rolling restart, and waits until it serves. Clients
+// keep their endpoint. It fails if another process took a port meanwhile.
+func (e *Etcd) Start(ctx context.Context) error {
+	select {
+	case <-e.proc.done:
+	default:
+		return errors.New("etcd is still running")
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	proc, err := startProcess("etcd", e.bin, e.args, e.logPath)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	if err := proc.waitReady(ctx, func(ctx context.Context) error { return etcdHealthy(ctx, client, e.endpoint) }); err != nil {
+		_ = proc.stop(DefaultStopGrace)
+		return fmt.Errorf("restart etcd: %w", err)
+	}
+	e.proc = proc
+	return nil
+}
 
 // LaunchEtcd starts etcd on free loopback ports and waits until it serves.
 // The caller owns the process and must call Stop.
@@ -111,11 +141,13 @@ func launchEtcdOnce(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	if !cfg.Fsync {
 		args = append(args, "--unsafe-no-fsync")
 	}
-	proc, err := startProcess("etcd", cfg.Binaries.Etcd(), args, filepath.Join(cfg.Dir, "etcd.log"))
+	args = append(args, cfg.Args...)
+	logPath := filepath.Join(cfg.Dir, "etcd.log")
+	proc, err := startProcess("etcd", cfg.Binaries.Etcd(), args, logPath)
 	if err != nil {
 		return nil, err
 	}
-	e := &Etcd{endpoint: clientURL, dataDir: dataDir, proc: proc}
+	e := &Etcd{endpoint: clientURL, dataDir: dataDir, bin: cfg.Binaries.Etcd(), args: args, logPath: logPath, timeout: cfg.StartTimeout, proc: proc}
 	client := &http.Client{Timeout: 2 * time.Second}
 	if err := proc.waitReady(ctx, func(ctx context.Context) error { return etcdHealthy(ctx, client, clientURL) }); err != nil {
 		_ = proc.stop(DefaultStopGrace)
@@ -152,12 +184,13 @@ func etcdHealthy(ctx context.Context, client *http.Client, endpoint string) erro
 
 // StartEtcd starts etcd for the test, with its data in a temporary folder,
 // and stops it when the test ends. It skips or fails the test as
-// RequireBinaries does when the binaries are missing.
-func StartEtcd(t testing.TB) *Etcd {
+// RequireBinaries does when the binaries are missing. args are extra etcd
+// flags.
+func StartEtcd(t testing.TB, args ...string) *Etcd {
 	t.Helper()
 	bins := RequireBinaries(t)
 	dir := t.TempDir()
-	e, err := LaunchEtcd(context.Background(), EtcdConfig{Binaries: bins, Dir: dir})
+	e, err := LaunchEtcd(context.Background(), EtcdConfig{Binaries: bins, Dir: dir, Args: args})
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}

@@ -1,0 +1,144 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// maxGuardRetries bounds how often a commit that had to read allocations
+// first is tried again because one of them changed in between. Each retry
+// means another writer changed the same address meanwhile, so a few
+// always suffice unless something is badly wrong.
+const maxGuardRetries = 16
+
+// readChunk bounds the reads sent in one etcd transaction, below etcd's
+// default --max-txn-ops of 128.
+const readChunk = 100
+
+// Commit implements store.Store. The txn is one etcd transaction: If(the
+// conditions) Then(the writes). When the writes depend on allocations the
+// txn does not describe (a delete or replace must unindex the owner it
+// finds), they are read first and the transaction is nested in an outer
+// one that checks they did not change: If(mod revisions as read)
+// Then(Txn(If(conditions) Then(writes))). A failed outer compare is a
+// race with another writer and is retried; a failed inner one is
+// store.ErrConflict.
+func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	if err := txn.Validate(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if s.isClosed() {
+		return 0, store.ErrClosed
+	}
+	first := newPlanner(s.k, nil)
+	cmps, ok := first.compares(txn.Conds)
+	if !ok {
+		return 0, fmt.Errorf("a revision condition below 1: %w", store.ErrConflict)
+	}
+	first.apply(txn.Ops)
+	if len(first.reads) == 0 {
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(first.plan.ops()...).Commit()
+		if err != nil {
+			return 0, s.commitError(ctx, err)
+		}
+		if !resp.Succeeded {
+			return 0, store.ErrConflict
+		}
+		return s.committed(resp.Header.Revision), nil
+	}
+	for range maxGuardRetries {
+		seen, err := s.readAllocs(ctx, first.reads)
+		if err != nil {
+			return 0, s.commitError(ctx, err)
+		}
+		pl := newPlanner(s.k, func(key string) *store.Allocation { return seen[key].rec })
+		cmps, _ := pl.compares(txn.Conds)
+		pl.apply(txn.Ops)
+		guards := make([]clientv3.Cmp, 0, len(pl.reads))
+		for _, key := range pl.reads {
+			guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", seen[key].modRev))
+		}
+		resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpTxn(cmps, pl.plan.ops(), nil)).Commit()
+		if err != nil {
+			return 0, s.commitError(ctx, err)
+		}
+		if !resp.Succeeded {
+			continue // an allocation read changed meanwhile: read again
+		}
+		if inner := resp.Responses[0].GetResponseTxn(); inner == nil || !inner.Succeeded {
+			return 0, store.ErrConflict
+		}
+		return s.committed(resp.Header.Revision), nil
+	}
+	return 0, fmt.Errorf("commit: the allocations it replaces kept changing (%d tries)", maxGuardRetries)
+}
+
+type readAlloc struct {
+	rec    *store.Allocation
+	modRev int64
+}
+
+// readAllocs reads allocation keys, a chunk per etcd transaction. The
+// chunks need not be consistent with each other: the commit checks each
+// key's mod revision again.
+func (s *Store) readAllocs(ctx context.Context, keys []string) (map[string]readAlloc, error) {
+	out := make(map[string]readAlloc, len(keys))
+	for start := 0; start < len(keys); start += readChunk {
+		chunk := keys[start:min(start+readChunk, len(keys))]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, k := range chunk {
+			ops[i] = clientv3.OpGet(k)
+		}
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("read allocations: %w", err)
+		}
+		for i, r := range resp.Responses {
+			rr := r.GetResponseRange()
+			if rr == nil || len(rr.Kvs) == 0 {
+				out[chunk[i]] = readAlloc{}
+				continue
+			}
+			kv := rr.Kvs[0]
+			a, err := decodeAlloc(kv.Value, kv.ModRevision)
+			if err != nil {
+				return nil, fmt.Errorf("read %q: %w", kv.Key, err)
+			}
+			out[chunk[i]] = readAlloc{rec: &a, modRev: kv.ModRevision}
+		}
+	}
+	return out, nil
+}
+
+// commitError wraps an etcd error, keeping context errors recognisable
+// and explaining the limit a large batch runs into.
+func (s *Store) commitError(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("commit: %w", ctx.Err())
+	case s.isClosed():
+		return fmt.Errorf("commit: %w", store.ErrClosed)
+	case errors.Is(err, rpctypes.ErrTooManyOps):
+		return fmt.Errorf("commit: the transaction has more operations than etcd's --max-txn-ops allows (each allocation takes 3, plus 1 per commit): %w", err)
+	}
+	return fmt.Errorf("commit: %w", err)
+}
+
+// committed records rev as the latest commit of this store, for Close.
+func (s *Store) committed(rev int64) int64 {
+	for {
+		prev := s.lastCommit.Load()
+		if rev <= prev || s.lastCommit.CompareAndSwap(prev, rev) {
+			return rev
+		}
+	}
+}

@@ -1,0 +1,65 @@
+// Package etcd is the allocator's store for several replicas: the pools,
+// allocations, owner index, quarantine and request records live in etcd
+// (go.etcd.io/etcd/client/v3), and every replica that opens the same
+// endpoints and prefix shares them. No leader is needed: conflicting
+// writes lose an etcd transaction compare, and the loser decides again.
+//
+// # Key layout
+//
+// Every key starts with the installation's prefix (default "/plexus/"),
+// so several installations can share one etcd. NUL separates the parts
+// of a key (pool ids and owner keys never contain one), and addresses are
+// written as the family digit and the address bytes in hex
+// ("4" + "0a000001" for 10.0.0.1), so a range read returns records in
+// the (pool, address) order of a store.Snapshot.
+//
+//	PREFIX rev                              commit marker, written by every commit
+//	PREFIX pools/POOL                       pool (JSON)
+//	PREFIX allocs/POOL \0 ADDR              allocation (JSON)
+//	PREFIX owners/POOL \0 OWNERKEY \0 ADDR  owner index entry (empty)
+//	PREFIX quarantine/POOL \0 ADDR          quarantine record (JSON)
+//	PREFIX requests/ID                      request record (JSON)
+//
+// Values are JSON so etcdctl shows them readably. Revisions are not
+// stored: a record's revision (its etag) is its key's mod revision, and
+// the store's revision is etcd's.
+//
+// # Commits
+//
+// A store.Txn is one etcd transaction. Conditions become compares: absent
+// is CreateRevision == 0, a revision is ModRevision == rev, and "owner
+// absent" is CreateRevision == 0 over the owner's key range. The writes
+// are the net effect of the ops on each key (etcd refuses a transaction
+// that writes a key twice), plus the commit marker, so every commit takes
+// exactly one revision and shows up in a watch even when it changes
+// nothing else. Deleting a pool deletes its allocations, owner index
+// entries and quarantine records as key ranges, allocations first, so
+// their DeleteAllocation events come before the DeletePool event.
+//
+// Deleting or replacing an allocation also removes its owner index entry,
+// whose key holds the owner. When the txn does not already say what the
+// address holds (an allocation guarded by "address absent" needs no
+// read), the store reads the allocations first and nests the transaction
+// in one that checks their mod revisions are still those it read; a
+// change in between is retried, a failed condition is store.ErrConflict.
+//
+// # Revisions and watches
+//
+// Revisions are etcd's, shared by every prefix of the cluster: commits of
+// one installation get increasing revisions, consecutive when nothing
+// else writes to the etcd. Watch is an etcd watch on the prefix with
+// previous values; events describe the net change of each key of a
+// commit, in the order of the txn's ops. A watch from a compacted
+// revision fails with store.ErrCompacted at once; a watch that falls
+// behind a later compaction ends with an error wrapping it.
+//
+// # Limits
+//
+// etcd bounds the operations of a transaction (--max-txn-ops, default
+// 128) and applies the bound to the compares and to the writes
+// separately: an allocation takes two compares and three writes, so a
+// batch of more than about 40 addresses needs a higher limit. The
+// request size limit (--max-request-bytes, default 1.5 MiB) is far above
+// what such a batch needs. Request records are kept for good, as the
+// bolt store keeps them.
+package etcd

@@ -1,0 +1,302 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// DefaultPrefix is the key prefix of an installation that names none.
+const DefaultPrefix = "/plexus/"
+
+// DefaultDialTimeout bounds the connection to etcd at Open.
+const DefaultDialTimeout = 5 * time.Second
+
+// snapshotPage is how many keys a Snapshot reads per request; big stores
+// are read in pages, all at the revision of the first.
+const snapshotPage = 5000
+
+// closeDrain bounds how long Close lets watchers deliver what was
+// committed before they end.
+const closeDrain = 2 * time.Second
+
+// Config says how to reach etcd and where the installation's keys live.
+type Config struct {
+	// Endpoints are etcd client URLs, such as http://127.0.0.1:2379.
+	Endpoints []string
+	// Prefix is put before every key (DefaultPrefix when empty); a "/" is
+	// added when it does not end with one. Installations that share an
+	// etcd use different prefixes.
+	Prefix string
+	// TLS, when set, is used to reach etcd (https endpoints).
+	TLS *tls.Config
+	// DialTimeout bounds the first connection (DefaultDialTimeout when
+	// zero).
+	DialTimeout time.Duration
+	// Logger is the store's logger (slog.Default when nil).
+	Logger *slog.Logger
+}
+
+// Store is a store.Store kept in etcd. Several allocator replicas open a
+// Store on the same endpoints and prefix and share its data.
+type Store struct {
+	cli    *clientv3.Client
+	k      keys
+	logger *slog.Logger
+
+	lastCommit atomic.Int64 // the latest revision this store committed
+
+	mu       sync.Mutex
+	closed   bool
+	closing  chan struct{} // closed by Close
+	closeRev int64         // what watchers deliver before ErrClosed
+	watchers sync.WaitGroup
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to etcd. It does not wait for etcd to answer: the first
+// request does, within its context.
+func Open(cfg Config) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("etcd store: no endpoints")
+	}
+	for _, ep := range cfg.Endpoints {
+		if ep == "" {
+			return nil, errors.New("etcd store: empty endpoint")
+		}
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		TLS:         cfg.TLS,
+		DialTimeout: cfg.DialTimeout,
+		// Keep-alives notice a dead connection to a member that vanished
+		// without closing it, so requests move to another endpoint.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		// The client's own logger repeats every retry; the store reports
+		// what matters through slog and readiness.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	return &Store{cli: cli, k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{})}, nil
+}
+
+// Prefix returns the prefix of the store's keys.
+func (s *Store) Prefix() string { return s.k.prefix }
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Snapshot implements store.Store: pools, allocations and quarantine
+// records read at one revision, in pages.
+func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
+	if s.isClosed() {
+		return nil, store.ErrClosed
+	}
+	snap := &store.Snapshot{}
+	var err error
+	// The first page fixes the revision; the rest are read at it.
+	snap.Revision, err = s.scan(ctx, s.k.prefix+keyPools, 0, func(kv *mvccpb.KeyValue) error {
+		p, err := decodePool(kv.Value, kv.ModRevision)
+		if err == nil {
+			snap.Pools = append(snap.Pools, p)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, s.readError(ctx, "snapshot pools", err)
+	}
+	if _, err := s.scan(ctx, s.k.prefix+keyAllocs, snap.Revision, func(kv *mvccpb.KeyValue) error {
+		a, err := decodeAlloc(kv.Value, kv.ModRevision)
+		if err == nil {
+			snap.Allocations = append(snap.Allocations, a)
+		}
+		return err
+	}); err != nil {
+		return nil, s.readError(ctx, "snapshot allocations", err)
+	}
+	if _, err := s.scan(ctx, s.k.prefix+keyQuarantine, snap.Revision, func(kv *mvccpb.KeyValue) error {
+		q, err := decodeQuarantine(kv.Value)
+		if err == nil {
+			snap.Quarantine = append(snap.Quarantine, q)
+		}
+		return err
+	}); err != nil {
+		return nil, s.readError(ctx, "snapshot quarantine", err)
+	}
+	return snap, nil
+}
+
+// scan calls fn for every key under prefix, in key order, at revision rev
+// (the current one when 0), and returns the revision it read at.
+func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	from, end := prefix, rangeEnd(prefix)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(snapshotPage)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if err := fn(kv); err != nil {
+				return 0, fmt.Errorf("%q: %w", kv.Key, err)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+func (s *Store) readError(ctx context.Context, what string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	case s.isClosed():
+		return fmt.Errorf("%s: %w", what, store.ErrClosed)
+	case errors.Is(err, rpctypes.ErrCompacted):
+		// Compacted between two pages: the caller reads again.
+		return fmt.Errorf("%s: %w: %w", what, store.ErrCompacted, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// GetRequest implements store.Store.
+func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool, error) {
+	if s.isClosed() {
+		return store.Request{}, false, store.ErrClosed
+	}
+	resp, err := s.cli.Get(ctx, s.k.request(id))
+	if err != nil {
+		return store.Request{}, false, s.readError(ctx, "get request "+id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return store.Request{}, false, nil
+	}
+	kv := resp.Kvs[0]
+	r, err := decodeRequest(id, kv.Value, kv.ModRevision)
+	if err != nil {
+		return store.Request{}, false, err
+	}
+	return r, true, nil
+}
+
+// Revision returns the revision of the latest commit to the store by
+// any replica (0 before the first). A replica that lost a transaction
+// waits until its watch has reached it, so it decides again on what the
+// winner wrote.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if s.isClosed() {
+		return 0, store.ErrClosed
+	}
+	resp, err := s.cli.Get(ctx, s.k.marker())
+	if err != nil {
+		return 0, s.readError(ctx, "read revision", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return resp.Kvs[0].ModRevision, nil
+}
+
+// Ready reports whether etcd can be reached and can serve: some endpoint
+// answers a status request, has a leader and raises no alarm.
+func (s *Store) Ready(ctx context.Context) error {
+	if s.isClosed() {
+		return store.ErrClosed
+	}
+	var errs []error
+	for _, ep := range s.cli.Endpoints() {
+		st, err := s.cli.Status(ctx, ep)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+		case st.Leader == 0:
+			errs = append(errs, fmt.Errorf("%s: no leader", ep))
+		case len(st.Errors) > 0:
+			errs = append(errs, fmt.Errorf("%s: %s", ep, strings.Join(st.Errors, "; ")))
+		default:
+			return nil
+		}
+	}
+	return fmt.Errorf("etcd not ready: %w", errors.Join(errs...))
+}
+
+// Compact drops etcd's history before rev, so that a watch from rev still
+// works (with the previous values its deletes carry) and one from before it
+// gets
+// store.ErrCompacted, as storetest.Compactor describes. Compaction is
+// global: it drops the history of every prefix of the etcd cluster.
+// Production etcd compacts itself (--auto-compaction-retention).
+func (s *Store) Compact(ctx context.Context, rev int64) error {
+	resp, err := s.cli.Get(ctx, s.k.marker(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	at := min(rev, resp.Header.Revision)
+	if _, err := s.cli.Compact(ctx, at); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return fmt.Errorf("compact at %d: %w", at, err)
+	}
+	return nil
+}
+
+// Close implements store.Store. Watchers first get the events of the
+// commits this store made (for up to closeDrain), then store.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closeRev = s.lastCommit.Load()
+	close(s.closing)
+	s.mu.Unlock()
+	s.watchers.Wait()
+	if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("close etcd client: %w", err)
+	}
+	return nil
+}

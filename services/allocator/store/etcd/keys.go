@@ -1,0 +1,140 @@
+package etcd
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Sub-prefixes of the key space; see doc.go for the layout.
+const (
+	keyMarker     = "rev"
+	keyPools      = "pools/"
+	keyAllocs     = "allocs/"
+	keyOwners     = "owners/"
+	keyQuarantine = "quarantine/"
+	keyRequests   = "requests/"
+)
+
+// sep separates the parts of a key. Pool ids and owner keys never hold a
+// NUL (store.Txn.Validate refuses them), and NUL sorts before every other
+// byte, so "p\x00…" sorts before "p2\x00…" just as "p" sorts before "p2".
+const sep = "\x00"
+
+// keys builds the keys of one installation, all under one prefix.
+type keys struct{ prefix string }
+
+func (k keys) marker() string           { return k.prefix + keyMarker }
+func (k keys) pool(id string) string    { return k.prefix + keyPools + id }
+func (k keys) request(id string) string { return k.prefix + keyRequests + id }
+
+func (k keys) alloc(pool string, a netip.Addr) string {
+	return k.prefix + keyAllocs + pool + sep + encodeAddr(a)
+}
+
+func (k keys) quarantine(pool string, a netip.Addr) string {
+	return k.prefix + keyQuarantine + pool + sep + encodeAddr(a)
+}
+
+// owner is the owner index entry of one allocation. The address is part
+// of the key so an owner that holds two addresses (the store does not
+// forbid it) stays indexed until both are gone.
+func (k keys) owner(pool, ownerKey string, a netip.Addr) string {
+	return k.ownerPrefix(pool, ownerKey) + encodeAddr(a)
+}
+
+// ownerPrefix covers every index entry of one owner key in one pool; the
+// trailing separator keeps "web-2" from covering "web-22".
+func (k keys) ownerPrefix(pool, ownerKey string) string {
+	return k.prefix + keyOwners + pool + sep + ownerKey + sep
+}
+
+func (k keys) poolAllocs(pool string) string     { return k.prefix + keyAllocs + pool + sep }
+func (k keys) poolOwners(pool string) string     { return k.prefix + keyOwners + pool + sep }
+func (k keys) poolQuarantine(pool string) string { return k.prefix + keyQuarantine + pool + sep }
+
+// encodeAddr renders an address so that keys sort as netip.Addr.Compare
+// does: the family first (IPv4 before IPv6), then the bytes in hex.
+func encodeAddr(a netip.Addr) string {
+	if a.Is4() {
+		b := a.As4()
+		return "4" + hex.EncodeToString(b[:])
+	}
+	b := a.As16()
+	return "6" + hex.EncodeToString(b[:])
+}
+
+var errBadKey = errors.New("malformed key")
+
+func decodeAddr(s string) (netip.Addr, error) {
+	if len(s) < 1 {
+		return netip.Addr{}, errBadKey
+	}
+	raw, err := hex.DecodeString(s[1:])
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%w: address %q: %w", errBadKey, s, err)
+	}
+	switch {
+	case s[0] == '4' && len(raw) == 4:
+		return netip.AddrFrom4([4]byte(raw)), nil
+	case s[0] == '6' && len(raw) == 16:
+		return netip.AddrFrom16([16]byte(raw)), nil
+	}
+	return netip.Addr{}, fmt.Errorf("%w: address %q", errBadKey, s)
+}
+
+// kind is what a key under the prefix holds.
+type kind int
+
+const (
+	kindOther kind = iota
+	kindMarker
+	kindPool
+	kindAlloc
+	kindQuarantine
+)
+
+// parsed is a key taken apart.
+type parsed struct {
+	kind kind
+	pool string
+	addr netip.Addr
+}
+
+// parse tells what key (which must be under the prefix) holds. Owner
+// index entries and requests are kindOther: they make no events.
+func (k keys) parse(key string) (parsed, error) {
+	rest, ok := strings.CutPrefix(key, k.prefix)
+	if !ok {
+		return parsed{}, fmt.Errorf("%w: %q is not under %q", errBadKey, key, k.prefix)
+	}
+	poolAddr := func(s string, kd kind) (parsed, error) {
+		pool, addr, ok := strings.Cut(s, sep)
+		if !ok {
+			return parsed{}, fmt.Errorf("%w: %q", errBadKey, key)
+		}
+		a, err := decodeAddr(addr)
+		if err != nil {
+			return parsed{}, err
+		}
+		return parsed{kind: kd, pool: pool, addr: a}, nil
+	}
+	switch {
+	case rest == keyMarker:
+		return parsed{kind: kindMarker}, nil
+	case strings.HasPrefix(rest, keyPools):
+		return parsed{kind: kindPool, pool: rest[len(keyPools):]}, nil
+	case strings.HasPrefix(rest, keyAllocs):
+		return poolAddr(rest[len(keyAllocs):], kindAlloc)
+	case strings.HasPrefix(rest, keyQuarantine):
+		return poolAddr(rest[len(keyQuarantine):], kindQuarantine)
+	}
+	return parsed{kind: kindOther}, nil
+}
+
+// rangeEnd is the end of the range holding every key that starts with p.
+func rangeEnd(p string) string { return clientv3.GetPrefixRangeEnd(p) }

@@ -1,0 +1,236 @@
+package etcd
+
+import (
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// A plan is the etcd writes of one store.Txn. etcd refuses a transaction
+// that writes a key twice or puts a key inside a range it deletes, so the
+// plan keeps only the net effect of the ops on each key, in the order of
+// the ops: a later put replaces an earlier put or delete of its key (a
+// range delete is split around it), and a later delete drops the earlier
+// puts it covers. A watcher therefore sees the net change of each key per
+// commit: an allocation put and deleted by the same commit makes no event.
+type plan struct {
+	writes []write
+}
+
+type write struct {
+	del   bool
+	key   string
+	end   string // range end of a delete; "" deletes key alone
+	value string
+}
+
+// covers reports whether the delete w removes key.
+func (w write) covers(key string) bool {
+	if w.end == "" {
+		return key == w.key
+	}
+	return key >= w.key && key < w.end
+}
+
+func (p *plan) put(key, value string) {
+	out := p.writes[:0:0]
+	for _, w := range p.writes {
+		switch {
+		case !w.del && w.key == key:
+			continue
+		case w.del && w.covers(key):
+			// Split the delete around key: [start, key) and (key, end).
+			if w.end == "" {
+				continue
+			}
+			if w.key < key {
+				out = append(out, write{del: true, key: w.key, end: key})
+			}
+			if after := key + "\x00"; after < w.end {
+				out = append(out, write{del: true, key: after, end: w.end})
+			}
+			continue
+		}
+		out = append(out, w)
+	}
+	p.writes = append(out, write{key: key, value: value})
+}
+
+// del deletes key, or with end != "" the range [key, end).
+func (p *plan) del(key, end string) {
+	d := write{del: true, key: key, end: end}
+	out := p.writes[:0:0]
+	for _, w := range p.writes {
+		if !w.del && d.covers(w.key) {
+			continue
+		}
+		if w.del && w.key == d.key && w.end == d.end {
+			continue // the same delete again: keep the later one
+		}
+		out = append(out, w)
+	}
+	p.writes = append(out, d)
+}
+
+func (p *plan) ops() []clientv3.Op {
+	ops := make([]clientv3.Op, len(p.writes))
+	for i, w := range p.writes {
+		switch {
+		case !w.del:
+			ops[i] = clientv3.OpPut(w.key, w.value)
+		case w.end != "":
+			ops[i] = clientv3.OpDelete(w.key, clientv3.WithRange(w.end))
+		default:
+			ops[i] = clientv3.OpDelete(w.key)
+		}
+	}
+	return ops
+}
+
+// slot is what the plan knows of one allocation key while it walks the
+// ops: nothing yet (read it from etcd), absent, or a record.
+type slot struct {
+	known bool
+	rec   *store.Allocation
+}
+
+// planner turns a store.Txn into compares and a plan. Deleting or
+// replacing an allocation must also delete its owner index entry, whose
+// key holds the owner: when the txn does not tell what the allocation
+// holds, the planner asks read, and the caller guards the commit with the
+// mod revision it read.
+type planner struct {
+	k keys
+	// read returns the allocation stored under key (nil when absent). It
+	// is nil in the first pass, which only collects what must be read.
+	read func(key string) *store.Allocation
+	// reads collects the keys the plan depends on, in first-use order.
+	reads []string
+
+	slots map[string]*slot
+	wiped map[string]bool // pools deleted earlier in the txn
+	plan  plan
+}
+
+func newPlanner(k keys, read func(string) *store.Allocation) *planner {
+	return &planner{k: k, read: read, slots: map[string]*slot{}, wiped: map[string]bool{}}
+}
+
+// current returns the allocation under key as the ops so far left it.
+func (pl *planner) current(pool, key string) *store.Allocation {
+	s := pl.slots[key]
+	if s == nil {
+		s = &slot{}
+		pl.slots[key] = s
+	}
+	if !s.known {
+		s.known = true
+		if !pl.wiped[pool] {
+			pl.reads = append(pl.reads, key)
+			if pl.read != nil {
+				s.rec = pl.read(key)
+			}
+		}
+	}
+	return s.rec
+}
+
+func (pl *planner) set(key string, rec *store.Allocation) {
+	pl.slots[key] = &slot{known: true, rec: rec}
+}
+
+// compares translates the conditions. A condition on a revision below 1
+// can never hold; ok=false says so, and the txn fails without asking etcd.
+func (pl *planner) compares(conds []store.Cond) (cmps []clientv3.Cmp, ok bool) {
+	for _, c := range conds {
+		switch c.Kind {
+		case store.CondPoolAbsent:
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.pool(c.Pool)), "=", 0))
+		case store.CondPoolRevision:
+			if c.Revision < 1 {
+				return nil, false
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pl.k.pool(c.Pool)), "=", c.Revision))
+		case store.CondAllocationAbsent:
+			key := pl.k.alloc(c.Pool, c.Address)
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+			// If the txn commits, the address was free before it: the
+			// plan needs no read to know there is no owner to unindex.
+			if _, seen := pl.slots[key]; !seen {
+				pl.set(key, nil)
+			}
+		case store.CondAllocationRevision:
+			if c.Revision < 1 {
+				return nil, false
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pl.k.alloc(c.Pool, c.Address)), "=", c.Revision))
+		case store.CondOwnerAbsent:
+			// Over a range, a compare must hold for every key in it, and an
+			// empty range compares as one absent key.
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.ownerPrefix(c.Pool, c.OwnerKey)), "=", 0).WithPrefix())
+		case store.CondRequestAbsent:
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.request(c.RequestID)), "=", 0))
+		}
+	}
+	return cmps, true
+}
+
+// apply adds the writes of ops to the plan.
+func (pl *planner) apply(ops []store.Op) {
+	for _, op := range ops {
+		switch op.Kind {
+		case store.OpPutPool:
+			pl.plan.put(pl.k.pool(op.Pool.ID), encodePool(op.Pool))
+
+		case store.OpDeletePool:
+			id := op.PoolID
+			// Allocations first, so their DeleteAllocation events come
+			// before the pool's DeletePool event.
+			pl.plan.del(pl.k.poolAllocs(id), rangeEnd(pl.k.poolAllocs(id)))
+			pl.plan.del(pl.k.poolOwners(id), rangeEnd(pl.k.poolOwners(id)))
+			pl.plan.del(pl.k.poolQuarantine(id), rangeEnd(pl.k.poolQuarantine(id)))
+			pl.plan.del(pl.k.pool(id), "")
+			pl.wiped[id] = true
+			prefix := pl.k.poolAllocs(id)
+			for key, s := range pl.slots {
+				if strings.HasPrefix(key, prefix) {
+					s.known, s.rec = true, nil
+				}
+			}
+
+		case store.OpPutAllocation:
+			a := op.Allocation
+			key := pl.k.alloc(a.Pool, a.Address)
+			if old := pl.current(a.Pool, key); old != nil {
+				pl.plan.del(pl.k.owner(a.Pool, old.Owner.Key(), a.Address), "")
+			}
+			pl.plan.put(key, encodeAlloc(a))
+			pl.plan.put(pl.k.owner(a.Pool, a.Owner.Key(), a.Address), "")
+			pl.plan.del(pl.k.quarantine(a.Pool, a.Address), "")
+			rec := *a
+			pl.set(key, &rec)
+
+		case store.OpDeleteAllocation:
+			key := pl.k.alloc(op.PoolID, op.Address)
+			old := pl.current(op.PoolID, key)
+			if old == nil {
+				continue // nothing to delete: no write, no event
+			}
+			pl.plan.del(key, "")
+			pl.plan.del(pl.k.owner(op.PoolID, old.Owner.Key(), op.Address), "")
+			pl.set(key, nil)
+
+		case store.OpPutQuarantine:
+			q := op.Quarantine
+			pl.plan.put(pl.k.quarantine(q.Pool, q.Address), encodeQuarantine(q))
+
+		case store.OpPutRequest:
+			pl.plan.put(pl.k.request(op.Request.ID), encodeRequest(op.Request))
+		}
+	}
+	// Every commit writes the marker, so it takes exactly one revision
+	// even when its ops change nothing, and a watcher sees every commit.
+	pl.plan.put(pl.k.marker(), "")
+}

@@ -1,0 +1,256 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// watchBuffer is the channel capacity of a watch; etcd's client buffers
+// beyond it, so a watcher that does not read never holds up commits.
+const watchBuffer = 256
+
+// Watch implements store.Store with an etcd watch on the prefix, with the
+// previous values of changed keys, so a delete event carries the record as
+// it was. Owner index entries, requests and the commit marker make no
+// events. fromRev 0 means the store's whole history: from its first
+// commit, whatever else the etcd cluster holds before it.
+//
+// The etcd watch starts at fromRev itself, not fromRev+1, and the events
+// of fromRev are dropped: a compaction at fromRev then still lets the
+// watch start (etcd keeps the compaction revision), with the previous
+// values that the deletes after it need, while a start before the
+// compaction fails with store.ErrCompacted.
+func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
+	if s.isClosed() {
+		return nil, store.ErrClosed
+	}
+	if fromRev == 0 {
+		first, err := s.firstRevision(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fromRev = first - 1
+	}
+	start := max(fromRev, 1)
+	// etcd reports a compacted start revision only after the watch was
+	// created; a read at that revision tells now.
+	if _, err := s.cli.Get(ctx, s.k.marker(), clientv3.WithRev(start), clientv3.WithCountOnly()); err != nil {
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, store.ErrCompacted)
+		case errors.Is(err, rpctypes.ErrFutureRev):
+			// Watching from the future is allowed: events come when it does.
+		default:
+			return nil, s.readError(ctx, fmt.Sprintf("watch from revision %d", fromRev), err)
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, store.ErrClosed
+	}
+	s.watchers.Add(1)
+	s.mu.Unlock()
+
+	wctx, cancel := context.WithCancel(ctx)
+	wch := s.cli.Watch(wctx, s.k.prefix, clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithPrevKV())
+	out := make(chan store.Event, watchBuffer)
+	w := &watcher{s: s, ctx: ctx, out: out, from: fromRev, seen: fromRev}
+	go func() {
+		defer s.watchers.Done()
+		defer cancel()
+		defer close(out)
+		w.run(wch)
+	}()
+	return out, nil
+}
+
+// firstRevision is the revision of the store's first commit (the commit
+// marker's creation), or the revision after the current one for a store
+// that has never committed.
+func (s *Store) firstRevision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.k.marker())
+	if err != nil {
+		return 0, s.readError(ctx, "watch from the first revision", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return resp.Header.Revision + 1, nil
+	}
+	return resp.Kvs[0].CreateRevision, nil
+}
+
+type watcher struct {
+	s   *Store
+	ctx context.Context
+	out chan<- store.Event
+	// from is the revision the watch is from: events at it or before are
+	// not delivered.
+	from int64
+	// seen is the revision of the last etcd event read, commit markers
+	// included, so Close knows when a watcher has every commit it made.
+	seen int64
+	// drain is set once the store is closing, and closed at the deadline
+	// by which the watcher gives up delivering.
+	drain chan struct{}
+}
+
+func (w *watcher) run(wch clientv3.WatchChan) {
+	closing := w.s.closing
+	for {
+		if w.drain != nil && w.seen >= w.s.closeRev {
+			w.end(store.ErrClosed)
+			return
+		}
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-closing:
+			closing = nil
+			w.startDrain()
+			continue
+		case <-w.drain:
+			w.end(store.ErrClosed)
+			return
+		case resp, ok := <-wch:
+			if !ok {
+				if w.ctx.Err() == nil {
+					w.end(w.ended(nil))
+				}
+				return
+			}
+			if err := resp.Err(); err != nil {
+				w.end(w.ended(err))
+				return
+			}
+			if !w.deliver(resp.Events) {
+				return
+			}
+		}
+	}
+}
+
+// startDrain starts the deadline of a closing store, once.
+func (w *watcher) startDrain() {
+	if w.drain != nil {
+		return
+	}
+	d := make(chan struct{})
+	time.AfterFunc(closeDrain, func() { close(d) })
+	w.drain = d
+}
+
+// ended explains why etcd ended the watch.
+func (w *watcher) ended(err error) error {
+	switch {
+	case w.s.isClosed():
+		return store.ErrClosed
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("watch fell behind compaction after revision %d: %w", w.seen, store.ErrCompacted)
+	case err == nil:
+		return errors.New("etcd ended the watch")
+	}
+	return fmt.Errorf("etcd ended the watch: %w", err)
+}
+
+// end sends the last event, unless nobody is left to read it.
+func (w *watcher) end(err error) {
+	w.send(store.Event{Err: err})
+}
+
+// send delivers e; false means the watch is over (its context ended, or
+// the store closed and the reader did not take it in time).
+func (w *watcher) send(e store.Event) bool {
+	closing := w.s.closing
+	for {
+		select {
+		case w.out <- e:
+			return true
+		case <-w.ctx.Done():
+			return false
+		case <-closing:
+			closing = nil
+			w.startDrain()
+		case <-w.drain:
+			return false
+		}
+	}
+}
+
+// deliver converts and sends the events of one etcd response; false means
+// the watcher must stop.
+func (w *watcher) deliver(evs []*clientv3.Event) bool {
+	for _, ev := range evs {
+		if ev.Kv.ModRevision <= w.from {
+			continue
+		}
+		w.seen = ev.Kv.ModRevision
+		e, ok, err := w.s.convert(ev)
+		if err != nil {
+			// A value this store cannot read: the watcher cannot go on
+			// with a gap, so it ends and the caller re-lists.
+			w.end(fmt.Errorf("watch at revision %d: %w", w.seen, err))
+			return false
+		}
+		if !ok {
+			continue
+		}
+		if !w.send(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// convert turns one etcd event into a store event; ok=false for keys that
+// make none.
+func (s *Store) convert(ev *clientv3.Event) (store.Event, bool, error) {
+	p, err := s.k.parse(string(ev.Kv.Key))
+	if err != nil {
+		return store.Event{}, false, err
+	}
+	rev := ev.Kv.ModRevision
+	put := ev.Type == mvccpb.PUT
+	switch p.kind {
+	case kindPool:
+		if put {
+			pool, err := decodePool(ev.Kv.Value, rev)
+			return store.Event{Type: store.EventPutPool, Revision: rev, Pool: &pool}, true, err
+		}
+		pool := store.Pool{ID: p.pool}
+		if ev.PrevKv != nil {
+			if pool, err = decodePool(ev.PrevKv.Value, ev.PrevKv.ModRevision); err != nil {
+				return store.Event{}, false, err
+			}
+		}
+		return store.Event{Type: store.EventDeletePool, Revision: rev, Pool: &pool}, true, nil
+	case kindAlloc:
+		if put {
+			a, err := decodeAlloc(ev.Kv.Value, rev)
+			return store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: &a}, true, err
+		}
+		// Without the previous value (compacted away), the key still
+		// says which address was freed.
+		a := store.Allocation{Pool: p.pool, Address: p.addr}
+		if ev.PrevKv != nil {
+			if a, err = decodeAlloc(ev.PrevKv.Value, ev.PrevKv.ModRevision); err != nil {
+				return store.Event{}, false, err
+			}
+		}
+		return store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &a}, true, nil
+	case kindQuarantine:
+		if !put {
+			return store.Event{}, false, nil // ends when the address is handed out again
+		}
+		q, err := decodeQuarantine(ev.Kv.Value)
+		return store.Event{Type: store.EventPutQuarantine, Revision: rev, Quarantine: &q}, true, err
+	}
+	return store.Event{}, false, nil
+}
