@@ -1,22 +1,26 @@
-// Command plexus-importer: imported services become ServiceImports and EndpointSlices.
+// Command plexus-importer: services exported by other clusters become
+// ServiceImports, derived Services and EndpointSlices in this one.
 package main
 
 import (
 	"context"
 
-	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
+	"github.com/spf13/pflag"
+
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/services/importer/service"
 )
 
 func main() {
+	opts := service.DefaultOptions()
 	server.Main(server.Spec{
-		Service: config.Importer,
-		Short:   "Plexus importer: imported services become ServiceImports and EndpointSlices",
+		Service:  config.Importer,
+		Short:    "Plexus importer: imported services become ServiceImports, derived Services and EndpointSlices",
+		AddFlags: func(fs *pflag.FlagSet) { opts.AddFlags(fs) },
+		Validate: opts.Validate,
 		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			importerv1.RegisterImporterServiceServer(rt.Server.GRPC(), importerv1.UnimplementedImporterServiceServer{})
-			rt.Server.SetServing("plexus.importer.v1.ImporterService", true)
-			return nil, nil
+			return service.Setup(ctx, rt, opts)
 		},
 	})
 }

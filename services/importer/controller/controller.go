@@ -1,0 +1,464 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	"github.com/plexusnet/plexus/internal/mcsnames"
+	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/kube"
+	islices "github.com/plexusnet/plexus/services/importer/slices"
+)
+
+// Defaults of a Controller.
+const (
+	DefaultWorkers     = 8
+	DefaultSourceGrace = 5 * time.Minute
+	// staleRetry is when a service whose cache is older than its last
+	// write is looked at again if no informer event comes first.
+	staleRetry = time.Second
+	// authorityPoll is how often the controller looks for sources that
+	// became authoritative (synced, or past the grace).
+	authorityPoll = time.Second
+	// sweepPage is the page size of the start-up list of slices.
+	sweepPage = 500
+)
+
+// Config configures a Controller.
+type Config struct {
+	// Store holds the exports; its notify function should call Enqueue.
+	Store *exports.Store
+	// Informers are the member cluster's caches; Tracker the record of the
+	// writes; Writer makes them.
+	Informers *kube.Informers
+	Tracker   *kube.Tracker
+	Writer    *kube.Writer
+	// Kube lists slices from the API at start-up.
+	Kube kubernetes.Interface
+	// Allocator hands out the clusterset VIPs from VIPPools (one pool per
+	// family, at most two). Without pools, a ClusterSetIP import carries
+	// the derived Service's own cluster IPs.
+	Allocator allocatorv1.AllocatorServiceClient
+	VIPPools  []string
+	// Packer packs endpoints into slices.
+	Packer *islices.Packer
+	// Recorder emits Kubernetes Events; nil emits none.
+	Recorder record.EventRecorder
+	// Workers reconcile services concurrently; DefaultWorkers when 0.
+	Workers int
+	// SourceGrace is how long, from the start of a leadership term, the
+	// slices of a source cluster the importer has not heard from are kept.
+	SourceGrace time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// TracerProvider; nil uses the global one.
+	TracerProvider trace.TracerProvider
+}
+
+// Controller reconciles imported services into the member cluster. Only a
+// running controller (the leader's, see Run) writes; Status and Statuses
+// answer on every replica.
+type Controller struct {
+	cfg     Config
+	logger  *slog.Logger
+	tracer  trace.Tracer
+	metrics *metrics
+	vips    *vipCache
+
+	mu        sync.Mutex
+	queue     workqueue.TypedRateLimitingInterface[exports.Key]
+	termStart time.Time
+	local     map[exports.Key]*local
+}
+
+// local is what only the reconciling replica knows about a service.
+type local struct {
+	reconciled       time.Time
+	namespaceMissing bool
+	problem          *Condition // a Ready=False condition that cannot be written on the object
+	invalid          map[string]error
+}
+
+// New returns a Controller.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Store == nil || cfg.Informers == nil || cfg.Tracker == nil || cfg.Writer == nil || cfg.Kube == nil || cfg.Packer == nil {
+		return nil, errors.New("controller: store, informers, tracker, writer, kube client and packer are required")
+	}
+	if len(cfg.VIPPools) > 2 {
+		return nil, fmt.Errorf("controller: at most two VIP pools (one per family), got %d", len(cfg.VIPPools))
+	}
+	if len(cfg.VIPPools) > 0 && cfg.Allocator == nil {
+		return nil, errors.New("controller: VIP pools need an allocator client")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.SourceGrace <= 0 {
+		cfg.SourceGrace = DefaultSourceGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = &record.FakeRecorder{}
+	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	c := &Controller{
+		cfg:    cfg,
+		logger: cfg.Logger,
+		tracer: tp.Tracer("github.com/plexusnet/plexus/services/importer/controller"),
+		vips:   newVIPCache(cfg.Allocator, cfg.VIPPools),
+		local:  map[exports.Key]*local{},
+	}
+	m, err := newMetrics(cfg.Registerer, c)
+	if err != nil {
+		return nil, err
+	}
+	c.metrics = m
+	return c, nil
+}
+
+// Enqueue asks for a reconcile of key; it does nothing while the
+// controller is not running (a new term reconciles everything anyway).
+func (c *Controller) Enqueue(key exports.Key) {
+	c.mu.Lock()
+	q := c.queue
+	c.mu.Unlock()
+	if q != nil {
+		q.Add(key)
+	}
+}
+
+// EnqueueNamespace asks for a reconcile of every service of a namespace
+// that just appeared.
+func (c *Controller) EnqueueNamespace(ns string) {
+	for _, k := range c.cfg.Store.Keys() {
+		if k.Namespace == ns {
+			c.Enqueue(k)
+		}
+	}
+}
+
+func (c *Controller) queueLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.queue == nil {
+		return 0
+	}
+	return c.queue.Len()
+}
+
+// Running reports whether a term is running.
+func (c *Controller) Running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queue != nil
+}
+
+// Run reconciles until term ends: it is one leadership term. It waits for
+// the caches, removes orphaned slices (see the package documentation),
+// reconciles every known service, then follows changes.
+func (c *Controller) Run(term context.Context) error {
+	if !c.cfg.Informers.WaitForSync(term) {
+		return term.Err()
+	}
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[exports.Key](10*time.Millisecond, time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[exports.Key]{Name: "importer"})
+	c.mu.Lock()
+	if c.queue != nil {
+		c.mu.Unlock()
+		q.ShutDown()
+		return errors.New("controller: a term is already running")
+	}
+	c.queue, c.termStart = q, time.Now()
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.queue, c.termStart = nil, time.Time{}
+		c.mu.Unlock()
+	}()
+
+	c.logger.Info("importer term started", "source_grace", c.cfg.SourceGrace, "workers", c.cfg.Workers)
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() { c.worker(term, q) })
+	}
+	c.enqueueAll()
+	last := c.authority()
+	c.sweepUntilDone(term)
+	t := time.NewTicker(authorityPoll)
+	defer t.Stop()
+	for done := false; !done; {
+		select {
+		case <-term.Done():
+			done = true
+		case <-t.C:
+			if a := c.authority(); a != last {
+				c.logger.Info("source authority changed", "authoritative", a)
+				last = a
+				c.sweepUntilDone(term)
+				c.enqueueAll()
+			}
+		}
+	}
+	q.ShutDown()
+	wg.Wait()
+	c.logger.Info("importer term ended")
+	return nil
+}
+
+// enqueueAll queues every service the controller knows of: exported ones,
+// and those with objects in the member cluster.
+func (c *Controller) enqueueAll() {
+	seen := map[exports.Key]bool{}
+	add := func(k exports.Key) {
+		if !seen[k] {
+			seen[k] = true
+			c.Enqueue(k)
+		}
+	}
+	for _, k := range c.cfg.Store.Keys() {
+		add(k)
+	}
+	for _, k := range c.cfg.Informers.SliceServices() {
+		add(k)
+	}
+	for _, si := range c.cfg.Informers.Imports() {
+		add(exports.Key{Namespace: si.Namespace, Name: si.Name})
+	}
+}
+
+// authority renders which clusters may lose slices: the synced sources,
+// and every cluster once the grace has passed.
+func (c *Controller) authority() string {
+	if c.graceOver() {
+		return "all"
+	}
+	var synced []string
+	for name, st := range c.cfg.Store.Sources() {
+		if st.Synced {
+			synced = append(synced, name)
+		}
+	}
+	slices.Sort(synced)
+	return strings.Join(synced, ",")
+}
+
+func (c *Controller) graceOver() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.termStart.IsZero() && time.Since(c.termStart) >= c.cfg.SourceGrace
+}
+
+// authoritative reports whether what the importer knows of cluster is the
+// cluster's last word, so that slices it does not ask for are orphans: a
+// configured source once it delivered a snapshot in this process, any other
+// cluster (a source never reached, a cluster that pushed before a restart)
+// once the grace has passed.
+func (c *Controller) authoritative(cluster string) bool {
+	if st, ok := c.cfg.Store.Source(cluster); ok && st.Synced {
+		return true
+	}
+	return c.graceOver()
+}
+
+// sweepUntilDone runs the orphan sweep, retrying while the API cannot be
+// listed.
+func (c *Controller) sweepUntilDone(term context.Context) {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
+		err := c.sweep(term)
+		if err == nil || term.Err() != nil {
+			return
+		}
+		c.logger.Warn("orphan sweep failed; retrying", "error", err, "retry_in", backoff)
+		select {
+		case <-term.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// sweep lists the importer's slices from the API, not from the cache, and
+// deletes those of an authoritative cluster that no export asks for. It
+// queues every service it finds, so their ServiceImports and derived
+// Services are put right too.
+func (c *Controller) sweep(ctx context.Context) error {
+	ctx, span := c.tracer.Start(ctx, "importer.sweep")
+	defer span.End()
+	var deleted, kept int
+	opts := metav1.ListOptions{LabelSelector: kube.SliceSelector(), Limit: sweepPage}
+	for {
+		list, err := c.cfg.Kube.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list the importer's EndpointSlices: %w", err)
+		}
+		for i := range list.Items {
+			s := &list.Items[i]
+			switch c.orphan(s) {
+			case orphanDelete:
+				key := exports.Key{Namespace: s.Namespace, Name: s.Labels[mcsnames.LabelMCSServiceName]}
+				if err := c.cfg.Writer.DeleteSlice(ctx, key, s); err != nil {
+					c.logger.Warn("orphaned slice not deleted", "slice", s.Namespace+"/"+s.Name, "error", err)
+					kept++
+				} else {
+					deleted++
+					c.metrics.orphans.Inc()
+					c.logger.Info("orphaned slice deleted", "slice", s.Namespace+"/"+s.Name,
+						"service", key, "cluster", s.Labels[mcsnames.LabelSourceCluster])
+				}
+				c.Enqueue(key)
+			case orphanWait:
+				kept++
+			case orphanNo:
+				c.Enqueue(exports.Key{Namespace: s.Namespace, Name: s.Labels[mcsnames.LabelMCSServiceName]})
+			}
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	if deleted > 0 || kept > 0 {
+		c.logger.Info("orphan sweep done", "deleted", deleted, "waiting_for_sources", kept)
+	}
+	return nil
+}
+
+type orphanVerdict int
+
+const (
+	orphanNo orphanVerdict = iota
+	orphanDelete
+	orphanWait
+)
+
+func (c *Controller) orphan(s *discovery.EndpointSlice) orphanVerdict {
+	name, cluster := s.Labels[mcsnames.LabelMCSServiceName], s.Labels[mcsnames.LabelSourceCluster]
+	if name == "" || cluster == "" {
+		// Not one the importer made, whatever its manager label says.
+		return orphanWait
+	}
+	if svc, ok := c.cfg.Store.Get(exports.Key{Namespace: s.Namespace, Name: name}); ok {
+		if _, ok := svc.Export(cluster); ok {
+			return orphanNo
+		}
+	}
+	if !c.authoritative(cluster) {
+		return orphanWait
+	}
+	return orphanDelete
+}
+
+func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingInterface[exports.Key]) {
+	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			return
+		}
+		func() {
+			defer q.Done(key)
+			start := time.Now()
+			after, err := c.reconcile(ctx, key)
+			result := "ok"
+			switch {
+			case err != nil && ctx.Err() != nil:
+				result = "canceled"
+			case err != nil:
+				result = "error"
+				c.logger.Warn("reconcile failed; retrying", "service", key, "error", err, "retries", q.NumRequeues(key))
+				q.AddRateLimited(key)
+			case after > 0:
+				result = "requeued"
+				q.Forget(key)
+				q.AddAfter(key, after)
+			default:
+				q.Forget(key)
+			}
+			c.metrics.reconcile.WithLabelValues(result).Observe(time.Since(start).Seconds())
+		}()
+	}
+}
+
+func (c *Controller) localOf(key exports.Key) *local {
+	l := c.local[key]
+	if l == nil {
+		l = &local{}
+		c.local[key] = l
+	}
+	return l
+}
+
+// metrics are the controller's Prometheus metrics.
+type metrics struct {
+	latency   prometheus.Histogram
+	reconcile *prometheus.HistogramVec
+	stale     prometheus.Counter
+	orphans   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
+	m := &metrics{
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "plexus_importer_export_import_duration_seconds",
+			Help: "From the observation of an export change at the source to the last EndpointSlice write for it in this cluster.",
+			Buckets: []float64{.005, .01, .02, .03, .05, .075, .1, .15, .2, .3, .5, .75,
+				1, 2, 5, 10, 30, 60, 300},
+		}),
+		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "plexus_importer_reconcile_duration_seconds",
+			Help:    "Time to reconcile one service, by result (ok, requeued, error, canceled).",
+			Buckets: prometheus.ExponentialBuckets(.0005, 2.5, 14),
+		}, []string{"result"}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "plexus_importer_stale_cache_total",
+			Help: "Reconciles put off because the cache was older than the importer's own last write.",
+		}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "plexus_importer_orphaned_slices_deleted_total",
+			Help: "EndpointSlices deleted by the start-up sweep because no source asks for them.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_importer_queue_depth",
+		Help: "Services waiting to be reconciled.",
+	}, func() float64 { return float64(c.queueLen()) })
+	imports := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_importer_services",
+		Help: "Services exported by at least one source cluster.",
+	}, func() float64 { return float64(c.cfg.Store.Len()) })
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_importer_unobserved_writes",
+		Help: "The importer's writes not yet seen in its informer caches.",
+	}, func() float64 { return float64(c.cfg.Tracker.Len()) })
+	for _, col := range []prometheus.Collector{m.latency, m.reconcile, m.stale, m.orphans, depth, imports, pending} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register controller metrics: %w", err)
+		}
+	}
+	return m, nil
+}

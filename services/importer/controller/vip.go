@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	"github.com/plexusnet/plexus/internal/mcsnames"
+	"github.com/plexusnet/plexus/services/importer/exports"
+)
+
+// vipCache allocates clusterset VIPs and remembers them. An allocation is
+// idempotent per owner, so asking again is always safe; the cache only
+// saves the round trip on every reconcile. The importer never releases a
+// VIP: repair does, once no cluster exports the service any more.
+type vipCache struct {
+	client allocatorv1.AllocatorServiceClient
+	pools  []string
+
+	mu    sync.Mutex
+	cache map[exports.Key][]string
+}
+
+func newVIPCache(client allocatorv1.AllocatorServiceClient, pools []string) *vipCache {
+	return &vipCache{client: client, pools: pools, cache: map[exports.Key][]string{}}
+}
+
+// enabled reports whether VIPs come from the allocator.
+func (v *vipCache) enabled() bool { return len(v.pools) > 0 }
+
+// Owner returns the allocator owner of a clusterset service's VIPs: no
+// cluster, so every member cluster's importer gets the same addresses.
+func Owner(key exports.Key) *allocatorv1.Owner {
+	return &allocatorv1.Owner{Kind: mcsnames.OwnerKindClusterSetService, Namespace: key.Namespace, Name: key.Name}
+}
+
+// get returns the service's VIPs, IPv4 first, allocating them in one
+// all-or-nothing batch: a dual-stack service gets both families or none.
+func (v *vipCache) get(ctx context.Context, key exports.Key) ([]string, error) {
+	v.mu.Lock()
+	ips, ok := v.cache[key]
+	v.mu.Unlock()
+	if ok {
+		return ips, nil
+	}
+	req := &allocatorv1.BatchAllocateRequest{}
+	for _, p := range v.pools {
+		req.Requests = append(req.Requests, &allocatorv1.AllocateRequest{Pool: p, Owner: Owner(key)})
+	}
+	resp, err := v.client.BatchAllocate(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("allocate the clusterset VIPs of %s from %v: %w", key, v.pools, err)
+	}
+	for _, a := range resp.GetAllocations() {
+		ips = append(ips, a.GetAddress())
+	}
+	ips = sortVIPs(ips)
+	v.mu.Lock()
+	v.cache[key] = ips
+	v.mu.Unlock()
+	return ips, nil
+}
+
+// peek returns the cached VIPs, if any.
+func (v *vipCache) peek(key exports.Key) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.cache[key]
+}
+
+// forget drops a service that is no longer imported, so a later import
+// asks the allocator again (repair may have released the old VIPs).
+func (v *vipCache) forget(key exports.Key) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.cache, key)
+}

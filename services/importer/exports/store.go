@@ -1,0 +1,507 @@
+package exports
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+)
+
+// Errors of the Store.
+var (
+	// ErrInvalidName means a service name is not
+	// "namespaces/{namespace}/services/{name}" with valid parts.
+	ErrInvalidName = errors.New("service name must look like namespaces/{namespace}/services/{name}")
+	// ErrNoEndpoints means an update carries no endpoint set.
+	ErrNoEndpoints = errors.New("update carries no endpoint set")
+	// ErrNotExported means the endpoint set does not say the service is
+	// exported.
+	ErrNotExported = errors.New("the service is not exported")
+)
+
+// maxLinks bounds the trace contexts kept for one service's next
+// reconcile: a burst of changes links to its first few, which is enough to
+// follow it in a trace viewer.
+const maxLinks = 8
+
+// Key names a clusterset service.
+type Key struct {
+	Namespace string
+	Name      string
+}
+
+// String returns "namespace/name".
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// Compare orders keys by namespace, then name.
+func (k Key) Compare(o Key) int {
+	return cmp.Or(strings.Compare(k.Namespace, o.Namespace), strings.Compare(k.Name, o.Name))
+}
+
+// ServiceName returns the membership resource name of the exported
+// service, "namespaces/{namespace}/services/{name}".
+func (k Key) ServiceName() string { return "namespaces/" + k.Namespace + "/services/" + k.Name }
+
+// ParseServiceName reads "namespaces/{namespace}/services/{name}"; the
+// namespace must be a DNS label and the name a DNS-1035 label, as a
+// Service's name must be.
+func ParseServiceName(name string) (Key, error) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 || parts[0] != "namespaces" || parts[2] != "services" {
+		return Key{}, fmt.Errorf("%q: %w", name, ErrInvalidName)
+	}
+	if msgs := validation.IsDNS1123Label(parts[1]); len(msgs) > 0 {
+		return Key{}, fmt.Errorf("%q: namespace: %s: %w", name, strings.Join(msgs, "; "), ErrInvalidName)
+	}
+	if msgs := validation.IsDNS1035Label(parts[3]); len(msgs) > 0 {
+		return Key{}, fmt.Errorf("%q: name: %s: %w", name, strings.Join(msgs, "; "), ErrInvalidName)
+	}
+	return Key{Namespace: parts[1], Name: parts[3]}, nil
+}
+
+// Origin says where an export came from.
+type Origin string
+
+// Origins of an export.
+const (
+	// OriginWatch is a configured source's WatchServices stream.
+	OriginWatch Origin = "watch"
+	// OriginPush is the ApplyImport API.
+	OriginPush Origin = "push"
+)
+
+// Update is one cluster's endpoint set of one service, as received.
+type Update struct {
+	// Endpoints is the full endpoint set; the Store keeps it as it is, so
+	// the caller must not modify it afterwards.
+	Endpoints *membershipv1.ServiceEndpoints
+	// Revision is the source's revision of the change (0 for pushes).
+	Revision uint64
+	// ObserveTime is when the change was observed at the source; zero
+	// means unknown (the receive time is used).
+	ObserveTime time.Time
+	// TraceContext is the W3C trace context of the change, if any.
+	TraceContext map[string]string
+}
+
+// Export is one cluster's contribution to one service.
+type Export struct {
+	// Cluster is the source cluster.
+	Cluster string
+	// Origin is where the contribution came from.
+	Origin Origin
+	// Endpoints is the endpoint set; shared, never modified.
+	Endpoints *membershipv1.ServiceEndpoints
+	// Revision is the revision of the last update received.
+	Revision uint64
+	// ObserveTime is the observation time of the last change.
+	ObserveTime time.Time
+	// ReceiveTime is when the last update arrived.
+	ReceiveTime time.Time
+	// Generation counts the changes of the contribution in this process.
+	Generation uint64
+}
+
+// Service is the exports of one service, sorted by cluster.
+type Service struct {
+	Key     Key
+	Exports []Export
+}
+
+// Export returns the export of cluster, if any.
+func (s Service) Export(cluster string) (Export, bool) {
+	i, ok := slices.BinarySearchFunc(s.Exports, cluster, func(e Export, c string) int { return strings.Compare(e.Cluster, c) })
+	if !ok {
+		return Export{}, false
+	}
+	return s.Exports[i], true
+}
+
+// SourceState is what the Store knows about a configured source cluster.
+type SourceState struct {
+	// Synced is true once the source delivered a complete snapshot in this
+	// process; from then on its exports are its own last word, even while
+	// it is unreachable.
+	Synced bool
+	// Connected is true while the source's stream is up.
+	Connected bool
+	// LastHeard is when the source was last known to be reachable: the
+	// last event, or the moment its stream was last known to be up.
+	LastHeard time.Time
+}
+
+// Pending is what a reconcile of one service must account for.
+type Pending struct {
+	// Since maps each cluster with a change not yet written to the oldest
+	// observation time among its changes.
+	Since map[string]time.Time
+	// Links are the trace contexts of those changes, oldest first, at most
+	// a few.
+	Links []map[string]string
+}
+
+// Empty reports whether nothing is pending.
+func (p Pending) Empty() bool { return len(p.Since) == 0 && len(p.Links) == 0 }
+
+// merge adds o to p: the older time per cluster, links up to the bound.
+func (p *Pending) merge(o Pending) {
+	for c, t := range o.Since {
+		p.note(c, t, nil)
+	}
+	for _, l := range o.Links {
+		if len(p.Links) >= maxLinks {
+			break
+		}
+		p.Links = append(p.Links, l)
+	}
+}
+
+func (p *Pending) note(cluster string, observed time.Time, link map[string]string) {
+	if p.Since == nil {
+		p.Since = map[string]time.Time{}
+	}
+	if old, ok := p.Since[cluster]; !ok || observed.Before(old) {
+		p.Since[cluster] = observed
+	}
+	if len(link) > 0 && len(p.Links) < maxLinks {
+		p.Links = append(p.Links, link)
+	}
+}
+
+type service struct {
+	exports map[string]*Export
+	pending Pending
+}
+
+// Store holds the exports. It is safe for concurrent use.
+type Store struct {
+	notify func(Key)
+	now    func() time.Time
+
+	mu        sync.RWMutex
+	services  map[Key]*service
+	byCluster map[string]map[Key]struct{}
+	sources   map[string]*SourceState
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock replaces time.Now (tests).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// New returns an empty Store that calls notify (which must not block for
+// long and must not call back into the Store) with the key of every
+// service whose exports changed.
+func New(notify func(Key), opts ...Option) *Store {
+	if notify == nil {
+		notify = func(Key) {}
+	}
+	s := &Store{
+		notify:    notify,
+		now:       time.Now,
+		services:  map[Key]*service{},
+		byCluster: map[string]map[Key]struct{}{},
+		sources:   map[string]*SourceState{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// AddSource registers a configured (watched) source cluster.
+func (s *Store) AddSource(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sources[cluster]; !ok {
+		s.sources[cluster] = &SourceState{}
+	}
+}
+
+// IsSource reports whether cluster is a configured source.
+func (s *Store) IsSource(cluster string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.sources[cluster]
+	return ok
+}
+
+// Source returns the state of a configured source.
+func (s *Store) Source(cluster string) (SourceState, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, ok := s.sources[cluster]
+	if !ok {
+		return SourceState{}, false
+	}
+	return *st, true
+}
+
+// Sources returns the states of every configured source.
+func (s *Store) Sources() map[string]SourceState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]SourceState, len(s.sources))
+	for c, st := range s.sources {
+		out[c] = *st
+	}
+	return out
+}
+
+// SetConnected records that a source's stream went up or down at time at.
+func (s *Store) SetConnected(cluster string, connected bool, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.sources[cluster]
+	if !ok {
+		return
+	}
+	st.Connected = connected
+	if at.After(st.LastHeard) {
+		st.LastHeard = at
+	}
+}
+
+// Heard records that a source was heard from at time at.
+func (s *Store) Heard(cluster string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.sources[cluster]; ok && at.After(st.LastHeard) {
+		st.LastHeard = at
+	}
+}
+
+// Upsert stores one cluster's endpoint set of a service. An endpoint set
+// that does not say the service is exported withdraws it. It returns the
+// service's key and whether anything changed.
+func (s *Store) Upsert(cluster string, origin Origin, u Update) (Key, bool, error) {
+	if u.Endpoints == nil {
+		return Key{}, false, ErrNoEndpoints
+	}
+	key, err := ParseServiceName(u.Endpoints.GetService())
+	if err != nil {
+		return Key{}, false, err
+	}
+	if !u.Endpoints.GetExport().GetExported() {
+		return key, s.Withdraw(cluster, key, u.ObserveTime, u.TraceContext), nil
+	}
+	s.mu.Lock()
+	changed := s.upsertLocked(cluster, origin, key, u)
+	s.mu.Unlock()
+	if changed {
+		s.notify(key)
+	}
+	return key, changed, nil
+}
+
+func (s *Store) upsertLocked(cluster string, origin Origin, key Key, u Update) bool {
+	now := s.now()
+	observed := u.ObserveTime
+	if observed.IsZero() {
+		observed = now
+	}
+	svc := s.services[key]
+	if svc == nil {
+		svc = &service{exports: map[string]*Export{}}
+		s.services[key] = svc
+	}
+	prev := svc.exports[cluster]
+	if prev != nil && prev.Origin == origin && proto.Equal(prev.Endpoints, u.Endpoints) {
+		prev.Revision, prev.ReceiveTime = u.Revision, now
+		return false
+	}
+	e := &Export{Cluster: cluster, Origin: origin, Endpoints: u.Endpoints, Revision: u.Revision,
+		ObserveTime: observed, ReceiveTime: now, Generation: 1}
+	if prev != nil {
+		e.Generation = prev.Generation + 1
+	}
+	svc.exports[cluster] = e
+	svc.pending.note(cluster, observed, u.TraceContext)
+	keys := s.byCluster[cluster]
+	if keys == nil {
+		keys = map[Key]struct{}{}
+		s.byCluster[cluster] = keys
+	}
+	keys[key] = struct{}{}
+	return true
+}
+
+// Withdraw removes cluster's contribution to a service, observed at
+// observed (zero: now). It reports whether there was one.
+func (s *Store) Withdraw(cluster string, key Key, observed time.Time, traceContext map[string]string) bool {
+	s.mu.Lock()
+	removed := s.withdrawLocked(cluster, key, observed, traceContext)
+	s.mu.Unlock()
+	if removed {
+		s.notify(key)
+	}
+	return removed
+}
+
+func (s *Store) withdrawLocked(cluster string, key Key, observed time.Time, traceContext map[string]string) bool {
+	svc := s.services[key]
+	if svc == nil || svc.exports[cluster] == nil {
+		return false
+	}
+	if observed.IsZero() {
+		observed = s.now()
+	}
+	delete(svc.exports, cluster)
+	delete(s.byCluster[cluster], key)
+	svc.pending.note(cluster, observed, traceContext)
+	// The entry stays while something is pending, so the reconcile that
+	// removes the service's objects still gets its latency and links.
+	return true
+}
+
+// Replace makes updates the complete set of services cluster exports
+// through origin: services it exported before that are missing from
+// updates are withdrawn. It returns how many services changed. Updates
+// that do not parse are skipped and returned as errors.
+func (s *Store) Replace(cluster string, origin Origin, updates []Update) (int, error) {
+	var errs []error
+	var changed []Key
+	s.mu.Lock()
+	now := s.now()
+	seen := make(map[Key]struct{}, len(updates))
+	for _, u := range updates {
+		if u.Endpoints == nil {
+			errs = append(errs, ErrNoEndpoints)
+			continue
+		}
+		key, err := ParseServiceName(u.Endpoints.GetService())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !u.Endpoints.GetExport().GetExported() {
+			continue
+		}
+		seen[key] = struct{}{}
+		if s.upsertLocked(cluster, origin, key, u) {
+			changed = append(changed, key)
+		}
+	}
+	for key := range s.byCluster[cluster] {
+		if _, ok := seen[key]; ok {
+			continue
+		}
+		if e := s.services[key].exports[cluster]; e == nil || e.Origin != origin {
+			continue
+		}
+		if s.withdrawLocked(cluster, key, now, nil) {
+			changed = append(changed, key)
+		}
+	}
+	if st, ok := s.sources[cluster]; ok && origin == OriginWatch {
+		st.Synced = true
+		st.LastHeard = now
+	}
+	s.mu.Unlock()
+	for _, k := range changed {
+		s.notify(k)
+	}
+	return len(changed), errors.Join(errs...)
+}
+
+// Get returns the exports of a service; false when no cluster exports it.
+func (s *Store) Get(key Key) (Service, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	svc := s.services[key]
+	if svc == nil || len(svc.exports) == 0 {
+		return Service{Key: key}, false
+	}
+	out := Service{Key: key, Exports: make([]Export, 0, len(svc.exports))}
+	for _, e := range svc.exports {
+		out.Exports = append(out.Exports, *e)
+	}
+	slices.SortFunc(out.Exports, func(a, b Export) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return out, true
+}
+
+// Clusters returns the clusters that export any service through origin.
+func (s *Store) Clusters(origin Origin) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for c, keys := range s.byCluster {
+		for k := range keys {
+			if e := s.services[k].exports[c]; e != nil && e.Origin == origin {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Keys returns the services that some cluster exports, sorted.
+func (s *Store) Keys() []Key {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Key, 0, len(s.services))
+	for k, svc := range s.services {
+		if len(svc.exports) > 0 {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, Key.Compare)
+	return out
+}
+
+// Len returns the number of services some cluster exports.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for _, svc := range s.services {
+		if len(svc.exports) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TakePending returns and clears what is pending for a service. A
+// reconcile that fails gives it back with RestorePending.
+func (s *Store) TakePending(key Key) Pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.services[key]
+	if svc == nil {
+		return Pending{}
+	}
+	p := svc.pending
+	svc.pending = Pending{}
+	if len(svc.exports) == 0 {
+		delete(s.services, key)
+	}
+	return p
+}
+
+// RestorePending gives back what a failed reconcile took, merged with
+// whatever arrived in the meantime.
+func (s *Store) RestorePending(key Key, p Pending) {
+	if p.Empty() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.services[key]
+	if svc == nil {
+		svc = &service{exports: map[string]*Export{}}
+		s.services[key] = svc
+	}
+	svc.pending.merge(p)
+}

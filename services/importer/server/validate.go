@@ -1,0 +1,156 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
+	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	"github.com/plexusnet/plexus/internal/apierr"
+	"github.com/plexusnet/plexus/internal/netparse"
+	"github.com/plexusnet/plexus/services/importer/exports"
+)
+
+// Limits of a pushed endpoint set.
+const (
+	maxPorts     = 100
+	maxGroups    = 100
+	maxEndpoints = 10000
+	maxAddresses = 100
+)
+
+// violations collects field violations.
+type violations []apierr.FieldViolation
+
+func (v *violations) add(field, format string, args ...any) {
+	*v = append(*v, apierr.FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+func (v violations) err() error {
+	if len(v) == 0 {
+		return nil
+	}
+	return apierr.InvalidField(ReasonInvalidArgument, v...)
+}
+
+func checkLabel(v *violations, field, s string) {
+	if s == "" {
+		v.add(field, "required")
+		return
+	}
+	if msgs := validation.IsDNS1123Label(s); len(msgs) > 0 {
+		v.add(field, "%s", strings.Join(msgs, "; "))
+	}
+}
+
+// parseImportName reads "namespaces/{namespace}/serviceimports/{service}".
+func parseImportName(v *violations, field, name string) exports.Key {
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 || parts[0] != "namespaces" || parts[2] != "serviceimports" {
+		v.add(field, "must look like namespaces/{namespace}/serviceimports/{service}, got %q", name)
+		return exports.Key{}
+	}
+	key, err := exports.ParseServiceName("namespaces/" + parts[1] + "/services/" + parts[3])
+	if err != nil {
+		v.add(field, "%s", err.Error())
+	}
+	return key
+}
+
+func parseServiceName(v *violations, field, name string) exports.Key {
+	key, err := exports.ParseServiceName(name)
+	if err != nil {
+		v.add(field, "%s", err.Error())
+	}
+	return key
+}
+
+func checkPort(v *violations, field string, port int32, name string, proto membershipv1.Protocol) {
+	if port < 1 || port > 65535 {
+		v.add(field+".port", "must be between 1 and 65535, got %d", port)
+	}
+	if name != "" {
+		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+			v.add(field+".name", "%s", strings.Join(msgs, "; "))
+		}
+	}
+	if _, ok := membershipv1.Protocol_name[int32(proto)]; !ok {
+		v.add(field+".protocol", "unknown protocol %d", proto)
+	}
+}
+
+// validateApply checks a push the way the importer would otherwise find out
+// only when the API server refuses its writes.
+func (s *Server) validateApply(req *importerv1.ApplyImportRequest) error {
+	var v violations
+	eps := req.GetEndpoints()
+	if eps == nil {
+		v.add("endpoints", "required")
+		return v.err()
+	}
+	parseServiceName(&v, "endpoints.service", eps.GetService())
+	checkLabel(&v, "endpoints.cluster", eps.GetCluster())
+	if c := eps.GetCluster(); c != "" && s.cfg.Store.IsSource(c) {
+		v.add("endpoints.cluster", "%s is a configured source; its exports come from its stream", c)
+	}
+	if !eps.GetExport().GetExported() {
+		v.add("endpoints.export.exported", "must be true; use WithdrawImport to stop exporting")
+	}
+	if t := eps.GetExport().GetType(); t != membershipv1.ServiceType_SERVICE_TYPE_UNSPECIFIED &&
+		t != membershipv1.ServiceType_SERVICE_TYPE_CLUSTER_SET_IP && t != membershipv1.ServiceType_SERVICE_TYPE_HEADLESS {
+		v.add("endpoints.export.type", "unknown type %d", t)
+	}
+	if len(eps.GetPorts()) > maxPorts {
+		v.add("endpoints.ports", "at most %d ports", maxPorts)
+	}
+	for i, p := range eps.GetPorts() {
+		checkPort(&v, fmt.Sprintf("endpoints.ports[%d]", i), p.GetPort(), p.GetName(), p.GetProtocol())
+	}
+	if len(eps.GetGroups()) > maxGroups {
+		v.add("endpoints.groups", "at most %d groups", maxGroups)
+	}
+	total := 0
+	for i, g := range eps.GetGroups() {
+		field := fmt.Sprintf("endpoints.groups[%d]", i)
+		v6 := false
+		switch g.GetAddressType() {
+		case membershipv1.AddressType_ADDRESS_TYPE_IPV4:
+		case membershipv1.AddressType_ADDRESS_TYPE_IPV6:
+			v6 = true
+		default:
+			v.add(field+".address_type", "must be IPv4 or IPv6")
+		}
+		if len(g.GetPorts()) > maxPorts {
+			v.add(field+".ports", "at most %d ports", maxPorts)
+		}
+		for j, p := range g.GetPorts() {
+			checkPort(&v, fmt.Sprintf("%s.ports[%d]", field, j), p.GetPort(), p.GetName(), p.GetProtocol())
+		}
+		total += len(g.GetEndpoints())
+		for j, ep := range g.GetEndpoints() {
+			f := fmt.Sprintf("%s.endpoints[%d].addresses", field, j)
+			if n := len(ep.GetAddresses()); n == 0 || n > maxAddresses {
+				v.add(f, "between 1 and %d addresses, got %d", maxAddresses, n)
+			}
+			for _, a := range ep.GetAddresses() {
+				ip, err := netparse.ParseAddr(a)
+				switch {
+				case err != nil:
+					v.add(f, "%s", err.Error())
+				case ip.Is6() != v6:
+					v.add(f, "%s is not of the group's address type", a)
+				}
+			}
+			if len(v) > 20 {
+				v.add("endpoints", "more errors left out")
+				return v.err()
+			}
+		}
+	}
+	if total > maxEndpoints {
+		v.add("endpoints.groups", "at most %d endpoints, got %d", maxEndpoints, total)
+	}
+	return v.err()
+}

@@ -1,0 +1,421 @@
+// Package service assembles the importer on the shared server runtime:
+// the exports store, one stream per --source, the member cluster's
+// informers, the writer and tracker, the allocator connection, the
+// controller, leader election, readiness and the gRPC API. The command's
+// main and in-process tests both start it with Setup.
+//
+// # Leadership
+//
+// With --leader-elect (the default) the replicas elect one leader through a
+// Lease (client-go, released on shutdown). Every replica follows the
+// sources and keeps its caches warm; only the leader runs the controller
+// and accepts pushes. Leader election does not fence: the writes of a
+// deposed leader still in flight carry resourceVersion preconditions.
+//
+// # Readiness
+//
+// /readyz lists "informers" (the member cluster's caches are synced),
+// "leader-election" (a leader is known; it passes on the leader and on
+// followers alike, so followers keep serving reads) and, with --vip-pool,
+// "allocator". An unreachable source does not make the importer unready:
+// its last known endpoints stay imported, marked stale. Leadership is
+// exported as plexus_importer_leader (1 on the leader), source health as
+// plexus_importer_source_connected.
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/services/importer/controller"
+	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/kube"
+	iserver "github.com/plexusnet/plexus/services/importer/server"
+	islices "github.com/plexusnet/plexus/services/importer/slices"
+	"github.com/plexusnet/plexus/services/importer/sources"
+)
+
+// Setup wires the importer onto rt. Everything it starts stops when ctx
+// ends; the cleanup waits for it and closes the connections.
+func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := rt.Config
+	srcSpecs, err := parseSources(o.Sources)
+	if err != nil {
+		return nil, fmt.Errorf("--source: %w", err)
+	}
+	pools, err := poolNames(o.VIPPools)
+	if err != nil {
+		return nil, fmt.Errorf("--vip-pool: %w", err)
+	}
+	restCfg, err := o.kubeConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kubeClient, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	mcs, err := mcsclient.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("mcs-api client: %w", err)
+	}
+	reg := rt.Server.Registry()
+
+	var conns []interface{ Close() error }
+	closeAll := func() {
+		for _, c := range conns {
+			if err := c.Close(); err != nil {
+				rt.Logger.Warn("close connection", "error", err)
+			}
+		}
+	}
+	fail := func(err error) (func(), error) {
+		closeAll()
+		return nil, err
+	}
+
+	identity := o.identity
+	if identity == "" {
+		if identity, err = newIdentity(); err != nil {
+			return nil, err
+		}
+	}
+
+	var ctrl *controller.Controller
+	store := exports.New(func(k exports.Key) {
+		if ctrl != nil {
+			ctrl.Enqueue(k)
+		}
+	})
+	tracker := kube.NewTracker(0)
+	informers, err := kube.NewInformers(kubeClient, mcs, tracker)
+	if err != nil {
+		return nil, err
+	}
+	writer, err := kube.NewWriter(kubeClient, mcs, tracker, reg)
+	if err != nil {
+		return nil, err
+	}
+	packer, err := islices.New(islices.WithMaxEndpointsPerSlice(o.MaxEndpointsPerSlice))
+	if err != nil {
+		return nil, fmt.Errorf("--max-endpoints-per-slice: %w", err)
+	}
+	var alloc allocatorv1.AllocatorServiceClient
+	if len(pools) > 0 {
+		conn, err := dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...)
+		if err != nil {
+			return nil, fmt.Errorf("allocator connection: %w", err)
+		}
+		conns = append(conns, conn)
+		alloc = allocatorv1.NewAllocatorServiceClient(conn)
+		rt.Server.AddReadinessCheck("allocator", dial.HealthCheck(conn, "plexus.allocator.v1.AllocatorService"))
+	}
+
+	// Not bound to ctx: the lease release on shutdown still records its
+	// Event; the cleanup shuts the broadcaster down after it.
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kubeClient.CoreV1().Events(metav1.NamespaceAll)})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "plexus-importer", Host: identity})
+	closeAll0 := closeAll
+	closeAll = func() {
+		broadcaster.Shutdown()
+		closeAll0()
+	}
+
+	ctrl, err = controller.New(controller.Config{
+		Store: store, Informers: informers, Tracker: tracker, Writer: writer, Kube: kubeClient,
+		Allocator: alloc, VIPPools: pools, Packer: packer, Recorder: recorder,
+		Workers: o.Workers, SourceGrace: o.SourceGrace,
+		Logger: rt.Logger.With("component", "controller"), Registerer: reg,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := informers.AddHandlers(kube.Handlers{Service: ctrl.Enqueue, Namespace: ctrl.EnqueueNamespace}); err != nil {
+		return fail(err)
+	}
+
+	srcMetrics, err := sources.NewMetrics(reg)
+	if err != nil {
+		return fail(err)
+	}
+	var srcs []*sources.Source
+	for _, s := range srcSpecs {
+		store.AddSource(s.name)
+		// The source's loop retries with its own backoff and reports
+		// every failure; retries inside the call would only hide an
+		// unreachable source for a while.
+		conn, err := dial.New(s.addr, append(dial.FromConfig(cfg), dial.WithoutRetry())...)
+		if err != nil {
+			return fail(fmt.Errorf("source %s: %w", s.name, err))
+		}
+		conns = append(conns, conn)
+		src, err := sources.New(sources.Config{Name: s.name, Addr: s.addr, Conn: conn, Sink: store,
+			Logger: rt.Logger.With("component", "source"), Metrics: srcMetrics})
+		if err != nil {
+			return fail(err)
+		}
+		srcs = append(srcs, src)
+	}
+
+	lead, err := newLeadership(identity, reg)
+	if err != nil {
+		return fail(err)
+	}
+	api, err := iserver.New(iserver.Config{Imports: ctrl, Store: store, Leader: lead, Synced: informers.HasSynced})
+	if err != nil {
+		return fail(err)
+	}
+	api.Register(rt.Server.GRPC())
+
+	// Until the caches are synced every read would be NOT_SYNCED.
+	rt.Server.SetServing(iserver.ServiceName, false)
+	rt.Server.AddReadinessCheck("informers", func(context.Context) error {
+		if !informers.HasSynced() {
+			return errors.New("informer caches not synced yet")
+		}
+		return nil
+	})
+	rt.Server.AddReadinessCheck("leader-election", lead.check)
+
+	logger := rt.Logger.With("identity", identity)
+	informers.Start(ctx)
+	var wg sync.WaitGroup
+	for _, src := range srcs {
+		wg.Go(func() { src.Run(ctx) })
+	}
+	wg.Go(func() {
+		if informers.WaitForSync(ctx) {
+			rt.Server.SetServing(iserver.ServiceName, true)
+			logger.Info("importer caches synced", "sources", len(srcs))
+		}
+	})
+	term := func(term context.Context) {
+		if err := ctrl.Run(term); err != nil && term.Err() == nil {
+			logger.Error("controller stopped", "error", err)
+		}
+	}
+	if o.LeaderElect {
+		lock := &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaseNamespace, Name: o.LeaseName},
+			Client:     kubeClient.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder},
+		}
+		wg.Go(func() { lead.campaign(ctx, lock, o, term, logger) })
+	} else {
+		lead.start()
+		wg.Go(func() {
+			term(ctx)
+			lead.stop()
+		})
+	}
+	return func() {
+		wg.Wait()
+		closeAll()
+	}, nil
+}
+
+// leadership follows this replica's leader election.
+type leadership struct {
+	identity string
+	gauge    prometheus.Gauge
+
+	mu      sync.Mutex
+	leading bool
+	leader  string // the last leader observed
+}
+
+func newLeadership(identity string, reg prometheus.Registerer) (*leadership, error) {
+	l := &leadership{identity: identity, gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "plexus_importer_leader",
+		Help:        "1 while this replica is the importer leader (the one that writes), 0 otherwise.",
+		ConstLabels: prometheus.Labels{"identity": identity},
+	})}
+	if err := reg.Register(l.gauge); err != nil {
+		return nil, fmt.Errorf("register leader metric: %w", err)
+	}
+	return l, nil
+}
+
+// Leader implements server.Leadership.
+func (l *leadership) Leader() (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leader, l.leading
+}
+
+func (l *leadership) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leading, l.leader = true, l.identity
+	l.gauge.Set(1)
+}
+
+func (l *leadership) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leading = false
+	l.gauge.Set(0)
+}
+
+func (l *leadership) observe(leader string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leader = leader
+}
+
+// check is the leader-election readiness check: it fails only while no
+// leader is known.
+func (l *leadership) check(context.Context) error {
+	if leader, _ := l.Leader(); leader == "" {
+		return errors.New("no leader observed yet")
+	}
+	return nil
+}
+
+// campaign runs for leadership until ctx ends, again after every term.
+func (l *leadership) campaign(ctx context.Context, lock resourcelock.Interface, o Options, lead func(term context.Context), logger *slog.Logger) {
+	name := o.LeaseNamespace + "/" + o.LeaseName
+	for ctx.Err() == nil {
+		var mu sync.Mutex
+		var termDone chan struct{}
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   o.LeaseDuration,
+			RenewDeadline:   o.RenewDeadline,
+			RetryPeriod:     o.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(term context.Context) {
+					done := make(chan struct{})
+					defer close(done)
+					mu.Lock()
+					termDone = done
+					mu.Unlock()
+					l.start()
+					logger.Info("became importer leader", "lease", name)
+					lead(term)
+				},
+				OnStoppedLeading: func() {
+					if _, was := l.Leader(); was {
+						logger.Warn("stopped leading the importer", "lease", name)
+					}
+					l.stop()
+				},
+				OnNewLeader: l.observe,
+			},
+		})
+		if err != nil {
+			// Validate checked the same rules.
+			logger.Error("leader election not started", "error", err)
+			return
+		}
+		le.Run(ctx)
+		// Wait for the term's workers before campaigning again, so two
+		// terms of this replica never overlap.
+		mu.Lock()
+		done := termDone
+		mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(o.RetryPeriod):
+		}
+	}
+}
+
+func newIdentity() (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("leader election identity: %w", err)
+	}
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("leader election identity: %w", err)
+	}
+	return host + "_" + hex.EncodeToString(b), nil
+}
+
+// kubeConfig builds the Kubernetes client configuration: --kubeconfig or
+// in-cluster, the QPS limits, and a transport that makes every request but
+// the long-running watches a span, a child of the reconcile that made it.
+func (o Options) kubeConfig(cfg *config.Common) (*rest.Config, error) {
+	var restCfg *rest.Config
+	var err error
+	switch {
+	case o.restConfig != nil:
+		restCfg = rest.CopyConfig(o.restConfig)
+	case cfg.Kubeconfig != "":
+		restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	default:
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = o.KubeQPS, o.KubeBurst
+	restCfg.UserAgent = "plexus-importer/" + server.Version()
+	restCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return otelhttp.NewTransport(rt,
+			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Query().Get("watch") != "true" }),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+				return "kube " + r.Method + " " + resourceOf(r.URL.Path)
+			}))
+	})
+	return restCfg, nil
+}
+
+// resourceOf shortens an API path to its resource for a span name, so spans
+// group by resource: /apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/x
+// becomes endpointslices.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	skip := 2 // api/v1
+	if len(parts) > 0 && parts[0] == "apis" {
+		skip = 3 // apis/GROUP/VERSION
+	}
+	if len(parts) <= skip {
+		return path
+	}
+	rest := parts[skip:]
+	if len(rest) > 2 && rest[0] == "namespaces" {
+		rest = rest[2:]
+	}
+	if len(rest) > 2 {
+		return rest[0] + "/" + rest[2]
+	}
+	return rest[0]
+}
