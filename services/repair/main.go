@@ -1,22 +1,27 @@
-// Command plexus-repair: finds and frees leaked allocations and orphaned slices.
+// Command plexus-repair finds leaked, duplicate and out-of-range
+// allocations and orphaned importer slices, and frees leaks without ever
+// freeing an address in use.
 package main
 
 import (
 	"context"
 
-	repairv1 "github.com/plexusnet/plexus/clients/go/plexus/repair/v1"
+	"github.com/spf13/pflag"
+
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/services/repair/service"
 )
 
 func main() {
+	opts := service.DefaultOptions()
 	server.Main(server.Spec{
-		Service: config.Repair,
-		Short:   "Plexus repair: finds and frees leaked allocations and orphaned slices",
+		Service:  config.Repair,
+		Short:    "Plexus repair: finds and frees leaked allocations and orphaned slices",
+		AddFlags: func(fs *pflag.FlagSet) { opts.AddFlags(fs) },
+		Validate: opts.Validate,
 		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			repairv1.RegisterRepairServiceServer(rt.Server.GRPC(), repairv1.UnimplementedRepairServiceServer{})
-			rt.Server.SetServing("plexus.repair.v1.RepairService", true)
-			return nil, nil
+			return service.Setup(ctx, rt, opts)
 		},
 	})
 }

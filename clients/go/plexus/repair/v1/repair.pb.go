@@ -115,21 +115,26 @@ const (
 	Action_ACTION_DRY_RUN Action = 8
 	// The orphaned slice was deleted.
 	Action_ACTION_DELETED Action = 9
+	// Deleting the orphaned slice failed, or the slice changed since the pass
+	// read it (its uid or resourceVersion precondition no longer held); it is
+	// judged again by the next pass.
+	Action_ACTION_DELETE_FAILED Action = 10
 )
 
 // Enum value maps for Action.
 var (
 	Action_name = map[int32]string{
-		0: "ACTION_UNSPECIFIED",
-		1: "ACTION_REPORTED",
-		2: "ACTION_WAITING_STRIKES",
-		3: "ACTION_WAITING_GRACE",
-		4: "ACTION_RELEASED",
-		5: "ACTION_RELEASE_REFUSED",
-		6: "ACTION_RELEASE_FAILED",
-		7: "ACTION_LIMITED",
-		8: "ACTION_DRY_RUN",
-		9: "ACTION_DELETED",
+		0:  "ACTION_UNSPECIFIED",
+		1:  "ACTION_REPORTED",
+		2:  "ACTION_WAITING_STRIKES",
+		3:  "ACTION_WAITING_GRACE",
+		4:  "ACTION_RELEASED",
+		5:  "ACTION_RELEASE_REFUSED",
+		6:  "ACTION_RELEASE_FAILED",
+		7:  "ACTION_LIMITED",
+		8:  "ACTION_DRY_RUN",
+		9:  "ACTION_DELETED",
+		10: "ACTION_DELETE_FAILED",
 	}
 	Action_value = map[string]int32{
 		"ACTION_UNSPECIFIED":     0,
@@ -142,6 +147,7 @@ var (
 		"ACTION_LIMITED":         7,
 		"ACTION_DRY_RUN":         8,
 		"ACTION_DELETED":         9,
+		"ACTION_DELETE_FAILED":   10,
 	}
 )
 
@@ -399,7 +405,11 @@ type Report struct {
 	// Slices deleted.
 	SlicesDeleted uint64 `protobuf:"varint,10,opt,name=slices_deleted,json=slicesDeleted,proto3" json:"slices_deleted,omitempty"`
 	// Total findings; ListFindings pages through them.
-	Findings      uint64 `protobuf:"varint,11,opt,name=findings,proto3" json:"findings,omitempty"`
+	Findings uint64 `protobuf:"varint,11,opt,name=findings,proto3" json:"findings,omitempty"`
+	// Allocations whose owner kind (and cluster) this repair cannot resolve,
+	// so they were never judged as leaks (for example Pods of another
+	// cluster).
+	Unresolved    uint64 `protobuf:"varint,12,opt,name=unresolved,proto3" json:"unresolved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +517,13 @@ func (x *Report) GetSlicesDeleted() uint64 {
 func (x *Report) GetFindings() uint64 {
 	if x != nil {
 		return x.Findings
+	}
+	return 0
+}
+
+func (x *Report) GetUnresolved() uint64 {
+	if x != nil {
+		return x.Unresolved
 	}
 	return 0
 }
@@ -844,7 +861,7 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x12B\n" +
 	"\x0ffirst_seen_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rfirstSeenTime\x12\x12\n" +
-	"\x04etag\x18\f \x01(\tR\x04etag\"\x8e\x04\n" +
+	"\x04etag\x18\f \x01(\tR\x04etag\"\xae\x04\n" +
 	"\x06Report\x12\x12\n" +
 	"\x04pass\x18\x01 \x01(\x04R\x04pass\x129\n" +
 	"\n" +
@@ -858,7 +875,10 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\breleased\x18\t \x01(\x04R\breleased\x12%\n" +
 	"\x0eslices_deleted\x18\n" +
 	" \x01(\x04R\rslicesDeleted\x12\x1a\n" +
-	"\bfindings\x18\v \x01(\x04R\bfindings\x1aA\n" +
+	"\bfindings\x18\v \x01(\x04R\bfindings\x12\x1e\n" +
+	"\n" +
+	"unresolved\x18\f \x01(\x04R\n" +
+	"unresolved\x1aA\n" +
 	"\x13FindingsByKindEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"+\n" +
@@ -885,7 +905,7 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\x16FINDING_KIND_DUPLICATE\x10\x02\x12\x1d\n" +
 	"\x19FINDING_KIND_OUT_OF_RANGE\x10\x03\x12\x1f\n" +
 	"\x1bFINDING_KIND_ORPHANED_SLICE\x10\x04\x12\x1f\n" +
-	"\x1bFINDING_KIND_OWNER_MISMATCH\x10\x05*\xf3\x01\n" +
+	"\x1bFINDING_KIND_OWNER_MISMATCH\x10\x05*\x8d\x02\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fACTION_REPORTED\x10\x01\x12\x1a\n" +
@@ -896,7 +916,9 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\x15ACTION_RELEASE_FAILED\x10\x06\x12\x12\n" +
 	"\x0eACTION_LIMITED\x10\a\x12\x12\n" +
 	"\x0eACTION_DRY_RUN\x10\b\x12\x12\n" +
-	"\x0eACTION_DELETED\x10\t*p\n" +
+	"\x0eACTION_DELETED\x10\t\x12\x18\n" +
+	"\x14ACTION_DELETE_FAILED\x10\n" +
+	"*p\n" +
 	"\tPassState\x12\x1a\n" +
 	"\x16PASS_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PASS_STATE_COMPLETE\x10\x01\x12\x17\n" +

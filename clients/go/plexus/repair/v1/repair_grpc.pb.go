@@ -37,11 +37,19 @@ const (
 // one of: NO_REPORT, NOT_LEADER, PASS_IN_PROGRESS, INVALID_ARGUMENT.
 type RepairServiceClient interface {
 	// RunRepair runs one pass now and returns its report. With dry_run the
-	// pass reports without acting and does not count towards strikes.
+	// pass reports without acting and does not count towards strikes. Only
+	// the leader runs passes: another replica answers FAILED_PRECONDITION
+	// (NOT_LEADER, the leader's identity in the metadata key "leader"). While
+	// another pass runs, the call waits for it; if its deadline comes first it
+	// fails with ABORTED (PASS_IN_PROGRESS). A pass that has started runs to
+	// its end even if the caller goes away.
 	RunRepair(ctx context.Context, in *RunRepairRequest, opts ...grpc.CallOption) (*RunRepairResponse, error)
-	// GetLatestReport returns the report of the latest finished pass.
+	// GetLatestReport returns the report of the latest pass this replica ran
+	// (NOT_FOUND, NO_REPORT, before its first).
 	GetLatestReport(ctx context.Context, in *GetLatestReportRequest, opts ...grpc.CallOption) (*GetLatestReportResponse, error)
-	// ListFindings lists the findings of the latest pass, a page at a time.
+	// ListFindings lists the findings of the latest pass, a page at a time. A
+	// page token is only valid for the pass (and the filters) it was issued
+	// for: after a new pass, list again from the start.
 	ListFindings(ctx context.Context, in *ListFindingsRequest, opts ...grpc.CallOption) (*ListFindingsResponse, error)
 }
 
@@ -96,11 +104,19 @@ func (c *repairServiceClient) ListFindings(ctx context.Context, in *ListFindings
 // one of: NO_REPORT, NOT_LEADER, PASS_IN_PROGRESS, INVALID_ARGUMENT.
 type RepairServiceServer interface {
 	// RunRepair runs one pass now and returns its report. With dry_run the
-	// pass reports without acting and does not count towards strikes.
+	// pass reports without acting and does not count towards strikes. Only
+	// the leader runs passes: another replica answers FAILED_PRECONDITION
+	// (NOT_LEADER, the leader's identity in the metadata key "leader"). While
+	// another pass runs, the call waits for it; if its deadline comes first it
+	// fails with ABORTED (PASS_IN_PROGRESS). A pass that has started runs to
+	// its end even if the caller goes away.
 	RunRepair(context.Context, *RunRepairRequest) (*RunRepairResponse, error)
-	// GetLatestReport returns the report of the latest finished pass.
+	// GetLatestReport returns the report of the latest pass this replica ran
+	// (NOT_FOUND, NO_REPORT, before its first).
 	GetLatestReport(context.Context, *GetLatestReportRequest) (*GetLatestReportResponse, error)
-	// ListFindings lists the findings of the latest pass, a page at a time.
+	// ListFindings lists the findings of the latest pass, a page at a time. A
+	// page token is only valid for the pass (and the filters) it was issued
+	// for: after a new pass, list again from the start.
 	ListFindings(context.Context, *ListFindingsRequest) (*ListFindingsResponse, error)
 	mustEmbedUnimplementedRepairServiceServer()
 }

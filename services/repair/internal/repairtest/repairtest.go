@@ -1,0 +1,221 @@
+// Package repairtest holds what the repair tests share: a real allocator
+// served on loopback (memory store), and an owner view held in memory that a
+// test changes as it likes.
+package repairtest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/services/allocator/allocation"
+	allocserver "github.com/plexusnet/plexus/services/allocator/server"
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
+	"github.com/plexusnet/plexus/services/repair/decide"
+)
+
+// Allocator is an allocator server on a loopback port.
+type Allocator struct {
+	// Addr is the gRPC address.
+	Addr string
+	// Client is a client of it.
+	Client allocatorv1.AllocatorServiceClient
+	stop   func()
+	once   sync.Once
+}
+
+// StartAllocator starts an allocator with a memory store; it stops when
+// the test ends or on Stop.
+func StartAllocator(t testing.TB) *Allocator {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st := memory.New()
+	svc, err := allocation.New(ctx, st)
+	if err != nil {
+		cancel()
+		t.Fatalf("allocator: %v", err)
+	}
+	gs := grpc.NewServer()
+	allocserver.New(svc, nil).Register(gs)
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		t.Fatalf("listen: %v", err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	conn, err := dial.New(lis.Addr().String())
+	if err != nil {
+		cancel()
+		t.Fatalf("dial allocator: %v", err)
+	}
+	a := &Allocator{Addr: lis.Addr().String(), Client: allocatorv1.NewAllocatorServiceClient(conn)}
+	a.stop = func() {
+		conn.Close()
+		gs.Stop()
+		cancel()
+		st.Close()
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// Stop stops the server; calls made afterwards fail with UNAVAILABLE.
+func (a *Allocator) Stop() { a.once.Do(a.stop) }
+
+// View is an owner view in memory, safe for concurrent use. The zero value
+// is not usable; call NewView.
+type View struct {
+	mu       sync.RWMutex
+	owners   map[decide.Identity][]string
+	claims   map[netip.Addr][]decide.Claim
+	slices   []decide.Slice
+	synced   func() (bool, string)
+	deleted  []decide.SliceRef
+	deleteFn func(decide.SliceRef) error
+}
+
+// NewView returns an empty, synced view.
+func NewView() *View {
+	return &View{owners: map[decide.Identity][]string{}, claims: map[netip.Addr][]decide.Claim{}}
+}
+
+// AddOwner records that o exists.
+func (v *View) AddOwner(o decide.Owner) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.owners[o.Identity()] = append(v.owners[o.Identity()], o.UID)
+}
+
+// RemoveOwner records that o no longer exists.
+func (v *View) RemoveOwner(o decide.Owner) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	uids := v.owners[o.Identity()]
+	for i, u := range uids {
+		if u == o.UID {
+			uids = append(uids[:i:i], uids[i+1:]...)
+			break
+		}
+	}
+	if len(uids) == 0 {
+		delete(v.owners, o.Identity())
+	} else {
+		v.owners[o.Identity()] = uids
+	}
+}
+
+// Exists reports whether o exists.
+func (v *View) Exists(o decide.Owner) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, u := range v.owners[o.Identity()] {
+		if u == o.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// AddClaim records a claim outside the allocator.
+func (v *View) AddClaim(c decide.Claim) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.claims[c.Address] = append(v.claims[c.Address], c)
+}
+
+// SetSlices replaces the slices.
+func (v *View) SetSlices(s ...decide.Slice) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.slices = append([]decide.Slice(nil), s...)
+}
+
+// SetSynced replaces what Synced answers; fn is called on every Synced.
+func (v *View) SetSynced(fn func() (bool, string)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.synced = fn
+}
+
+// SetDeleteSlice makes DeleteSlice answer with fn.
+func (v *View) SetDeleteSlice(fn func(decide.SliceRef) error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.deleteFn = fn
+}
+
+// Deleted returns the slices DeleteSlice was asked to delete.
+func (v *View) Deleted() []decide.SliceRef {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return append([]decide.SliceRef(nil), v.deleted...)
+}
+
+// UIDs implements decide.OwnerView.
+func (v *View) UIDs(id decide.Identity) []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return append([]string(nil), v.owners[id]...)
+}
+
+// Claims implements decide.OwnerView.
+func (v *View) Claims(addr netip.Addr) []decide.Claim {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return append([]decide.Claim(nil), v.claims[addr]...)
+}
+
+// Synced implements pass.View.
+func (v *View) Synced() (bool, string) {
+	v.mu.RLock()
+	fn := v.synced
+	v.mu.RUnlock()
+	if fn == nil {
+		return true, ""
+	}
+	return fn()
+}
+
+// Slices implements pass.View.
+func (v *View) Slices() []decide.Slice {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return append([]decide.Slice(nil), v.slices...)
+}
+
+// DeleteSlice implements pass.View.
+func (v *View) DeleteSlice(_ context.Context, ref decide.SliceRef) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if ref.UID == "" || ref.ResourceVersion == "" {
+		return errors.New("delete without preconditions")
+	}
+	v.deleted = append(v.deleted, ref)
+	if v.deleteFn != nil {
+		return v.deleteFn(ref)
+	}
+	return nil
+}
+
+// Reference implements pass.View: every existing owner is a Pod.
+func (v *View) Reference(o decide.Owner) *corev1.ObjectReference {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	uids := v.owners[o.Identity()]
+	if len(uids) == 0 {
+		return nil
+	}
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.Namespace, Name: o.Name, UID: types.UID(uids[0])}
+}

@@ -1,0 +1,408 @@
+// Package service assembles the repair service on the shared server
+// runtime: the member cluster's informers and the source memberships (the
+// owner view), the allocator connection, the pass runner, leader election,
+// the periodic passes, Kubernetes Events, readiness and the gRPC API. The
+// command's main and in-process tests both start it with Setup.
+//
+// # Leadership
+//
+// With --leader-elect (the default) the replicas elect one leader through a
+// Lease (client-go, released on shutdown). Only the leader runs periodic
+// passes and answers RunRepair; it forgets the strikes of any earlier term
+// when it becomes leader, so every leak it frees was seen in
+// --leak-strikes passes of its own. When leadership is lost the pass in
+// flight is cancelled: releases not yet sent are not sent. Leader election
+// does not fence: a deposed leader's release in flight is still a guarded
+// release, refused if the allocation changed hands.
+//
+// # Readiness
+//
+// /readyz lists the checks "informers" (the member cluster's caches are
+// synced and their watches healthy), "sources" (every --source holds a
+// current snapshot), "allocator" (reachable and serving) and
+// "leader-election" (a leader is known; it passes on the leader and on
+// followers alike, so a follower stays in rotation and can tell callers
+// who leads). A failing informer or source check is exactly what makes
+// passes UNSYNCED. Who leads is exported as plexus_repair_leader (1 on the
+// leader) and named in NOT_LEADER errors.
+//
+// # Kubernetes permissions
+//
+// In the member cluster: list and watch Pods, Services, ExternalWorkloads
+// (workload.plexus.dev) and ServiceImports (multicluster.x-k8s.io); list,
+// watch and delete EndpointSlices (only those labelled
+// endpointslice.kubernetes.io/managed-by=importer.plexus.dev are ever
+// listed or deleted); create and patch Events; get, create and update the
+// Lease named by --lease-namespace/--lease-name. The ExternalWorkload and
+// ServiceImport CRDs must be installed: until every informer has synced,
+// every pass is UNSYNCED.
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/services/repair/owners"
+	"github.com/plexusnet/plexus/services/repair/pass"
+	rserver "github.com/plexusnet/plexus/services/repair/server"
+)
+
+// Setup wires repair onto rt. Everything it starts stops when ctx ends; the
+// cleanup waits for it and closes the connections.
+func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := rt.Config
+	if cfg.ClusterName == "" {
+		return nil, errors.New("--cluster-name: repair resolves Pods and ExternalWorkloads of this cluster only; it must be set")
+	}
+	srcSpecs, err := parseSources(o.Sources)
+	if err != nil {
+		return nil, fmt.Errorf("--source: %w", err)
+	}
+	restCfg, err := o.kubeConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	mcs, err := mcsclient.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("mcs-api client: %w", err)
+	}
+	workloads, err := workloadclient.NewRESTClient(restCfg)
+	if err != nil {
+		return nil, err
+	}
+
+	var conns []interface{ Close() error }
+	closeAll := func() {
+		for _, c := range conns {
+			if err := c.Close(); err != nil {
+				rt.Logger.Warn("close connection", "error", err)
+			}
+		}
+	}
+	var sources []*owners.Source
+	for _, s := range srcSpecs {
+		// The source's watch loop retries with its own backoff and
+		// reports every failure; retries inside the call would only
+		// hide an unreachable source for a while.
+		conn, err := dial.New(s.addr, append(dial.FromConfig(cfg), dial.WithoutRetry())...)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("source %s: %w", s.name, err)
+		}
+		conns = append(conns, conn)
+		sources = append(sources, owners.NewSource(s.name, s.addr, conn, rt.Logger.With("component", "source")))
+	}
+	view, err := owners.New(owners.Config{
+		Cluster: cfg.ClusterName, Kube: kube, MCS: mcs, Workloads: workloads, Sources: sources,
+		Logger: rt.Logger.With("component", "owners"),
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	allocConn, err := dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("allocator connection: %w", err)
+	}
+	conns = append(conns, allocConn)
+
+	identity := o.identity
+	if identity == "" {
+		if identity, err = newIdentity(); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events(metav1.NamespaceAll)})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "plexus-repair", Host: identity})
+
+	runner, err := pass.New(o.decideConfig(view.Scopes()), allocatorv1.NewAllocatorServiceClient(allocConn), view,
+		pass.WithLogger(rt.Logger.With("component", "pass")),
+		pass.WithRecorder(recorder),
+		pass.WithRegisterer(rt.Server.Registry()),
+		pass.WithBeforeAct(o.beforeAct))
+	if err != nil {
+		broadcaster.Shutdown()
+		closeAll()
+		return nil, err
+	}
+	leader, err := newLeadership(identity, rt.Server.Registry())
+	if err != nil {
+		broadcaster.Shutdown()
+		closeAll()
+		return nil, err
+	}
+	rserver.New(runner, leader).Register(rt.Server.GRPC())
+
+	// Until the caches are synced every pass would be UNSYNCED.
+	rt.Server.SetServing(rserver.ServiceName, false)
+	rt.Server.AddReadinessCheck("informers", func(context.Context) error { return view.InformersSynced() })
+	rt.Server.AddReadinessCheck("sources", func(context.Context) error { return view.SourcesSynced() })
+	rt.Server.AddReadinessCheck("allocator", dial.HealthCheck(allocConn, "plexus.allocator.v1.AllocatorService"))
+	rt.Server.AddReadinessCheck("leader-election", leader.check)
+
+	logger := rt.Logger.With("identity", identity)
+	var wg sync.WaitGroup
+	wg.Go(func() { view.Run(ctx) })
+	wg.Go(func() {
+		if view.WaitForSync(ctx) {
+			rt.Server.SetServing(rserver.ServiceName, true)
+			logger.Info("repair informers synced")
+		}
+	})
+	periodic := func(term context.Context) {
+		t := time.NewTicker(o.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-term.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := runner.Run(term, o.DryRun); err != nil && term.Err() == nil {
+				logger.Warn("periodic pass not run", "error", err)
+			}
+		}
+	}
+	// lead runs one term: forget the strikes of any earlier term, accept
+	// RunRepair, and run the periodic passes until the term ends.
+	lead := func(term context.Context) {
+		if err := runner.Reset(term); err != nil {
+			return
+		}
+		leader.start(term)
+		periodic(term)
+	}
+	if o.LeaderElect {
+		lock := &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaseNamespace, Name: o.LeaseName},
+			Client:     kube.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder},
+		}
+		wg.Go(func() { leader.campaign(ctx, lock, o, lead, logger) })
+	} else {
+		// The only replica leads from the start.
+		leader.start(ctx)
+		wg.Go(func() { periodic(ctx) })
+	}
+	return func() {
+		wg.Wait()
+		broadcaster.Shutdown()
+		closeAll()
+	}, nil
+}
+
+// leadership follows this replica's leader election.
+type leadership struct {
+	identity string
+	gauge    prometheus.Gauge
+
+	mu     sync.Mutex
+	term   context.Context // nil when not leading
+	leader string          // the last leader observed
+}
+
+func newLeadership(identity string, reg prometheus.Registerer) (*leadership, error) {
+	l := &leadership{identity: identity, gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "plexus_repair_leader",
+		Help:        "1 while this replica is the repair leader, 0 otherwise.",
+		ConstLabels: prometheus.Labels{"identity": identity},
+	})}
+	if err := reg.Register(l.gauge); err != nil {
+		return nil, fmt.Errorf("register leader metric: %w", err)
+	}
+	return l, nil
+}
+
+// Lead implements server.Leadership.
+func (l *leadership) Lead() (context.Context, string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.term != nil && l.term.Err() == nil {
+		return l.term, l.identity, true
+	}
+	return nil, l.leader, false
+}
+
+func (l *leadership) start(term context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if term.Err() != nil {
+		return
+	}
+	l.term, l.leader = term, l.identity
+	l.gauge.Set(1)
+}
+
+func (l *leadership) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.term = nil
+	l.gauge.Set(0)
+}
+
+func (l *leadership) observe(leader string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leader = leader
+}
+
+// check is the leader-election readiness check: it fails only while no
+// leader is known, for example when the Lease cannot be read.
+func (l *leadership) check(context.Context) error {
+	if _, leader, ok := l.Lead(); !ok && leader == "" {
+		return errors.New("no leader observed yet")
+	}
+	return nil
+}
+
+// campaign runs for leadership until ctx ends, again after every term;
+// lead runs each term and must call l.start once it accepts work.
+func (l *leadership) campaign(ctx context.Context, lock resourcelock.Interface, o Options, lead func(term context.Context), logger *slog.Logger) {
+	for ctx.Err() == nil {
+		var mu sync.Mutex
+		var termDone chan struct{}
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   o.LeaseDuration,
+			RenewDeadline:   o.RenewDeadline,
+			RetryPeriod:     o.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            o.LeaseNamespace + "/" + o.LeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(term context.Context) {
+					done := make(chan struct{})
+					defer close(done)
+					mu.Lock()
+					termDone = done
+					mu.Unlock()
+					logger.Info("became repair leader", "lease", o.LeaseNamespace+"/"+o.LeaseName)
+					lead(term)
+				},
+				OnStoppedLeading: func() {
+					if _, _, was := l.Lead(); was {
+						logger.Warn("stopped leading repair")
+					}
+					l.stop()
+				},
+				OnNewLeader: l.observe,
+			},
+		})
+		if err != nil {
+			// Validate checked the same rules; this cannot happen.
+			logger.Warn("leader election not started", "error", err)
+			return
+		}
+		le.Run(ctx)
+		// The term's passes are cancelled; wait for them before campaigning
+		// again, so two terms of this replica never overlap. (A term whose
+		// callback has not started yet starts cancelled and does nothing.)
+		mu.Lock()
+		done := termDone
+		mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(o.RetryPeriod):
+		}
+	}
+}
+
+func newIdentity() (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("leader election identity: %w", err)
+	}
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("leader election identity: %w", err)
+	}
+	return host + "_" + hex.EncodeToString(b), nil
+}
+
+// kubeConfig builds the Kubernetes client configuration: --kubeconfig or
+// in-cluster, the QPS limits, and a transport that traces every request but
+// the long-running watches.
+func (o Options) kubeConfig(cfg *config.Common) (*rest.Config, error) {
+	var restCfg *rest.Config
+	var err error
+	switch {
+	case o.restConfig != nil:
+		restCfg = rest.CopyConfig(o.restConfig)
+	case cfg.Kubeconfig != "":
+		restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	default:
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = o.KubeQPS, o.KubeBurst
+	restCfg.UserAgent = "plexus-repair/" + server.Version()
+	restCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return otelhttp.NewTransport(rt,
+			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Query().Get("watch") != "true" }),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+				return "kube " + r.Method + " " + resourceOf(r.URL.Path)
+			}))
+	})
+	return restCfg, nil
+}
+
+// resourceOf shortens an API path to its resource for a span name, so spans
+// group by resource: /apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/x
+// becomes endpointslices.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	skip := 2 // api/v1
+	if len(parts) > 0 && parts[0] == "apis" {
+		skip = 3 // apis/GROUP/VERSION
+	}
+	if len(parts) <= skip {
+		return path
+	}
+	rest := parts[skip:]
+	if len(rest) > 2 && rest[0] == "namespaces" {
+		rest = rest[2:]
+	}
+	return rest[0]
+}
