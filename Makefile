@@ -47,7 +47,7 @@ lint: tools ## buf lint, buf breaking against main, gofmt, go vet.
 .PHONY: build
 build: ## Build the four services and plexusctl into bin/.
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/kubetest/cmd/localkube
+	CGO_ENABLED=0 $(GO) build -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/kubetest/cmd/localkube ./hack/demokube
 	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test

@@ -57,52 +57,105 @@ source "$DEMO/kube/env"
 say "cluster a: $KUBECONFIG_A"
 say "cluster b: $KUBECONFIG_B"
 
-step "Starting the four services"
+# Every process logs here; the services use these addresses.
+ALLOC=127.0.0.1:7401 MEMBERS=127.0.0.1:7402 IMPORTER=127.0.0.1:7403 REPAIR=127.0.0.1:7404
+export PLEXUS_LOG_FORMAT=json
+
+step "Starting the allocator (embedded bolt store) and creating its pools"
 plexus-allocator --store "bolt:$DEMO/allocator.db" >"$LOGS/allocator.log" 2>&1 &
 pids+=($!)
+wait_healthy allocator "$ALLOC"
+say "a pool of clusterset VIPs and a pool for external workloads. The VIPs are carved from the"
+say "statically assigned low band of cluster b's Service range (10.97.0.0/16), so the derived"
+say "Service can carry the VIP as its cluster IP; the first 16 addresses stay reserved:"
+run plexusctl pool create vips --cidr 10.97.0.0/24 --reserved 10.97.0.0/28
+run plexusctl pool create workloads --cidr 10.200.0.0/24
+
+step "Starting membership for cluster a, the importer for cluster b, and repair"
 plexus-membership --cluster-name a --kubeconfig "$KUBECONFIG_A" >"$LOGS/membership.log" 2>&1 &
 pids+=($!)
-plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" >"$LOGS/importer.log" 2>&1 &
+plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" --source "a=$MEMBERS" --vip-pool vips >"$LOGS/importer.log" 2>&1 &
 pids+=($!)
-plexus-repair --cluster-name b --kubeconfig "$KUBECONFIG_B" >"$LOGS/repair.log" 2>&1 &
+# Short intervals so the demo sees a leak released within a minute; the
+# defaults are a pass a minute and a minute of grace.
+plexus-repair --cluster-name a --kubeconfig "$KUBECONFIG_A" --source "a=$MEMBERS" \
+  --interval 2s --leak-grace 4s >"$LOGS/repair.log" 2>&1 &
 pids+=($!)
-wait_healthy allocator 127.0.0.1:7401
-wait_healthy membership 127.0.0.1:7402
-wait_healthy importer 127.0.0.1:7403
-wait_healthy repair 127.0.0.1:7404
+wait_healthy membership "$MEMBERS"
+wait_healthy importer "$IMPORTER"
+wait_healthy repair "$REPAIR"
+say "every service describes itself over reflection, no proto files needed:"
+run grpcurl -plaintext "$MEMBERS" list
 
-step "The services describe themselves over reflection (no proto files needed)"
-run grpcurl -plaintext 127.0.0.1:7401 list
+step "Cluster a exports shop/cart: a Service, its ServiceExport and 3 ready Pods"
+say "(there is no kubelet: the Pods' IPs and readiness are set through the status subresource)"
+run demokube seed --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --pods 3
+say "the importer never creates namespaces: the member cluster b has its own shop namespace"
+run demokube namespace --kubeconfig "$KUBECONFIG_B" --namespace shop
 
-step "Creating a clusterset VIP pool and a workload pool"
-run plexusctl pool create vips --cidr 10.112.0.0/16 --reserved 10.112.0.0/28
-run plexusctl pool create workloads --cidr 10.200.0.0/24 --reuse-delay 30s
+step "An external workload (a VM) joins the Service, with an address from the allocator"
+run plexusctl workload register vm-1 -n shop --label app=cart --pool workloads --port http:8080 --ttl 10m
 
-step "Allocating: idempotent per owner, guarded release"
-run plexusctl alloc create workloads --owner-cluster a --owner-kind ExternalWorkload --owner-namespace shop --owner-name vm-1 --owner-uid u1
-say "asking again for the same owner returns the same address:"
-run plexusctl alloc create workloads --owner-cluster a --owner-kind ExternalWorkload --owner-namespace shop --owner-name vm-1 --owner-uid u1 -o json
-run plexusctl alloc create vips --owner-kind ClusterSetService --owner-namespace shop --owner-name cart --address 10.112.0.100
-run plexusctl alloc list
-say "a release guarded by the wrong owner uid is refused:"
-if plexusctl alloc release workloads --owner-cluster a --owner-kind ExternalWorkload --owner-namespace shop --owner-name vm-1 --owner-uid someone-else >"$DEMO/out" 2>&1; then
-  echo "guarded release should have failed" >&2; exit 1
+step "Cluster b: the ServiceImport with its clusterset VIP, the derived Service, the EndpointSlices"
+run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 4
+say "membership in cluster a serves the endpoint set it streamed (3 Pods and the VM):"
+run plexusctl members get shop/cart
+run demokube show --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart
+say "the same import as the importer reports it (per-cluster status, conditions):"
+run plexusctl imports get shop/cart
+VIP=$(plexusctl imports get shop/cart -o json | sed -n 's/.*"ips": *\[ *"\([^"]*\)".*/\1/p' | head -1)
+if [[ -z "$VIP" ]]; then
+  VIP=$(plexusctl imports get shop/cart -o json | tr -d ' \n' | sed -n 's/.*"ips":\["\([^"]*\)".*/\1/p')
 fi
-sed 's/^/   /' "$DEMO/out"
-run plexusctl pool get workloads
+say "the VIP $VIP is one allocation, owned by the clusterset service (not by a cluster):"
+run plexusctl alloc list vips
+
+step "A Pod in cluster a stops being ready; the slice in cluster b follows"
+run demokube set-ready --kubeconfig "$KUBECONFIG_A" --namespace shop --pod cart-1 --ready=false
+run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 3
+run demokube show --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart
+
+step "A leak: an external workload's object is deleted behind membership's back"
+run plexusctl workload register vm-2 -n shop --label app=batch --pool workloads --port http:8080 --ttl 10m
+run demokube delete-workload --kubeconfig "$KUBECONFIG_A" --namespace shop --name vm-2
+say "repair sees the owner gone; it releases the address only after 3 passes in a row AND the grace,"
+say "and only through a release guarded by the etag and owner uid it saw:"
+released=""
+for _ in $(seq 1 150); do
+  if plexusctl repair findings --kind leak -o json 2>/dev/null | grep -q '"ACTION_RELEASED"'; then
+    released=yes
+    break
+  fi
+  sleep 0.4
+done
+[[ -n "$released" ]] || { echo "repair did not release the leak; see $LOGS/repair.log" >&2; exit 1; }
+run plexusctl repair findings --kind leak
+run plexusctl repair report
+say "vm-1 keeps its address; vm-2's is free again:"
+run plexusctl alloc list workloads
 
 step "Summary"
-say "verified: 4 services healthy, pools created, allocation idempotent, guarded release refused"
+say "verified:"
+say "  - 4 services healthy; grpcurl works through reflection"
+say "  - shop/cart exported from cluster a became a ServiceImport in cluster b with VIP $VIP,"
+say "    a derived Service and EndpointSlices labelled for the importer (3 Pods + 1 external workload)"
+say "  - a Pod going not-ready was followed by the slice (4 endpoints, 3 ready)"
+say "  - a leaked external-workload address was found and released by repair after its strikes"
 say "logs of every process: $LOGS"
+say "traces: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 set and a collector"
+say "(for example Jaeger from docker-compose.yaml) to follow the export to the EndpointSlice write"
 if ((KEEP)); then
   cat <<MSG
 
 Everything keeps running. Try:
   export PATH=$BIN:$ROOT/.bin:\$PATH
-  plexusctl pool list
-  plexusctl alloc watch
-  grpcurl -plaintext 127.0.0.1:7401 describe plexus.allocator.v1.AllocatorService
-  KUBECONFIG=$KUBECONFIG_B kubectl get serviceimports -A   # if kubectl is installed
+  plexusctl imports list
+  plexusctl members watch
+  plexusctl alloc watch vips
+  plexusctl repair run --dry-run
+  demokube set-ready --kubeconfig $KUBECONFIG_A --namespace shop --pod cart-1 --ready=true
+  demokube show --kubeconfig $KUBECONFIG_B --namespace shop --service cart
+  grpcurl -plaintext $IMPORTER describe plexus.importer.v1.ImporterService
 Press Ctrl-C to stop.
 MSG
   wait "${pids[0]}"
