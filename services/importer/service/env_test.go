@@ -66,7 +66,7 @@ type env struct {
 	allocAddr string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	etcd := kubetest.StartEtcd(t)
 	cluster := kubetest.StartAPIServer(t, etcd, kubetest.WithName("member"))
@@ -80,19 +80,19 @@ func newEnv(t *testing.T) *env {
 	return &env{cluster: cluster, kube: cluster.Clientset, mcs: mcs, alloc: allocatorv1.NewAllocatorServiceClient(conn), allocAddr: proc.GRPCAddr}
 }
 
-func ctxFor(t *testing.T) context.Context {
+func ctxFor(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func (e *env) pool(t *testing.T, id string, cidrs ...string) {
+func (e *env) pool(t testing.TB, id string, cidrs ...string) {
 	t.Helper()
 	_, err := e.alloc.CreatePool(ctxFor(t), &allocatorv1.CreatePoolRequest{PoolId: id, Pool: &allocatorv1.Pool{Cidrs: cidrs}})
 	require.NoError(t, err)
 }
 
-func (e *env) namespace(t *testing.T, name string) {
+func (e *env) namespace(t testing.TB, name string) {
 	t.Helper()
 	_, err := e.kube.CoreV1().Namespaces().Create(ctxFor(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func (e *env) options(pools ...string) service.Options {
 
 // startImporter runs an importer against the env with sources, until the
 // test ends or stop is called.
-func (e *env) startImporter(t *testing.T, o service.Options, srcs ...*sourcetest.Source) *importer {
+func (e *env) startImporter(t testing.TB, o service.Options, srcs ...*sourcetest.Source) *importer {
 	t.Helper()
 	for _, s := range srcs {
 		o.Sources = append(o.Sources, s.Cluster()+"="+s.Addr())
@@ -228,7 +228,7 @@ func labelsMatch(m *dto.Metric, match map[string]string) bool {
 
 // writes returns the importer's Kubernetes writes so far, by "kind
 // operation".
-func writes(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+func writes(t testing.TB, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
