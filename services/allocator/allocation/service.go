@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plexusnet/plexus/services/allocator/ipam"
@@ -33,6 +34,12 @@ type Service struct {
 
 	mu    sync.RWMutex
 	pools map[string]*poolState
+
+	// follow is set by WithFollow; rev is the revision the state was
+	// rebuilt at, followed the last revision the follower applied.
+	follow   bool
+	rev      int64
+	followed atomic.Int64
 }
 
 // Option configures a Service.
@@ -71,15 +78,37 @@ type pendingAlloc struct {
 }
 
 // New rebuilds the in-memory state from the store and returns the Service.
+// Built WithFollow, it also follows the store's changes until ctx ends.
 func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) {
 	s := &Service{store: st, now: time.Now, logger: slog.Default(), pools: map[string]*poolState{}}
 	for _, o := range opts {
 		o(s)
 	}
+	l, err := load(ctx, st, s.now, s.logger)
+	if err != nil {
+		return nil, err
+	}
+	s.pools, s.rev = l.pools, l.rev
+	s.followed.Store(l.rev)
+	if s.follow {
+		go s.Follow(ctx)
+	}
+	return s, nil
+}
+
+// loaded is the in-memory state rebuilt from a snapshot.
+type loaded struct {
+	pools map[string]*poolState
+	rev   int64
+}
+
+// load rebuilds the pools and their indexes from a snapshot of the store.
+func load(ctx context.Context, st store.Store, clock func() time.Time, logger *slog.Logger) (*loaded, error) {
 	snap, err := st.Snapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load store snapshot: %w", err)
 	}
+	pools := map[string]*poolState{}
 	// Size each pool's maps once: grown one entry at a time, the maps of a
 	// million allocations rehash over and over, which took most of a
 	// restart's time.
@@ -94,16 +123,16 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) 
 		}
 		ps.allocs = make(map[netip.Addr]*store.Allocation, counts[p.ID])
 		ps.byOwner = make(map[string]netip.Addr, counts[p.ID])
-		s.pools[p.ID] = ps
+		pools[p.ID] = ps
 	}
 	for i := range snap.Allocations {
 		// Records are never changed in place (an update stores a new
 		// one), so the map may point into the snapshot instead of
 		// copying each record to the heap.
 		a := &snap.Allocations[i]
-		ps, ok := s.pools[a.Pool]
+		ps, ok := pools[a.Pool]
 		if !ok {
-			s.logger.Warn("allocation of unknown pool ignored", "pool", a.Pool, "address", a.Address)
+			logger.Warn("allocation of unknown pool ignored", "pool", a.Pool, "address", a.Address)
 			continue
 		}
 		if err := ps.index.Restore(a.Address); err != nil {
@@ -111,18 +140,18 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) 
 		}
 		ps.put(a)
 	}
-	now := s.now()
+	now := clock()
 	for _, q := range snap.Quarantine {
-		ps, ok := s.pools[q.Pool]
+		ps, ok := pools[q.Pool]
 		if !ok || !q.Until.After(now) {
 			continue
 		}
 		if err := ps.index.Quarantine(q.Address, q.Until); err != nil {
-			s.logger.Warn("quarantine record ignored", "pool", q.Pool, "address", q.Address, "err", err)
+			logger.Warn("quarantine record ignored", "pool", q.Pool, "address", q.Address, "err", err)
 		}
 	}
-	s.logger.Info("allocator state rebuilt", "pools", len(snap.Pools), "allocations", len(snap.Allocations), "revision", snap.Revision)
-	return s, nil
+	logger.Info("allocator state rebuilt", "pools", len(snap.Pools), "allocations", len(snap.Allocations), "revision", snap.Revision)
+	return &loaded{pools: pools, rev: snap.Revision}, nil
 }
 
 func newPoolState(p store.Pool) (*poolState, error) {
@@ -191,7 +220,10 @@ func (s *Service) Allocate(ctx context.Context, req Request) (store.Allocation, 
 	}
 	for attempt := 0; ; attempt++ {
 		a, created, err := s.allocateOnce(ctx, req)
-		if errors.Is(err, ErrConflict) && attempt < 3 {
+		if errors.Is(err, ErrConflict) && attempt < s.conflictRetries() {
+			if err := s.backoff(ctx, attempt); err != nil {
+				return store.Allocation{}, false, err
+			}
 			continue
 		}
 		return a, created, err
@@ -264,7 +296,11 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 	ps.mu.Lock()
 	delete(ps.pending, key)
 	if cerr != nil {
-		_ = ps.index.Unallocate(addr)
+		// A followed commit of another replica may hold the address
+		// now: it stays taken then.
+		if _, held := ps.allocs[addr]; !held {
+			_ = ps.index.Unallocate(addr)
+		}
 		if errors.Is(cerr, store.ErrConflict) {
 			cerr = fmt.Errorf("allocate %s in pool %s: %w", addr, req.Pool, ErrConflict)
 		}
@@ -424,7 +460,10 @@ func (s *Service) BatchAllocate(ctx context.Context, reqs []Request, requestID s
 	}
 	for attempt := 0; ; attempt++ {
 		out, err := s.batchOnce(ctx, reqs, requestID)
-		if errors.Is(err, ErrConflict) && attempt < 3 {
+		if errors.Is(err, ErrConflict) && attempt < s.conflictRetries() {
+			if err := s.backoff(ctx, attempt); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		return out, err
@@ -645,7 +684,9 @@ func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseReq
 
 	ps.mu.Lock()
 	delete(ps.releasing, rec.Address)
-	if err == nil {
+	// The follower may have applied this release already (and the
+	// address may even be allocated again since).
+	if cur := ps.allocs[rec.Address]; err == nil && cur != nil && cur.Revision == rec.Revision {
 		ps.remove(rec)
 		if rerr := ps.index.Release(rec.Address, now); rerr != nil {
 			s.logger.Warn("index release", "pool", req.Pool, "address", rec.Address, "err", rerr)
@@ -660,6 +701,32 @@ func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseReq
 		return store.Allocation{}, false, fmt.Errorf("release %s: %w", rec.Address, err)
 	}
 	return rec, true, nil
+}
+
+// conflictRetries is how often Allocate tries again after losing its
+// transaction. Alone on its store a replica loses only to its own
+// concurrent requests; sharing it, it may lose to other replicas until the
+// follower has brought their commits in.
+func (s *Service) conflictRetries() int {
+	if s.follow {
+		return 8
+	}
+	return 3
+}
+
+// backoff waits before the next attempt: nothing alone on the store, a
+// few milliseconds doubling per attempt when other replicas commit too,
+// so the follower catches up with what made the attempt fail.
+func (s *Service) backoff(ctx context.Context, attempt int) error {
+	if !s.follow {
+		return nil
+	}
+	select {
+	case <-time.After(time.Millisecond << min(attempt, 6)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func wait(ctx context.Context, ch <-chan struct{}) error {

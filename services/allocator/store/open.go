@@ -57,7 +57,7 @@ func Register(kind string, d Driver) {
 //
 //	bolt:PATH       the embedded bbolt file at PATH (DefaultSpec)
 //	memory          in memory, lost on exit (tests, demos)
-//	etcd:ENDPOINTS  etcd, for several replicas (not yet supported)
+//	etcd:ENDPOINTS  etcd, shared by several replicas (registered by package etcd)
 func Open(spec string, opts ...OpenOption) (Store, error) {
 	cfg := Config{Logger: slog.Default()}
 	for _, o := range opts {
@@ -74,8 +74,6 @@ func Open(spec string, opts ...OpenOption) (Store, error) {
 	switch {
 	case spec == "":
 		return nil, fmt.Errorf("store spec is empty (want e.g. %q)", DefaultSpec)
-	case !ok && kind == "etcd":
-		return nil, fmt.Errorf("store %q: the etcd store is not yet supported; use bolt:PATH", spec)
 	case !ok:
 		return nil, fmt.Errorf("store %q: unknown kind %q (known: %s)", spec, kind, strings.Join(known, ", "))
 	}

@@ -30,7 +30,8 @@ func TestOpen(t *testing.T) {
 		{name: "bolt without path", spec: "bolt", wantErr: "needs a file"},
 		{name: "bolt with empty path", spec: "bolt:", wantErr: "needs a file"},
 		{name: "bolt in missing directory", spec: "bolt:" + filepath.Join(dir, "no", "such", "x.db"), wantErr: "no such file or directory"},
-		{name: "etcd", spec: "etcd:127.0.0.1:2379", wantErr: "etcd store is not yet supported"},
+		// Known only to programs that import package etcd.
+		{name: "etcd unregistered", spec: "etcd:127.0.0.1:2379", wantErr: `unknown kind "etcd"`},
 		{name: "unknown", spec: "redis:x", wantErr: `unknown kind "redis" (known: bolt, memory)`},
 		{name: "empty", spec: "", wantErr: "empty"},
 		{name: "case matters", spec: "Bolt:x.db", wantErr: "unknown kind"},

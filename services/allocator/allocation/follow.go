@@ -1,0 +1,222 @@
+package allocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// WithFollow makes the Service follow the store's watch from the revision
+// it was rebuilt at (see Follow). Needed when other allocator replicas
+// commit to the same store (etcd): without it this replica's free-space
+// index would not know their allocations, and every one of its proposals
+// for an address they hold would lose its transaction.
+func WithFollow() Option { return func(s *Service) { s.follow = true } }
+
+// followRetry bounds the wait between two attempts to re-establish the
+// watch after it ended with an error other than compaction.
+const followRetry = 2 * time.Second
+
+// Follow applies the store's changes to the in-memory state until ctx ends:
+// allocations, releases, quarantines and pool changes committed by other
+// replicas, and this replica's own commits again (they are recognised by
+// their revision and change nothing). When the history it needs is
+// compacted away it takes a new snapshot and rebuilds. New starts it when
+// the Service was built WithFollow; it returns when ctx ends.
+//
+// Applying an event is idempotent and never undoes a newer state: every
+// record carries the revision of the commit that wrote it, and an event
+// older than what a pool or allocation already shows is dropped.
+func (s *Service) Follow(ctx context.Context) {
+	from := s.rev
+	for ctx.Err() == nil {
+		events, err := s.store.Watch(ctx, from)
+		if err == nil {
+			from, err = s.apply(events, from)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, store.ErrCompacted):
+			s.logger.Warn("store history compacted under the follower; rebuilding from a snapshot", "revision", from)
+			rev, rerr := s.rebuild(ctx)
+			if rerr != nil {
+				s.logger.Error("rebuild from snapshot", "err", rerr)
+				sleep(ctx, followRetry)
+				continue
+			}
+			from = rev
+		case err != nil:
+			s.logger.Warn("store watch ended; resuming", "revision", from, "err", err)
+			sleep(ctx, followRetry)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// apply handles events until the channel closes and returns the last
+// revision applied and the watch's error.
+func (s *Service) apply(events <-chan store.Event, from int64) (int64, error) {
+	for ev := range events {
+		if ev.Err != nil {
+			return from, ev.Err
+		}
+		s.applyEvent(ev)
+		from = ev.Revision
+	}
+	return from, nil
+}
+
+func (s *Service) applyEvent(ev store.Event) {
+	s.followed.Store(ev.Revision)
+	switch ev.Type {
+	case store.EventPutPool:
+		s.applyPutPool(*ev.Pool)
+	case store.EventDeletePool:
+		s.applyDeletePool(*ev.Pool, ev.Revision)
+	case store.EventPutAllocation:
+		s.withPool(ev.Allocation.Pool, func(ps *poolState) { s.applyPutAllocation(ps, *ev.Allocation) })
+	case store.EventDeleteAllocation:
+		s.withPool(ev.Allocation.Pool, func(ps *poolState) { s.applyDeleteAllocation(ps, *ev.Allocation) })
+	case store.EventPutQuarantine:
+		q := *ev.Quarantine
+		s.withPool(q.Pool, func(ps *poolState) {
+			// Already quarantined by the release itself, or handed out
+			// again since: either way nothing to do.
+			_ = ps.index.Quarantine(q.Address, q.Until)
+		})
+	}
+}
+
+// withPool runs fn under the pool's lock, if the pool exists.
+func (s *Service) withPool(id string, fn func(ps *poolState)) {
+	s.mu.RLock()
+	ps, ok := s.pools[id]
+	s.mu.RUnlock()
+	if !ok {
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.deleted {
+		fn(ps)
+	}
+}
+
+func (s *Service) applyPutPool(p store.Pool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps, ok := s.pools[p.ID]
+	if !ok {
+		fresh, err := newPoolState(p)
+		if err != nil {
+			s.logger.Error("pool from the store not applied", "pool", p.ID, "err", err)
+			return
+		}
+		s.pools[p.ID] = fresh
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p.Revision <= ps.rec.Revision {
+		return
+	}
+	// Another replica updated the pool: rebuild its index with every
+	// allocation restored, as UpdatePool does. Reservations in flight
+	// here carry the old pool revision in their transaction and fail.
+	fresh, err := newPoolState(p)
+	if err != nil {
+		s.logger.Error("pool update from the store not applied", "pool", p.ID, "err", err)
+		return
+	}
+	for addr := range ps.allocs {
+		if err := fresh.index.Restore(addr); err != nil {
+			s.logger.Warn("restore allocation in updated pool", "pool", p.ID, "address", addr, "err", err)
+		}
+	}
+	ps.rec, ps.index = p, fresh.index
+}
+
+func (s *Service) applyDeletePool(p store.Pool, rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps, ok := s.pools[p.ID]
+	if !ok {
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.rec.Revision >= rev {
+		return // created again since
+	}
+	ps.deleted = true
+	delete(s.pools, p.ID)
+}
+
+// applyPutAllocation records an allocation committed by any replica. The
+// caller holds ps.mu.
+func (s *Service) applyPutAllocation(ps *poolState, a store.Allocation) {
+	cur := ps.allocs[a.Address]
+	if cur != nil && cur.Revision >= a.Revision {
+		return
+	}
+	if cur != nil {
+		// The same address under a newer record: a rebind to a new uid.
+		if cur.Owner.Key() != a.Owner.Key() {
+			delete(ps.byOwner, cur.Owner.Key())
+		}
+	} else if err := ps.index.Restore(a.Address); err != nil {
+		// Taken in the index already: this replica's own reservation of
+		// the same address, in flight. If it is this commit, the record
+		// is the one the reservation is about to put; if another
+		// replica's, the reservation's transaction fails, and the
+		// failure must not free the address (see allocateOnce).
+		s.logger.Debug("followed allocation already taken in the index", "pool", a.Pool, "address", a.Address, "err", err)
+	}
+	rec := a
+	ps.put(&rec)
+}
+
+// applyDeleteAllocation forgets a released allocation. The caller holds
+// ps.mu.
+func (s *Service) applyDeleteAllocation(ps *poolState, a store.Allocation) {
+	cur := ps.allocs[a.Address]
+	if cur == nil || (a.Revision != 0 && cur.Revision > a.Revision) {
+		return // gone already, or allocated again since
+	}
+	ps.remove(*cur)
+	if err := ps.index.Release(a.Address, s.now()); err != nil {
+		s.logger.Warn("index release of a followed delete", "pool", a.Pool, "address", a.Address, "err", err)
+	}
+}
+
+// rebuild replaces the whole in-memory state with a new snapshot of the
+// store and returns its revision. Requests in flight finish against the
+// pool states they hold; their commits reach the new state through the
+// watch that follows from the snapshot.
+func (s *Service) rebuild(ctx context.Context) (int64, error) {
+	fresh, err := load(ctx, s.store, s.now, s.logger)
+	if err != nil {
+		return 0, fmt.Errorf("rebuild: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ps := range s.pools {
+		if _, ok := fresh.pools[id]; !ok {
+			ps.mu.Lock()
+			ps.deleted = true
+			ps.mu.Unlock()
+		}
+	}
+	s.pools = fresh.pools
+	return fresh.rev, nil
+}
