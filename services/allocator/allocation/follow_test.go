@@ -103,8 +103,8 @@ func TestReplicasNeverHandOutAnAddressTwice(t *testing.T) {
 	require.Eventually(t, func() bool { _, err := rs[1].GetPool("p"); return err == nil }, 10*time.Second, 10*time.Millisecond)
 
 	var (
-		mu      sync.Mutex
-		holder  = map[netip.Addr]string{}
+		mu        sync.Mutex
+		holder    = map[netip.Addr]string{}
 		allocs    int
 		exhausted int
 		lost      int
