@@ -37,12 +37,14 @@ check-generated: generate ## Fail when checked-in generated code is stale.
 	@test -z "$$(git status --porcelain -- clients deploy/crds)" || { git status --porcelain -- clients deploy/crds; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
 .PHONY: lint
-lint: tools ## buf lint, buf breaking against main, gofmt, go vet.
+lint: tools ## buf lint, buf breaking against main, gofmt, go vet, docker-compose config.
 	buf lint
 	@if git rev-parse --verify -q main >/dev/null && git cat-file -e main:buf.yaml 2>/dev/null; then \
 		buf breaking --against '.git#branch=main'; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); test -z "$$out" || { echo "gofmt needed: $$out"; exit 1; }
 	$(GO) vet ./...
+	@if command -v docker-compose >/dev/null; then docker-compose config -q && echo "docker-compose.yaml: valid"; \
+	else echo "docker-compose not installed: docker-compose.yaml not validated (.ci/run installs it)"; fi
 
 .PHONY: build
 build: ## Build the four services and plexusctl into bin/.
