@@ -55,10 +55,13 @@ type Options struct {
 	identity string
 }
 
-// Defaults of the flags.
+// Defaults of the flags. The client-side limit sits well above the 100
+// endpoint changes per second the importer is sized for: each change is one
+// slice write, and at 100 queries per second the limiter itself became the
+// queue (export-to-import p99 ~200 ms instead of ~15 ms; BENCHMARKS.md).
 const (
-	DefaultKubeQPS       = 100
-	DefaultKubeBurst     = 200
+	DefaultKubeQPS       = 300
+	DefaultKubeBurst     = 600
 	DefaultLeaseDuration = 15 * time.Second
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
