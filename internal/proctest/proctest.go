@@ -184,6 +184,10 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
+// Signal sends sig to the process, for example SIGSTOP and SIGCONT to
+// pause it as a long GC pause or a stalled VM would.
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Stop sends SIGTERM, waits up to 20 s, then kills.
 func (p *Proc) Stop() {
 	select {
