@@ -2,8 +2,11 @@ package allocation
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net/netip"
 	"time"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -122,6 +125,7 @@ func (s *Service) applyPutPool(p store.Pool) {
 			s.logger.Error("pool from the store not applied", "pool", p.ID, "err", err)
 			return
 		}
+		s.scatter(fresh)
 		s.pools[p.ID] = fresh
 		return
 	}
@@ -144,6 +148,7 @@ func (s *Service) applyPutPool(p store.Pool) {
 		}
 	}
 	ps.rec, ps.index = p, fresh.index
+	s.scatter(ps)
 }
 
 func (s *Service) applyDeletePool(p store.Pool, rev int64) {
@@ -217,6 +222,47 @@ func (s *Service) rebuild(ctx context.Context) (int64, error) {
 			ps.mu.Unlock()
 		}
 	}
+	for _, ps := range fresh.pools {
+		s.scatter(ps)
+	}
 	s.pools = fresh.pools
 	return fresh.rev, nil
+}
+
+// scatter puts a pool's next-free cursor at a random address of the pool
+// when other replicas share the store, so the replicas' searches start
+// far apart instead of all proposing the pool's lowest free address and
+// losing each other's transactions. Alone on its store a replica keeps the
+// cursor where it is. The caller holds ps.mu (or owns ps).
+func (s *Service) scatter(ps *poolState) {
+	if !s.follow {
+		return
+	}
+	cidrs := ps.index.CIDRs()
+	if len(cidrs) == 0 {
+		return
+	}
+	if err := ps.index.SetCursor(randomAddr(cidrs[rand.IntN(len(cidrs))])); err != nil {
+		s.logger.Warn("scatter cursor", "pool", ps.rec.ID, "err", err)
+	}
+}
+
+// randomAddr is a uniformly random address of p (of its last 64 bits, for
+// a larger IPv6 prefix).
+func randomAddr(p netip.Prefix) netip.Addr {
+	host := p.Addr().BitLen() - p.Bits()
+	if host == 0 {
+		return p.Addr()
+	}
+	off := rand.Uint64()
+	if host < 64 {
+		off &= 1<<host - 1
+	}
+	b := p.Addr().As16()
+	binary.BigEndian.PutUint64(b[8:], binary.BigEndian.Uint64(b[8:])|off)
+	a := netip.AddrFrom16(b)
+	if p.Addr().Is4() {
+		a = a.Unmap()
+	}
+	return a
 }

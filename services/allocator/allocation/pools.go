@@ -207,6 +207,7 @@ func (s *Service) CreatePool(ctx context.Context, id string, spec PoolSpec) (Poo
 		return PoolView{}, fmt.Errorf("create pool %s: %w", id, err)
 	}
 	ps.rec.Revision = rev
+	s.scatter(ps)
 	s.pools[id] = ps
 	return ps.view(), nil
 }
@@ -357,6 +358,7 @@ func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask
 	next.Revision = rev
 	ps.rec = next
 	ps.index = fresh.index
+	s.scatter(ps)
 	sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
 	return ps.view(), outside, nil
 }

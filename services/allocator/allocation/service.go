@@ -90,6 +90,9 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) 
 	}
 	s.pools, s.rev = l.pools, l.rev
 	s.followed.Store(l.rev)
+	for _, ps := range s.pools {
+		s.scatter(ps)
+	}
 	if s.follow {
 		go s.Follow(ctx)
 	}
@@ -300,6 +303,11 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 		// now: it stays taken then.
 		if _, held := ps.allocs[addr]; !held {
 			_ = ps.index.Unallocate(addr)
+		}
+		if errors.Is(cerr, store.ErrConflict) {
+			// Lost to another replica, likely searching the same
+			// stretch of the pool: search elsewhere next time.
+			s.scatter(ps)
 		}
 		if errors.Is(cerr, store.ErrConflict) {
 			cerr = fmt.Errorf("allocate %s in pool %s: %w", addr, req.Pool, ErrConflict)

@@ -104,7 +104,7 @@ func cleanEnv() []string {
 // startAllocator runs the allocator on free loopback ports with args
 // (for example "--store=bolt:FILE") and waits until its health service
 // says SERVING. The process is killed when the test ends, if still up.
-func startAllocator(t *testing.T, args ...string) *allocator {
+func startAllocator(t testing.TB, args ...string) *allocator {
 	t.Helper()
 	a, err := launch(args...)
 	require.NoError(t, err)

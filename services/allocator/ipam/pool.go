@@ -182,6 +182,19 @@ func (p *Pool) AllocateNext(now time.Time) (netip.Addr, error) {
 	return netip.Addr{}, ErrExhausted
 }
 
+// SetCursor makes the next AllocateNext start looking at a (or, past the
+// pool's last address, wrap to its first). Replicas that share a store each
+// put their cursor somewhere else in the pool, so that their next-free
+// searches do not all propose the same address. It fails like any address
+// the pool does not take (invalid, zoned, of the other family).
+func (p *Pool) SetCursor(a netip.Addr) error {
+	if err := p.checkAddr(a); err != nil {
+		return fmt.Errorf("cursor: %w", err)
+	}
+	p.cursor = addrBits(a)
+	return nil
+}
+
 // AllocateAddr allocates the given address. It fails with ErrOutOfRange,
 // ErrReserved (also for the network and broadcast addresses of an IPv4 CIDR),
 // ErrInReuseDelay (which is also an ErrInUse) or ErrInUse.

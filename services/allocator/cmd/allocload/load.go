@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +23,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
@@ -32,6 +38,10 @@ const (
 	modeAllocate        = "allocate"
 	modeAllocateRelease = "allocate-release"
 	modeBatch           = "batch"
+	// modeIPAddress is the peer: the Kubernetes-native way of claiming
+	// an address, one networking.k8s.io/v1 IPAddress object per
+	// allocation, created on the kube-apiserver of --kubeconfig.
+	modeIPAddress = "ipaddress"
 )
 
 // loadConfig is the load to generate.
@@ -48,10 +58,12 @@ type loadConfig struct {
 	batchSize int
 	timeout   time.Duration
 	format    string
+	// kubeconfig is the cluster of the ipaddress mode.
+	kubeconfig string
 }
 
 func (c *loadConfig) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:7401", "allocator gRPC address")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:7401", "allocator gRPC address; several, comma-separated, spread the connections over replicas")
 	fs.IntVar(&c.clients, "clients", 64, "concurrent clients, each with one call in flight")
 	fs.IntVar(&c.conns, "conns", 4, "gRPC connections the clients share")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to measure (ignored with --requests)")
@@ -59,7 +71,9 @@ func (c *loadConfig) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.warmup, "warmup", 0, "run this long before measuring")
 	fs.StringVar(&c.pool, "pool", "load", "pool to allocate from; created with --cidr when missing")
 	fs.StringVar(&c.cidr, "cidr", "10.0.0.0/8", "CIDR of the pool when it has to be created")
-	fs.StringVar(&c.mode, "mode", modeAllocate, "allocate (fresh owners), allocate-release (allocate, then release it guarded by etag) or batch (BatchAllocate of --batch-size fresh owners)")
+	fs.StringVar(&c.mode, "mode", modeAllocate, "allocate (fresh owners), allocate-release (allocate, then release it guarded by etag), batch (BatchAllocate of --batch-size fresh owners) "+
+		"or ipaddress (the Kubernetes way, for comparison: create one IPAddress object per allocation on the kube-apiserver of --kubeconfig)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster of the ipaddress mode")
 	fs.IntVar(&c.batchSize, "batch-size", 1000, "addresses per BatchAllocate in batch mode")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of each call")
 	fs.StringVar(&c.format, "format", "text", "output: text or json")
@@ -81,8 +95,12 @@ func (c *loadConfig) validate() error {
 	}
 	switch c.mode {
 	case modeAllocate, modeAllocateRelease, modeBatch:
+	case modeIPAddress:
+		if c.kubeconfig == "" {
+			errs = append(errs, errors.New("--mode ipaddress needs --kubeconfig"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("--mode %q: want allocate, allocate-release or batch", c.mode))
+		errs = append(errs, fmt.Errorf("--mode %q: want allocate, allocate-release, batch or ipaddress", c.mode))
 	}
 	if c.mode == modeBatch && c.batchSize <= 0 {
 		errs = append(errs, errors.New("--batch-size must be positive"))
@@ -105,17 +123,27 @@ func runLoad(args []string, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	conns := make([]*grpc.ClientConn, cfg.conns)
-	for i := range conns {
-		// No retries: a failed call is counted, not hidden.
-		conn, err := dial.New(cfg.addr, dial.WithoutRetry())
+	var t target
+	if cfg.mode == modeIPAddress {
+		kube, err := kubeClient(cfg.kubeconfig)
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
-		conns[i] = conn
+		t.kube = kube
+	} else {
+		addrs := strings.Split(cfg.addr, ",")
+		t.conns = make([]*grpc.ClientConn, max(cfg.conns, len(addrs)))
+		for i := range t.conns {
+			// No retries: a failed call is counted, not hidden.
+			conn, err := dial.New(strings.TrimSpace(addrs[i%len(addrs)]), dial.WithoutRetry())
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			t.conns[i] = conn
+		}
 	}
-	rep, err := load(ctx, cfg, conns)
+	rep, err := load(ctx, cfg, t)
 	if err != nil {
 		return err
 	}
@@ -178,11 +206,20 @@ func (r *recorder) record(method string, d time.Duration, err error) {
 }
 
 // load runs cfg.clients clients over conns and measures them.
-func load(ctx context.Context, cfg loadConfig, conns []*grpc.ClientConn) (*report, error) {
-	client := allocatorv1.NewAllocatorServiceClient(conns[0])
-	if err := ensurePool(ctx, client, cfg); err != nil {
-		return nil, err
+// target is what the load goes to: allocator connections, or a
+// Kubernetes client in the ipaddress mode.
+type target struct {
+	conns []*grpc.ClientConn
+	kube  kubernetes.Interface
+}
+
+func load(ctx context.Context, cfg loadConfig, t target) (*report, error) {
+	if t.kube == nil {
+		if err := ensurePool(ctx, allocatorv1.NewAllocatorServiceClient(t.conns[0]), cfg); err != nil {
+			return nil, err
+		}
 	}
+	var next atomic.Uint32 // the ipaddress mode's addresses, from 10.0.0.1
 	run := make([]byte, 4)
 	if _, err := rand.Read(run); err != nil {
 		return nil, err
@@ -208,9 +245,13 @@ func load(ctx context.Context, cfg loadConfig, conns []*grpc.ClientConn) (*repor
 		recs[i] = newRecorder()
 		c := &loadClient{
 			cfg:    cfg,
-			client: allocatorv1.NewAllocatorServiceClient(conns[i%len(conns)]),
 			rec:    recs[i],
 			prefix: fmt.Sprintf("load-%s-%d", runID, i),
+			kube:   t.kube,
+			next:   &next,
+		}
+		if t.kube == nil {
+			c.client = allocatorv1.NewAllocatorServiceClient(t.conns[i%len(t.conns)])
 		}
 		wg.Add(1)
 		go func() {
@@ -268,6 +309,8 @@ type loadClient struct {
 	client allocatorv1.AllocatorServiceClient
 	rec    *recorder
 	prefix string
+	kube   kubernetes.Interface
+	next   *atomic.Uint32
 }
 
 func (c *loadClient) owner(n, i int) *allocatorv1.Owner {
@@ -312,6 +355,22 @@ func (c *loadClient) step(ctx context.Context, n int, record bool) {
 				_, err := c.client.Release(ctx, &allocatorv1.ReleaseRequest{Name: a.GetName(), Etag: a.GetEtag(), OwnerUid: a.GetOwner().GetUid()})
 				return err
 			})
+		}
+	case modeIPAddress:
+		// The IPAddress object's name is the address: the API server's
+		// uniqueness of names is what makes the claim exclusive.
+		n := c.next.Add(1)
+		ip := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+		ok := call("CreateIPAddress", func(ctx context.Context) error {
+			_, err := c.kube.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
+				ObjectMeta: metav1.ObjectMeta{Name: ip.String()},
+				Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+					Resource: "services", Namespace: "load", Name: c.owner(int(n), 0).GetName()}},
+			}, metav1.CreateOptions{})
+			return err
+		})
+		if ok && record {
+			c.rec.addresses++
 		}
 	case modeBatch:
 		req := &allocatorv1.BatchAllocateRequest{Requests: make([]*allocatorv1.AllocateRequest, c.cfg.batchSize)}
@@ -421,6 +480,17 @@ func (r *report) write(w io.Writer, format string) error {
 	}
 	_, err := fmt.Fprintf(w, "addresses allocated: %d (%.0f/s)\n", r.Addresses, r.AddressesPerSec)
 	return err
+}
+
+// kubeClient is a client of the cluster of kubeconfig with the client-side
+// limit out of the way: the comparison is of the servers.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 1e6, 1e6
+	return kubernetes.NewForConfig(cfg)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }
