@@ -30,29 +30,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/importer/controller"
 	"github.com/plexusnet/plexus/services/importer/exports"
@@ -77,7 +72,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("--vip-pool: %w", err)
 	}
-	restCfg, err := o.kubeConfig(cfg)
+	restCfg, err := kubeclient.Config(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()})
 	if err != nil {
 		return nil, err
 	}
@@ -367,55 +362,4 @@ func newIdentity() (string, error) {
 		return "", fmt.Errorf("leader election identity: %w", err)
 	}
 	return host + "_" + hex.EncodeToString(b), nil
-}
-
-// kubeConfig builds the Kubernetes client configuration: --kubeconfig or
-// in-cluster, the QPS limits, and a transport that makes every request but
-// the long-running watches a span, a child of the reconcile that made it.
-func (o Options) kubeConfig(cfg *config.Common) (*rest.Config, error) {
-	var restCfg *rest.Config
-	var err error
-	switch {
-	case o.restConfig != nil:
-		restCfg = rest.CopyConfig(o.restConfig)
-	case cfg.Kubeconfig != "":
-		restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	default:
-		restCfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	restCfg.QPS, restCfg.Burst = o.KubeQPS, o.KubeBurst
-	restCfg.UserAgent = "plexus-importer/" + server.Version()
-	restCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return otelhttp.NewTransport(rt,
-			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Query().Get("watch") != "true" }),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-				return "kube " + r.Method + " " + resourceOf(r.URL.Path)
-			}))
-	})
-	return restCfg, nil
-}
-
-// resourceOf shortens an API path to its resource for a span name, so spans
-// group by resource: /apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/x
-// becomes endpointslices.
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	skip := 2 // api/v1
-	if len(parts) > 0 && parts[0] == "apis" {
-		skip = 3 // apis/GROUP/VERSION
-	}
-	if len(parts) <= skip {
-		return path
-	}
-	rest := parts[skip:]
-	if len(rest) > 2 && rest[0] == "namespaces" {
-		rest = rest[2:]
-	}
-	if len(rest) > 2 {
-		return rest[0] + "/" + rest[2]
-	}
-	return rest[0]
 }

@@ -7,22 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestResourcePath(t *testing.T) {
-	tests := map[string]string{
-		"/api/v1/namespaces/shop/pods/web-0/status": "/api/v1/pods/status",
-		"/api/v1/pods":            "/api/v1/pods",
-		"/api/v1/namespaces":      "/api/v1/namespaces",
-		"/api/v1/namespaces/shop": "/api/v1/namespaces",
-		"/apis/workload.plexus.dev/v1alpha1/namespaces/shop/externalworkloads":       "/apis/workload.plexus.dev/v1alpha1/externalworkloads",
-		"/apis/workload.plexus.dev/v1alpha1/namespaces/shop/externalworkloads/vm-1":  "/apis/workload.plexus.dev/v1alpha1/externalworkloads",
-		"/apis/workload.plexus.dev/v1alpha1/namespaces/a/externalworkloads/b/status": "/apis/workload.plexus.dev/v1alpha1/externalworkloads/status",
-		"/version": "/version",
-	}
-	for in, want := range tests {
-		require.Equal(t, want, resourcePath(in), in)
-	}
-}
-
 func TestOptions(t *testing.T) {
 	o := DefaultOptions()
 	fs := pflag.NewFlagSet("membership", pflag.ContinueOnError)

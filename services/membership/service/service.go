@@ -8,23 +8,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
 	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
-	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/membership/informers"
 	"github.com/plexusnet/plexus/services/membership/registry"
@@ -122,7 +118,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if cfg.ClusterName == "" {
 		return nil, errors.New("--cluster-name: membership stamps every endpoint with it and owns addresses under it; it must be set")
 	}
-	restCfg, err := o.kubeConfig(cfg)
+	restCfg, err := kubeclient.Config(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-membership/" + server.Version()})
 	if err != nil {
 		return nil, err
 	}
@@ -208,60 +204,4 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 			rt.Logger.Warn("close allocator connection", "error", err)
 		}
 	}, nil
-}
-
-// kubeConfig builds the Kubernetes client configuration: --kubeconfig or
-// in-cluster, the QPS limits, and a transport that traces every request but
-// the long-running watches.
-func (o Options) kubeConfig(cfg *config.Common) (*rest.Config, error) {
-	var restCfg *rest.Config
-	var err error
-	switch {
-	case o.restConfig != nil:
-		restCfg = rest.CopyConfig(o.restConfig)
-	case cfg.Kubeconfig != "":
-		restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	default:
-		restCfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	restCfg.QPS, restCfg.Burst = o.KubeQPS, o.KubeBurst
-	restCfg.UserAgent = "plexus-membership/" + server.Version()
-	restCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return otelhttp.NewTransport(rt,
-			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Query().Get("watch") != "true" }),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-				return "kube " + r.Method + " " + resourcePath(r.URL.Path)
-			}))
-	})
-	return restCfg, nil
-}
-
-// resourcePath shortens a Kubernetes API path for a span name, leaving out
-// the namespace and the object name so that spans group by resource:
-// /api/v1/namespaces/shop/pods/web-0/status becomes /api/v1/pods/status.
-func resourcePath(p string) string {
-	parts := strings.Split(strings.Trim(p, "/"), "/")
-	n := 2 // api/v1
-	if len(parts) > 0 && parts[0] == "apis" {
-		n = 3 // apis/GROUP/VERSION
-	}
-	if len(parts) < n {
-		return p
-	}
-	out := append([]string{}, parts[:n]...)
-	rest := parts[n:]
-	if len(rest) > 2 && rest[0] == "namespaces" {
-		rest = rest[2:]
-	}
-	// What is left is RESOURCE [NAME [SUBRESOURCE...]].
-	if len(rest) > 0 {
-		out = append(out, rest[0])
-	}
-	if len(rest) > 2 {
-		out = append(out, rest[2:]...)
-	}
-	return "/" + strings.Join(out, "/")
 }
