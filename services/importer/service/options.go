@@ -3,16 +3,14 @@ package service
 import (
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
 
+	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/services/importer/controller"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
 )
@@ -37,17 +35,9 @@ type Options struct {
 	KubeQPS   float32
 	KubeBurst int
 
-	// LeaderElect turns on leader election; without it this replica
-	// always leads.
-	LeaderElect bool
-	// LeaseDuration, RenewDeadline and RetryPeriod tune the election as
-	// client-go defines them.
-	LeaseDuration time.Duration
-	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
-	// LeaseNamespace and LeaseName name the Lease object.
-	LeaseNamespace string
-	LeaseName      string
+	// Config is the leader election's part: --leader-elect and the
+	// Lease flags.
+	leader.Config
 
 	// restConfig, when set, is used instead of --kubeconfig (tests).
 	restConfig *rest.Config
@@ -61,33 +51,21 @@ type Options struct {
 // queue (export-to-import p99 47 ms median and up to 195 ms, against 13 ms
 // and at most 38 ms at 300; bench/results/importer-e2e.md).
 const (
-	DefaultKubeQPS       = 300
-	DefaultKubeBurst     = 600
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
-	DefaultLeaseName     = "plexus-importer"
+	DefaultKubeQPS   = 300
+	DefaultKubeBurst = 600
+	DefaultLeaseName = "plexus-importer"
 )
 
 // DefaultOptions returns the defaults of the flags. The Lease lives in the
 // namespace of $POD_NAMESPACE, else "default".
 func DefaultOptions() Options {
-	ns := os.Getenv("POD_NAMESPACE")
-	if ns == "" {
-		ns = "default"
-	}
 	return Options{
 		SourceGrace:          controller.DefaultSourceGrace,
 		MaxEndpointsPerSlice: islices.DefaultMaxEndpointsPerSlice,
 		Workers:              controller.DefaultWorkers,
 		KubeQPS:              DefaultKubeQPS,
 		KubeBurst:            DefaultKubeBurst,
-		LeaderElect:          true,
-		LeaseDuration:        DefaultLeaseDuration,
-		RenewDeadline:        DefaultRenewDeadline,
-		RetryPeriod:          DefaultRetryPeriod,
-		LeaseNamespace:       ns,
-		LeaseName:            DefaultLeaseName,
+		Config:               leader.DefaultConfig(DefaultLeaseName),
 	}
 }
 
@@ -100,19 +78,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "services reconciled concurrently")
 	fs.Float32Var(&o.KubeQPS, "kube-api-qps", o.KubeQPS, "queries per second to the Kubernetes API (client-side limit)")
 	fs.IntVar(&o.KubeBurst, "kube-api-burst", o.KubeBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one writing replica through a Lease; the others keep their state warm and serve reads")
-	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "how long a non-leader waits after the last renewal before it takes the lease over")
-	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "how long the leader keeps retrying to renew before it gives up leading")
-	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "time between two attempts to acquire or renew the lease")
-	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "namespace of the leader election Lease ($POD_NAMESPACE when set)")
-	fs.StringVar(&o.LeaseName, "lease-name", o.LeaseName, "name of the leader election Lease")
+	o.Config.AddFlags(fs, "elect one writing replica through a Lease; the others keep their state warm and serve reads")
 }
 
 // Validate reports every invalid setting at once.
 func (o *Options) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if _, err := parseSources(o.Sources); err != nil {
+	if _, err := config.ParseSources(o.Sources); err != nil {
 		add("--source: %w", err)
 	}
 	if o.SourceGrace <= 0 {
@@ -133,19 +106,7 @@ func (o *Options) Validate() error {
 	if o.KubeBurst <= 0 {
 		add("--kube-api-burst: must be positive, got %d", o.KubeBurst)
 	}
-	if o.LeaderElect {
-		switch {
-		case o.RetryPeriod <= 0:
-			add("--retry-period: must be positive, got %s", o.RetryPeriod)
-		case o.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.RetryPeriod)):
-			add("--renew-deadline (%s): must be more than %.1f × --retry-period (%s)", o.RenewDeadline, leaderelection.JitterFactor, o.RetryPeriod)
-		case o.LeaseDuration <= o.RenewDeadline:
-			add("--lease-duration (%s): must be more than --renew-deadline (%s)", o.LeaseDuration, o.RenewDeadline)
-		}
-		if o.LeaseNamespace == "" || o.LeaseName == "" {
-			add("--lease-namespace and --lease-name: must not be empty")
-		}
-	}
+	errs = append(errs, o.Config.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -161,36 +122,6 @@ func (o Options) WithRESTConfig(cfg *rest.Config) Options {
 func (o Options) WithIdentity(id string) Options {
 	o.identity = id
 	return o
-}
-
-type source struct{ name, addr string }
-
-// parseSources reads NAME=ADDR pairs; names must be unique DNS labels,
-// since they become label values and ServiceImport cluster names.
-func parseSources(specs []string) ([]source, error) {
-	out := make([]source, 0, len(specs))
-	seen := map[string]bool{}
-	for _, s := range specs {
-		name, addr, ok := strings.Cut(s, "=")
-		name, addr = strings.TrimSpace(name), strings.TrimSpace(addr)
-		if !ok || name == "" || addr == "" {
-			return nil, fmt.Errorf("%q: want NAME=ADDR", s)
-		}
-		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-			return nil, fmt.Errorf("%q: name: %s", s, strings.Join(msgs, "; "))
-		}
-		if seen[name] {
-			return nil, fmt.Errorf("source %q given twice", name)
-		}
-		if !strings.Contains(addr, "://") {
-			if _, _, err := net.SplitHostPort(addr); err != nil {
-				return nil, fmt.Errorf("%q: address: %w", s, err)
-			}
-		}
-		seen[name] = true
-		out = append(out, source{name: name, addr: addr})
-	}
-	return out, nil
 }
 
 // poolNames normalises pool names to "pools/ID"; at most two.

@@ -25,29 +25,24 @@ package service
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubeclient"
+	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/importer/controller"
 	"github.com/plexusnet/plexus/services/importer/exports"
@@ -64,7 +59,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		return nil, err
 	}
 	cfg := rt.Config
-	srcSpecs, err := parseSources(o.Sources)
+	srcSpecs, err := config.ParseSources(o.Sources)
 	if err != nil {
 		return nil, fmt.Errorf("--source: %w", err)
 	}
@@ -101,7 +96,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 
 	identity := o.identity
 	if identity == "" {
-		if identity, err = newIdentity(); err != nil {
+		if identity, err = leader.NewIdentity(); err != nil {
 			return nil, err
 		}
 	}
@@ -166,16 +161,16 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	}
 	var srcs []*sources.Source
 	for _, s := range srcSpecs {
-		store.AddSource(s.name)
+		store.AddSource(s.Name)
 		// The source's loop retries with its own backoff and reports
 		// every failure; retries inside the call would only hide an
 		// unreachable source for a while.
-		conn, err := dial.New(s.addr, append(dial.FromConfig(cfg), dial.WithoutRetry())...)
+		conn, err := dial.New(s.Addr, append(dial.FromConfig(cfg), dial.WithoutRetry())...)
 		if err != nil {
-			return fail(fmt.Errorf("source %s: %w", s.name, err))
+			return fail(fmt.Errorf("source %s: %w", s.Name, err))
 		}
 		conns = append(conns, conn)
-		src, err := sources.New(sources.Config{Name: s.name, Addr: s.addr, Conn: conn, Sink: store,
+		src, err := sources.New(sources.Config{Name: s.Name, Addr: s.Addr, Conn: conn, Sink: store,
 			Logger: rt.Logger.With("component", "source"), Metrics: srcMetrics})
 		if err != nil {
 			return fail(err)
@@ -183,7 +178,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		srcs = append(srcs, src)
 	}
 
-	lead, err := newLeadership(identity, reg)
+	lead, err := leader.NewElector(identity, "plexus_importer_leader", "1 while this replica is the importer leader (the one that writes), 0 otherwise.", reg)
 	if err != nil {
 		return fail(err)
 	}
@@ -201,7 +196,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		}
 		return nil
 	})
-	rt.Server.AddReadinessCheck("leader-election", lead.check)
+	rt.Server.AddReadinessCheck("leader-election", lead.Check)
 
 	logger := rt.Logger.With("identity", identity)
 	informers.Start(ctx)
@@ -226,140 +221,21 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 			Client:     kubeClient.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder},
 		}
-		wg.Go(func() { lead.campaign(ctx, lock, o, term, logger) })
+		wg.Go(func() {
+			lead.Run(ctx, lock, o.Config, func(t context.Context) {
+				lead.Start(t)
+				term(t)
+			}, logger)
+		})
 	} else {
-		lead.start()
+		lead.Start(ctx)
 		wg.Go(func() {
 			term(ctx)
-			lead.stop()
+			lead.Stop()
 		})
 	}
 	return func() {
 		wg.Wait()
 		closeAll()
 	}, nil
-}
-
-// leadership follows this replica's leader election.
-type leadership struct {
-	identity string
-	gauge    prometheus.Gauge
-
-	mu      sync.Mutex
-	leading bool
-	leader  string // the last leader observed
-}
-
-func newLeadership(identity string, reg prometheus.Registerer) (*leadership, error) {
-	l := &leadership{identity: identity, gauge: prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "plexus_importer_leader",
-		Help:        "1 while this replica is the importer leader (the one that writes), 0 otherwise.",
-		ConstLabels: prometheus.Labels{"identity": identity},
-	})}
-	if err := reg.Register(l.gauge); err != nil {
-		return nil, fmt.Errorf("register leader metric: %w", err)
-	}
-	return l, nil
-}
-
-// Leader implements server.Leadership.
-func (l *leadership) Leader() (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.leader, l.leading
-}
-
-func (l *leadership) start() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.leading, l.leader = true, l.identity
-	l.gauge.Set(1)
-}
-
-func (l *leadership) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.leading = false
-	l.gauge.Set(0)
-}
-
-func (l *leadership) observe(leader string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.leader = leader
-}
-
-// check is the leader-election readiness check: it fails only while no
-// leader is known.
-func (l *leadership) check(context.Context) error {
-	if leader, _ := l.Leader(); leader == "" {
-		return errors.New("no leader observed yet")
-	}
-	return nil
-}
-
-// campaign runs for leadership until ctx ends, again after every term.
-func (l *leadership) campaign(ctx context.Context, lock resourcelock.Interface, o Options, lead func(term context.Context), logger *slog.Logger) {
-	name := o.LeaseNamespace + "/" + o.LeaseName
-	for ctx.Err() == nil {
-		var mu sync.Mutex
-		var termDone chan struct{}
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   o.LeaseDuration,
-			RenewDeadline:   o.RenewDeadline,
-			RetryPeriod:     o.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(term context.Context) {
-					done := make(chan struct{})
-					defer close(done)
-					mu.Lock()
-					termDone = done
-					mu.Unlock()
-					l.start()
-					logger.Info("became importer leader", "lease", name)
-					lead(term)
-				},
-				OnStoppedLeading: func() {
-					if _, was := l.Leader(); was {
-						logger.Warn("stopped leading the importer", "lease", name)
-					}
-					l.stop()
-				},
-				OnNewLeader: l.observe,
-			},
-		})
-		if err != nil {
-			// Validate checked the same rules.
-			logger.Error("leader election not started", "error", err)
-			return
-		}
-		le.Run(ctx)
-		// Wait for the term's workers before campaigning again, so two
-		// terms of this replica never overlap.
-		mu.Lock()
-		done := termDone
-		mu.Unlock()
-		if done != nil {
-			<-done
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(o.RetryPeriod):
-		}
-	}
-}
-
-func newIdentity() (string, error) {
-	host, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("leader election identity: %w", err)
-	}
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("leader election identity: %w", err)
-	}
-	return host + "_" + hex.EncodeToString(b), nil
 }

@@ -40,30 +40,26 @@ package service
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubeclient"
+	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/repair/owners"
 	"github.com/plexusnet/plexus/services/repair/pass"
@@ -80,7 +76,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if cfg.ClusterName == "" {
 		return nil, errors.New("--cluster-name: repair resolves Pods and ExternalWorkloads of this cluster only; it must be set")
 	}
-	srcSpecs, err := parseSources(o.Sources)
+	srcSpecs, err := config.ParseSources(o.Sources)
 	if err != nil {
 		return nil, fmt.Errorf("--source: %w", err)
 	}
@@ -114,13 +110,13 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		// The source's watch loop retries with its own backoff and
 		// reports every failure; retries inside the call would only
 		// hide an unreachable source for a while.
-		conn, err := dial.New(s.addr, append(dial.FromConfig(cfg), dial.WithoutRetry())...)
+		conn, err := dial.New(s.Addr, append(dial.FromConfig(cfg), dial.WithoutRetry())...)
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("source %s: %w", s.name, err)
+			return nil, fmt.Errorf("source %s: %w", s.Name, err)
 		}
 		conns = append(conns, conn)
-		sources = append(sources, owners.NewSource(s.name, s.addr, conn, rt.Logger.With("component", "source")))
+		sources = append(sources, owners.NewSource(s.Name, s.Addr, conn, rt.Logger.With("component", "source")))
 	}
 	view, err := owners.New(owners.Config{
 		Cluster: cfg.ClusterName, Kube: kube, MCS: mcs, Workloads: workloads, Sources: sources,
@@ -139,7 +135,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 
 	identity := o.identity
 	if identity == "" {
-		if identity, err = newIdentity(); err != nil {
+		if identity, err = leader.NewIdentity(); err != nil {
 			closeAll()
 			return nil, err
 		}
@@ -158,20 +154,20 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		closeAll()
 		return nil, err
 	}
-	leader, err := newLeadership(identity, rt.Server.Registry())
+	elector, err := leader.NewElector(identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registry())
 	if err != nil {
 		broadcaster.Shutdown()
 		closeAll()
 		return nil, err
 	}
-	rserver.New(runner, leader).Register(rt.Server.GRPC())
+	rserver.New(runner, elector).Register(rt.Server.GRPC())
 
 	// Until the caches are synced every pass would be UNSYNCED.
 	rt.Server.SetServing(rserver.ServiceName, false)
 	rt.Server.AddReadinessCheck("informers", func(context.Context) error { return view.InformersSynced() })
 	rt.Server.AddReadinessCheck("sources", func(context.Context) error { return view.SourcesSynced() })
 	rt.Server.AddReadinessCheck("allocator", dial.HealthCheck(allocConn, "plexus.allocator.v1.AllocatorService"))
-	rt.Server.AddReadinessCheck("leader-election", leader.check)
+	rt.Server.AddReadinessCheck("leader-election", elector.Check)
 
 	logger := rt.Logger.With("identity", identity)
 	var wg sync.WaitGroup
@@ -202,7 +198,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		if err := runner.Reset(term); err != nil {
 			return
 		}
-		leader.start(term)
+		elector.Start(term)
 		periodic(term)
 	}
 	if o.LeaderElect {
@@ -211,10 +207,10 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 			Client:     kube.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder},
 		}
-		wg.Go(func() { leader.campaign(ctx, lock, o, lead, logger) })
+		wg.Go(func() { elector.Run(ctx, lock, o.Config, lead, logger) })
 	} else {
 		// The only replica leads from the start.
-		leader.start(ctx)
+		elector.Start(ctx)
 		wg.Go(func() { periodic(ctx) })
 	}
 	return func() {
@@ -222,134 +218,4 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		broadcaster.Shutdown()
 		closeAll()
 	}, nil
-}
-
-// leadership follows this replica's leader election.
-type leadership struct {
-	identity string
-	gauge    prometheus.Gauge
-
-	mu     sync.Mutex
-	term   context.Context // nil when not leading
-	leader string          // the last leader observed
-}
-
-func newLeadership(identity string, reg prometheus.Registerer) (*leadership, error) {
-	l := &leadership{identity: identity, gauge: prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "plexus_repair_leader",
-		Help:        "1 while this replica is the repair leader, 0 otherwise.",
-		ConstLabels: prometheus.Labels{"identity": identity},
-	})}
-	if err := reg.Register(l.gauge); err != nil {
-		return nil, fmt.Errorf("register leader metric: %w", err)
-	}
-	return l, nil
-}
-
-// Lead implements server.Leadership.
-func (l *leadership) Lead() (context.Context, string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.term != nil && l.term.Err() == nil {
-		return l.term, l.identity, true
-	}
-	return nil, l.leader, false
-}
-
-func (l *leadership) start(term context.Context) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if term.Err() != nil {
-		return
-	}
-	l.term, l.leader = term, l.identity
-	l.gauge.Set(1)
-}
-
-func (l *leadership) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.term = nil
-	l.gauge.Set(0)
-}
-
-func (l *leadership) observe(leader string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.leader = leader
-}
-
-// check is the leader-election readiness check: it fails only while no
-// leader is known, for example when the Lease cannot be read.
-func (l *leadership) check(context.Context) error {
-	if _, leader, ok := l.Lead(); !ok && leader == "" {
-		return errors.New("no leader observed yet")
-	}
-	return nil
-}
-
-// campaign runs for leadership until ctx ends, again after every term;
-// lead runs each term and must call l.start once it accepts work.
-func (l *leadership) campaign(ctx context.Context, lock resourcelock.Interface, o Options, lead func(term context.Context), logger *slog.Logger) {
-	for ctx.Err() == nil {
-		var mu sync.Mutex
-		var termDone chan struct{}
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   o.LeaseDuration,
-			RenewDeadline:   o.RenewDeadline,
-			RetryPeriod:     o.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            o.LeaseNamespace + "/" + o.LeaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(term context.Context) {
-					done := make(chan struct{})
-					defer close(done)
-					mu.Lock()
-					termDone = done
-					mu.Unlock()
-					logger.Info("became repair leader", "lease", o.LeaseNamespace+"/"+o.LeaseName)
-					lead(term)
-				},
-				OnStoppedLeading: func() {
-					if _, _, was := l.Lead(); was {
-						logger.Warn("stopped leading repair")
-					}
-					l.stop()
-				},
-				OnNewLeader: l.observe,
-			},
-		})
-		if err != nil {
-			// Validate checked the same rules; this cannot happen.
-			logger.Warn("leader election not started", "error", err)
-			return
-		}
-		le.Run(ctx)
-		// The term's passes are cancelled; wait for them before campaigning
-		// again, so two terms of this replica never overlap. (A term whose
-		// callback has not started yet starts cancelled and does nothing.)
-		mu.Lock()
-		done := termDone
-		mu.Unlock()
-		if done != nil {
-			<-done
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(o.RetryPeriod):
-		}
-	}
-}
-
-func newIdentity() (string, error) {
-	host, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("leader election identity: %w", err)
-	}
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("leader election identity: %w", err)
-	}
-	return host + "_" + hex.EncodeToString(b), nil
 }
