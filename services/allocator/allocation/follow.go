@@ -266,3 +266,35 @@ func randomAddr(p netip.Prefix) netip.Addr {
 	}
 	return a
 }
+
+// catchUpLimit bounds how long catchUp waits for the follower.
+const catchUpLimit = 2 * time.Second
+
+// catchUp waits until the follower has applied every commit the store held
+// when it was called (or until catchUpLimit, or ctx, ends the wait), so an
+// answer built from the in-memory state afterwards includes every commit
+// acknowledged before the call, by any replica.
+func (s *Service) catchUp(ctx context.Context) {
+	r, ok := unwrap(s.store).(interface {
+		Revision(context.Context) (int64, error)
+	})
+	if !ok {
+		return
+	}
+	rev, err := r.Revision(ctx)
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(catchUpLimit)
+	for s.followed.Load() < rev && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// unwrap returns the store under the tracing wrapper.
+func unwrap(st store.Store) store.Store {
+	if t, ok := st.(tracedStore); ok {
+		return t.Store
+	}
+	return st
+}

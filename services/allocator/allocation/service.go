@@ -634,10 +634,19 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (store.Alloca
 		}
 		return store.Allocation{}, false, err
 	}
+	caughtUp := false
 	for {
 		rec, ok, err := s.releaseOnce(ctx, ps, req)
 		if errors.Is(err, ErrConflict) {
 			continue // a concurrent release of the same address finished
+		}
+		if !ok && !caughtUp && (err == nil || errors.Is(err, ErrAllocationNotFound)) && s.follow {
+			// Not here: maybe allocated through another replica a moment
+			// ago. Look again once this replica has applied every commit
+			// the store had, so "not found" is never a stale answer.
+			caughtUp = true
+			s.catchUp(ctx)
+			continue
 		}
 		return rec, ok, err
 	}
