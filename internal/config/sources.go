@@ -19,7 +19,9 @@ type Source struct {
 
 // ParseSources reads NAME=ADDR pairs. Names must be unique DNS labels,
 // since they become label values and ServiceImport cluster names; an
-// address is host:port or a gRPC target with a scheme (dns:///...).
+// address is host:port, a comma-separated list of host:port (replicas of
+// the cluster's membership: streams go to one that is up), or a gRPC target
+// with a scheme (dns:///...).
 func ParseSources(specs []string) ([]Source, error) {
 	out := make([]Source, 0, len(specs))
 	seen := map[string]bool{}
@@ -36,8 +38,10 @@ func ParseSources(specs []string) ([]Source, error) {
 			return nil, fmt.Errorf("source %q given twice", name)
 		}
 		if !strings.Contains(addr, "://") {
-			if _, _, err := net.SplitHostPort(addr); err != nil {
-				return nil, fmt.Errorf("%q: address: %w", s, err)
+			for _, a := range strings.Split(addr, ",") {
+				if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
+					return nil, fmt.Errorf("%q: address: %w", s, err)
+				}
 			}
 		}
 		seen[name] = true

@@ -7,9 +7,9 @@ import (
 )
 
 func TestParseSources(t *testing.T) {
-	got, err := ParseSources([]string{"east=127.0.0.1:7402", " west = dns:///membership.west:7402 "})
+	got, err := ParseSources([]string{"east=127.0.0.1:7402", " west = dns:///membership.west:7402 ", "north=127.0.0.1:1,127.0.0.1:2"})
 	require.NoError(t, err)
-	require.Equal(t, []Source{{"east", "127.0.0.1:7402"}, {"west", "dns:///membership.west:7402"}}, got)
+	require.Equal(t, []Source{{"east", "127.0.0.1:7402"}, {"west", "dns:///membership.west:7402"}, {"north", "127.0.0.1:1,127.0.0.1:2"}}, got)
 
 	for in, want := range map[string]string{
 		"east":             "want NAME=ADDR",

@@ -30,6 +30,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/tlsconf"
@@ -157,7 +159,9 @@ func FromConfig(c *config.Common) []Option {
 }
 
 // New returns a connection to target ("host:port", "dns:///name:port",
-// "unix:///path"). It does not wait for the server: the first call does.
+// "unix:///path", or a comma-separated list of host:port: replicas named
+// one by one, each call and each stream going to one that is up). It does
+// not wait for the server: the first call does.
 // Without a TLS option, a loopback or unix target is dialled in plaintext
 // and any other target with TLS against the system roots.
 func New(target string, opts ...Option) (*grpc.ClientConn, error) {
@@ -169,11 +173,27 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 		}
 	}
 
+	var list []string
+	if !strings.Contains(target, "://") && strings.Contains(target, ",") {
+		for _, a := range strings.Split(target, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				list = append(list, a)
+			}
+		}
+	}
+	local := isLocal(target)
+	if list != nil {
+		local = true
+		for _, a := range list {
+			local = local && isLocal(a)
+		}
+	}
+
 	var creds credentials.TransportCredentials
 	switch {
 	case o.tlsConfig != nil:
 		creds = credentials.NewTLS(o.tlsConfig)
-	case o.insecure || isLocal(target):
+	case o.insecure || local:
 		creds = insecure.NewCredentials()
 	default:
 		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
@@ -200,7 +220,20 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 		}))
 	}
 	dialOpts = append(dialOpts, o.dialOptions...)
-	conn, err := grpc.NewClient(target, dialOpts...)
+	dialTarget := target
+	if list != nil {
+		// A resolver of this connection's own that always answers the
+		// list; round robin (the service config) spreads over it.
+		r := manual.NewBuilderWithScheme("plexus-list")
+		addrs := make([]resolver.Address, len(list))
+		for i, a := range list {
+			addrs[i] = resolver.Address{Addr: a}
+		}
+		r.InitialState(resolver.State{Addresses: addrs})
+		dialOpts = append(dialOpts, grpc.WithResolvers(r))
+		dialTarget = "plexus-list:///" + strings.Join(list, ",")
+	}
+	conn, err := grpc.NewClient(dialTarget, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}

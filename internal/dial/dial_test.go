@@ -185,3 +185,38 @@ func TestHealthCheck(t *testing.T) {
 		return err != nil && strings.HasPrefix(err.Error(), "not reachable: ")
 	}, 5*time.Second, 10*time.Millisecond)
 }
+
+// TestAddressList: a comma-separated list of replicas spreads calls over
+// all of them, and when one goes away the calls go on to the others.
+func TestAddressList(t *testing.T) {
+	a, b := &flaky{}, &flaky{}
+	addrA := serve(t, a)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	sb := grpc.NewServer()
+	testpb.RegisterTestServiceServer(sb, b)
+	go sb.Serve(lis)
+	t.Cleanup(sb.Stop)
+
+	conn, err := New(addrA+", "+lis.Addr().String(), WithoutRetry())
+	require.NoError(t, err)
+	defer conn.Close()
+	client := testpb.NewTestServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool {
+		_, err := client.EmptyCall(ctx, &testpb.Empty{})
+		return err == nil && a.calls.Load() > 0 && b.calls.Load() > 0
+	}, 5*time.Second, time.Millisecond, "calls reach both replicas")
+
+	sb.Stop()
+	require.Eventually(t, func() bool {
+		before := a.calls.Load()
+		for range 10 {
+			if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+				return false
+			}
+		}
+		return a.calls.Load() == before+10
+	}, 5*time.Second, 10*time.Millisecond, "with one replica gone every call goes to the other")
+}

@@ -509,3 +509,44 @@ func TestPushedImport(t *testing.T) {
 	_, err = im.api.WithdrawImport(ctxFor(t), &importerv1.WithdrawImportRequest{Service: "namespaces/shop/services/vm", Cluster: "vm-fleet", AllowMissing: true})
 	require.NoError(t, err)
 }
+
+// TestSourceReplicas: a source cluster served by two membership replicas
+// (--source east=A,B). When the replica the importer streams from goes
+// away, the importer goes on with the other (whose revisions are its own,
+// so it starts from its snapshot) and loses no change.
+func TestSourceReplicas(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "vips", "10.96.100.0/24")
+	e.namespace(t, "shop")
+	replicas := []*sourcetest.Source{sourcetest.Start(t, "east"), sourcetest.Start(t, "east")}
+	set := func(addrs ...string) {
+		for _, r := range replicas {
+			r.Set(sourcetest.Endpoints("shop", "web", []string{"http=80"}, addrs...))
+		}
+	}
+	set("10.1.0.1")
+	o := e.options("vips")
+	o.Sources = []string{"east=" + replicas[0].Addr() + "," + replicas[1].Addr()}
+	e.startImporter(t, o)
+	require.Eventually(t, func() bool { return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:1]" }, waitFor, tick)
+
+	// Take down the replica with the stream, then change the export.
+	streaming := 0
+	require.Eventually(t, func() bool {
+		for i, r := range replicas {
+			if r.Watchers() > 0 {
+				streaming = i
+				return true
+			}
+		}
+		return false
+	}, waitFor, tick)
+	replicas[streaming].Stop()
+	set("10.1.0.1", "10.1.0.2")
+	other := replicas[1-streaming]
+	require.Eventually(t, func() bool { return other.Watchers() > 0 }, waitFor, tick, "the importer streams from the other replica")
+	require.Eventually(t, func() bool { return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:2]" }, waitFor, tick,
+		"the change made while the first replica was away arrives through the second")
+	other.Set(sourcetest.Endpoints("shop", "web", []string{"http=80"}, "10.1.0.1", "10.1.0.2", "10.1.0.3"))
+	require.Eventually(t, func() bool { return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:3]" }, waitFor, tick)
+}

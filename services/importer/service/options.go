@@ -71,7 +71,7 @@ func DefaultOptions() Options {
 
 // AddFlags registers the flags on fs with o's values as defaults.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringArrayVar(&o.Sources, "source", o.Sources, "NAME=ADDR of a source cluster's membership (repeatable); its exported services are imported here, recorded under NAME")
+	fs.StringArrayVar(&o.Sources, "source", o.Sources, "NAME=ADDR of a source cluster's membership (repeatable; ADDR may list replicas, comma-separated); its exported services are imported here, recorded under NAME")
 	fs.DurationVar(&o.SourceGrace, "source-grace", o.SourceGrace, "how long, after this replica starts leading, the slices of a cluster it has not heard from (a source not reached yet, a cluster that pushed before a restart) are kept before they count as orphaned")
 	fs.StringArrayVar(&o.VIPPools, "vip-pool", o.VIPPools, "allocator pool (pools/ID or ID) of the clusterset VIPs, repeatable: one per family, two for dual stack (both allocated together or neither); none: an import carries its derived Service's own cluster IPs")
 	fs.IntVar(&o.MaxEndpointsPerSlice, "max-endpoints-per-slice", o.MaxEndpointsPerSlice, "most endpoints in one EndpointSlice (1 to 1000)")
