@@ -61,6 +61,16 @@ say "cluster b: $KUBECONFIG_B"
 ALLOC=127.0.0.1:7401 MEMBERS=127.0.0.1:7402 IMPORTER=127.0.0.1:7403 REPAIR=127.0.0.1:7404
 export PLEXUS_LOG_FORMAT=json
 
+# Traces: every service exports OTLP to a small receiver (tracedump), or to
+# the collector OTEL_EXPORTER_OTLP_ENDPOINT names when it is set.
+TRACES_HTTP=127.0.0.1:9499
+if [[ -z "${OTEL_EXPORTER_OTLP_ENDPOINT:-}" ]]; then
+  tracedump serve --otlp 127.0.0.1:4317 --http "$TRACES_HTTP" >"$LOGS/tracedump.log" 2>&1 &
+  pids+=($!)
+  export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 OWN_TRACEDUMP=1
+fi
+export OTEL_EXPORTER_OTLP_PROTOCOL="${OTEL_EXPORTER_OTLP_PROTOCOL:-grpc}" OTEL_BSP_SCHEDULE_DELAY="${OTEL_BSP_SCHEDULE_DELAY:-500}"
+
 step "Starting the allocator (embedded bolt store) and creating its pools"
 plexus-allocator --store "bolt:$DEMO/allocator.db" >"$LOGS/allocator.log" 2>&1 &
 pids+=($!)
@@ -115,6 +125,17 @@ run demokube set-ready --kubeconfig "$KUBECONFIG_A" --namespace shop --pod cart-
 run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 3
 run demokube show --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart
 
+step "One trace from the Pod change in cluster a to the EndpointSlice write in cluster b"
+if [[ -n "${OWN_TRACEDUMP:-}" ]]; then
+  say "membership observed the Pod, reconciled shop/cart and streamed the event with its trace context;"
+  say "the importer's reconcile links to it, and its Kubernetes API writes are child spans:"
+  run tracedump flow --http "$TRACES_HTTP" --service plexus-importer --name 'kube P.* endpointslices'
+  TRACE_ID=$(tracedump flow --http "$TRACES_HTTP" --service plexus-importer --name 'kube P.* endpointslices' | sed -n 's/.*trace(s): \([0-9a-f]*\).*/\1/p')
+else
+  say "spans went to $OTEL_EXPORTER_OTLP_ENDPOINT: look for the importer's span \"kube PUT endpointslices\""
+  TRACE_ID="(see your trace viewer)"
+fi
+
 step "A leak: an external workload's object is deleted behind membership's back"
 run plexusctl workload register vm-2 -n shop --label app=batch --pool workloads --port http:8080 --ttl 10m
 run demokube delete-workload --kubeconfig "$KUBECONFIG_A" --namespace shop --name vm-2
@@ -141,9 +162,11 @@ say "  - shop/cart exported from cluster a became a ServiceImport in cluster b w
 say "    a derived Service and EndpointSlices labelled for the importer (3 Pods + 1 external workload)"
 say "  - a Pod going not-ready was followed by the slice (4 endpoints, 3 ready)"
 say "  - a leaked external-workload address was found and released by repair after its strikes"
+say "  - the flow from the Pod change to the EndpointSlice write, traced across processes:"
+say "    membership's trace $TRACE_ID, linked from the importer's reconcile"
+say "    (tracedump flow --http $TRACES_HTTP shows it again; set OTEL_EXPORTER_OTLP_ENDPOINT to send"
+say "    the spans to your own collector, for example Jaeger from docker-compose.yaml)"
 say "logs of every process: $LOGS"
-say "traces: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 set and a collector"
-say "(for example Jaeger from docker-compose.yaml) to follow the export to the EndpointSlice write"
 if ((KEEP)); then
   cat <<MSG
 
