@@ -11,8 +11,12 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
 )
 
 // Options say where the cluster is and how hard to use it.
@@ -81,4 +85,35 @@ func resource(path string) string {
 		return rest[0] + "/" + rest[2]
 	}
 	return rest[0]
+}
+
+// Clients are the API clients of one cluster that the services use.
+type Clients struct {
+	// Config is the configuration they share.
+	Config *rest.Config
+	// Kube is the client of the built-in APIs.
+	Kube kubernetes.Interface
+	// MCS is the client of the Multi-Cluster Services API.
+	MCS mcsclient.Interface
+	// Workloads is the REST client of ExternalWorkloads.
+	Workloads rest.Interface
+}
+
+// New returns the clients of the cluster o describes.
+func New(o Options) (*Clients, error) {
+	cfg, err := Config(o)
+	if err != nil {
+		return nil, err
+	}
+	c := &Clients{Config: cfg}
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if c.MCS, err = mcsclient.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("mcs-api client: %w", err)
+	}
+	if c.Workloads, err = workloadclient.NewRESTClient(cfg); err != nil {
+		return nil, fmt.Errorf("externalworkload client: %w", err)
+	}
+	return c, nil
 }

@@ -31,12 +31,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/config"
@@ -67,18 +65,11 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("--vip-pool: %w", err)
 	}
-	restCfg, err := kubeclient.Config(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()})
+	clients, err := kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()})
 	if err != nil {
 		return nil, err
 	}
-	kubeClient, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	mcs, err := mcsclient.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("mcs-api client: %w", err)
-	}
+	kubeClient, mcs := clients.Kube, clients.MCS
 	reg := rt.Server.Registry()
 
 	var conns []interface{ Close() error }

@@ -12,13 +12,10 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
-	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/server"
@@ -118,22 +115,11 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if cfg.ClusterName == "" {
 		return nil, errors.New("--cluster-name: membership stamps every endpoint with it and owns addresses under it; it must be set")
 	}
-	restCfg, err := kubeclient.Config(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-membership/" + server.Version()})
+	clients, err := kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-membership/" + server.Version()})
 	if err != nil {
 		return nil, err
 	}
-	kube, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	mcs, err := mcsclient.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("mcs-api client: %w", err)
-	}
-	workloads, err := workloadclient.NewRESTClient(restCfg)
-	if err != nil {
-		return nil, err
-	}
+	kube, mcs, workloads := clients.Kube, clients.MCS, clients.Workloads
 
 	reg := rt.Server.Registry()
 	hub := watch.New[*membershipv1.ServiceEndpoints](

@@ -47,15 +47,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubeclient"
@@ -80,22 +77,11 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("--source: %w", err)
 	}
-	restCfg, err := kubeclient.Config(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-repair/" + server.Version()})
+	clients, err := kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-repair/" + server.Version()})
 	if err != nil {
 		return nil, err
 	}
-	kube, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	mcs, err := mcsclient.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("mcs-api client: %w", err)
-	}
-	workloads, err := workloadclient.NewRESTClient(restCfg)
-	if err != nil {
-		return nil, err
-	}
+	kube, mcs, workloads := clients.Kube, clients.MCS, clients.Workloads
 
 	var conns []interface{ Close() error }
 	closeAll := func() {
