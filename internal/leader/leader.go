@@ -110,6 +110,36 @@ type Elector struct {
 	mu     sync.Mutex
 	term   context.Context // the accepted term; nil when not leading
 	leader string          // the last leader observed
+	// le and its lease timings are the campaign's, for Valid.
+	le                           *leaderelection.LeaderElector
+	leaseDuration, renewDeadline time.Duration
+}
+
+// ErrNotLeading is Valid's answer on a replica that does not lead.
+var ErrNotLeading = errors.New("this replica does not lead")
+
+// Valid reports whether this replica may write now: it leads, and (with
+// election on) it renewed its lease within the renew deadline. A leader
+// that was paused (a long GC, a stopped VM) past that has lost the lease
+// or is about to; its term ends when it notices, and until then Valid
+// keeps it from writing over the new leader's work.
+func (e *Elector) Valid() error {
+	e.mu.Lock()
+	term, le, lease, renew := e.term, e.le, e.leaseDuration, e.renewDeadline
+	e.mu.Unlock()
+	if term == nil || term.Err() != nil {
+		return ErrNotLeading
+	}
+	if le == nil {
+		return nil // no election: the only replica
+	}
+	// Check fails once the lease was last renewed more than
+	// LeaseDuration+tolerance ago; a negative tolerance moves that to
+	// the renew deadline, past which a healthy leader steps down.
+	if err := le.Check(renew - lease); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotLeading, err)
+	}
+	return nil
 }
 
 // NewElector returns the elector of identity and registers its gauge,
@@ -223,6 +253,9 @@ func (e *Elector) Run(ctx context.Context, lock resourcelock.Interface, c Config
 			logger.Error("leader election not started", "error", err)
 			return
 		}
+		e.mu.Lock()
+		e.le, e.leaseDuration, e.renewDeadline = le, c.LeaseDuration, c.RenewDeadline
+		e.mu.Unlock()
 		le.Run(ctx)
 		// Wait for the term's work before campaigning again. (A term
 		// whose callback has not started yet starts cancelled and does

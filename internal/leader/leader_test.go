@@ -69,3 +69,14 @@ func TestElectorTerms(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, id, "_")
 }
+
+func TestValidWithoutElection(t *testing.T) {
+	e, err := NewElector("me", "plexus_valid_test_leader", "help", prometheus.NewRegistry())
+	require.NoError(t, err)
+	require.ErrorIs(t, e.Valid(), ErrNotLeading, "no term yet")
+	term, end := context.WithCancel(context.Background())
+	e.Start(term)
+	require.NoError(t, e.Valid(), "the only replica leads while its term lasts")
+	end()
+	require.ErrorIs(t, e.Valid(), ErrNotLeading)
+}

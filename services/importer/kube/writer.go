@@ -34,6 +34,25 @@ type Writer struct {
 	tracker *Tracker
 	writes  *prometheus.CounterVec
 	errors  *prometheus.CounterVec
+	// guard, when set, is asked before every write; an error refuses it.
+	guard func() error
+}
+
+// Guard makes every write ask fn first and refuse when it returns an
+// error: the leader's check that its lease is still its own, so a replica
+// that was paused past its lease writes nothing before it notices.
+func (w *Writer) Guard(fn func() error) { w.guard = fn }
+
+// allowed runs the guard.
+func (w *Writer) allowed(kind Kind, op string) error {
+	if w.guard == nil {
+		return nil
+	}
+	if err := w.guard(); err != nil {
+		w.errors.WithLabelValues(string(kind), op).Inc()
+		return fmt.Errorf("%s %s refused: %w", op, kind, err)
+	}
+	return nil
 }
 
 // NewWriter returns a Writer; its metrics are registered on reg.
@@ -73,6 +92,9 @@ func preconditions(obj metav1.Object) metav1.DeleteOptions {
 // CreateSlice creates a slice (named by the API server from its
 // generateName).
 func (w *Writer) CreateSlice(ctx context.Context, owner exports.Key, s *discovery.EndpointSlice) (*discovery.EndpointSlice, error) {
+	if err := w.allowed(KindEndpointSlice, OpCreate); err != nil {
+		return nil, err
+	}
 	out, err := w.kube.DiscoveryV1().EndpointSlices(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
 	w.count(KindEndpointSlice, OpCreate, err)
 	if err != nil {
@@ -84,6 +106,9 @@ func (w *Writer) CreateSlice(ctx context.Context, owner exports.Key, s *discover
 
 // UpdateSlice replaces a slice; its resourceVersion guards the write.
 func (w *Writer) UpdateSlice(ctx context.Context, owner exports.Key, s *discovery.EndpointSlice) (*discovery.EndpointSlice, error) {
+	if err := w.allowed(KindEndpointSlice, OpUpdate); err != nil {
+		return nil, err
+	}
 	out, err := w.kube.DiscoveryV1().EndpointSlices(s.Namespace).Update(ctx, s, metav1.UpdateOptions{})
 	w.count(KindEndpointSlice, OpUpdate, err)
 	if err != nil {
@@ -96,6 +121,9 @@ func (w *Writer) UpdateSlice(ctx context.Context, owner exports.Key, s *discover
 // DeleteSlice deletes a slice if it still is s (same uid and
 // resourceVersion); a slice that is already gone counts as deleted.
 func (w *Writer) DeleteSlice(ctx context.Context, owner exports.Key, s *discovery.EndpointSlice) error {
+	if err := w.allowed(KindEndpointSlice, OpDelete); err != nil {
+		return err
+	}
 	err := w.kube.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, preconditions(s))
 	if apierrors.IsNotFound(err) {
 		err = nil
@@ -110,6 +138,9 @@ func (w *Writer) DeleteSlice(ctx context.Context, owner exports.Key, s *discover
 
 // CreateImport creates a ServiceImport (its status is written separately).
 func (w *Writer) CreateImport(ctx context.Context, owner exports.Key, si *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+	if err := w.allowed(KindServiceImport, OpCreate); err != nil {
+		return nil, err
+	}
 	out, err := w.mcs.MulticlusterV1beta1().ServiceImports(si.Namespace).Create(ctx, si, metav1.CreateOptions{})
 	w.count(KindServiceImport, OpCreate, err)
 	if err != nil {
@@ -121,6 +152,9 @@ func (w *Writer) CreateImport(ctx context.Context, owner exports.Key, si *mcsv1b
 
 // UpdateImport replaces a ServiceImport's metadata and spec.
 func (w *Writer) UpdateImport(ctx context.Context, owner exports.Key, si *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+	if err := w.allowed(KindServiceImport, OpUpdate); err != nil {
+		return nil, err
+	}
 	out, err := w.mcs.MulticlusterV1beta1().ServiceImports(si.Namespace).Update(ctx, si, metav1.UpdateOptions{})
 	w.count(KindServiceImport, OpUpdate, err)
 	if err != nil {
@@ -132,6 +166,9 @@ func (w *Writer) UpdateImport(ctx context.Context, owner exports.Key, si *mcsv1b
 
 // UpdateImportStatus replaces a ServiceImport's status.
 func (w *Writer) UpdateImportStatus(ctx context.Context, owner exports.Key, si *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+	if err := w.allowed(KindServiceImport, OpUpdateStatus); err != nil {
+		return nil, err
+	}
 	out, err := w.mcs.MulticlusterV1beta1().ServiceImports(si.Namespace).UpdateStatus(ctx, si, metav1.UpdateOptions{})
 	w.count(KindServiceImport, OpUpdateStatus, err)
 	if err != nil {
@@ -143,6 +180,9 @@ func (w *Writer) UpdateImportStatus(ctx context.Context, owner exports.Key, si *
 
 // DeleteImport deletes a ServiceImport if it still is si.
 func (w *Writer) DeleteImport(ctx context.Context, owner exports.Key, si *mcsv1beta1.ServiceImport) error {
+	if err := w.allowed(KindServiceImport, OpDelete); err != nil {
+		return err
+	}
 	err := w.mcs.MulticlusterV1beta1().ServiceImports(si.Namespace).Delete(ctx, si.Name, preconditions(si))
 	if apierrors.IsNotFound(err) {
 		err = nil
@@ -157,6 +197,9 @@ func (w *Writer) DeleteImport(ctx context.Context, owner exports.Key, si *mcsv1b
 
 // CreateService creates a derived Service.
 func (w *Writer) CreateService(ctx context.Context, owner exports.Key, svc *corev1.Service) (*corev1.Service, error) {
+	if err := w.allowed(KindService, OpCreate); err != nil {
+		return nil, err
+	}
 	out, err := w.kube.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{})
 	w.count(KindService, OpCreate, err)
 	if err != nil {
@@ -168,6 +211,9 @@ func (w *Writer) CreateService(ctx context.Context, owner exports.Key, svc *core
 
 // UpdateService replaces a derived Service.
 func (w *Writer) UpdateService(ctx context.Context, owner exports.Key, svc *corev1.Service) (*corev1.Service, error) {
+	if err := w.allowed(KindService, OpUpdate); err != nil {
+		return nil, err
+	}
 	out, err := w.kube.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{})
 	w.count(KindService, OpUpdate, err)
 	if err != nil {
@@ -179,6 +225,9 @@ func (w *Writer) UpdateService(ctx context.Context, owner exports.Key, svc *core
 
 // DeleteService deletes a derived Service if it still is svc.
 func (w *Writer) DeleteService(ctx context.Context, owner exports.Key, svc *corev1.Service) error {
+	if err := w.allowed(KindService, OpDelete); err != nil {
+		return err
+	}
 	err := w.kube.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, preconditions(svc))
 	if apierrors.IsNotFound(err) {
 		err = nil

@@ -173,6 +173,10 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if err != nil {
 		return fail(err)
 	}
+	// Every write first checks that this replica still holds its lease:
+	// resourceVersions guard against a stale cache, not against a stale
+	// view of the sources that a paused, deposed leader would write.
+	writer.Guard(lead.Valid)
 	api, err := iserver.New(iserver.Config{Imports: ctrl, Store: store, Leader: lead, Synced: informers.HasSynced})
 	if err != nil {
 		return fail(err)
