@@ -9,10 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	manifests "github.com/plexusnet/plexus/deploy/kubernetes"
 	"github.com/plexusnet/plexus/internal/proctest"
 )
 
@@ -70,34 +68,3 @@ func TestComposeSetsOnlyRealFlags(t *testing.T) {
 	require.Greater(t, checked, 20)
 }
 
-// TestManifestsSetOnlyRealFlags: the same for the PLEXUS_* variables of the
-// Kubernetes manifests in deploy/kubernetes.
-func TestManifestsSetOnlyRealFlags(t *testing.T) {
-	objs, err := manifests.Objects("services.yaml")
-	require.NoError(t, err)
-	flagRE := regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z0-9-]+)`)
-	checked := 0
-	for _, obj := range objs {
-		containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
-		for _, c := range containers {
-			c := c.(map[string]any)
-			name := c["name"].(string)
-			out, err := exec.Command(proctest.Build(t, "./services/"+name), "--help").CombinedOutput()
-			require.NoError(t, err, "%s --help:\n%s", name, out)
-			flags := map[string]bool{}
-			for _, m := range flagRE.FindAllStringSubmatch(string(out), -1) {
-				flags[m[1]] = true
-			}
-			envs, _, _ := unstructured.NestedSlice(c, "env")
-			for _, e := range envs {
-				key := e.(map[string]any)["name"].(string)
-				flag, ok := strings.CutPrefix(key, "PLEXUS_")
-				require.True(t, ok, "%s sets %s", name, key)
-				flag = strings.ToLower(strings.ReplaceAll(flag, "_", "-"))
-				require.True(t, flags[flag], "the %s manifest sets %s, but it has no --%s", name, key, flag)
-				checked++
-			}
-		}
-	}
-	require.Greater(t, checked, 15)
-}
