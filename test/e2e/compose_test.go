@@ -67,4 +67,3 @@ func TestComposeSetsOnlyRealFlags(t *testing.T) {
 	}
 	require.Greater(t, checked, 20)
 }
-
