@@ -94,6 +94,8 @@ pids+=($!)
 wait_healthy membership "$MEMBERS"
 wait_healthy importer "$IMPORTER"
 wait_healthy repair "$REPAIR"
+say "plexusctl status asks each one's health service (version, and who leads importer and repair):"
+run plexusctl status
 say "every service describes itself over reflection, no proto files needed:"
 run grpcurl -plaintext "$MEMBERS" list
 

@@ -24,6 +24,10 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 )
 
+// Header is the header of health check answers that names the leader a
+// replica last observed (`plexusctl status` shows it).
+const Header = "plexus-leader"
+
 // Config is the election's part of a service's flags.
 type Config struct {
 	// LeaderElect turns on leader election; without it this replica

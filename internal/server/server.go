@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/config"
@@ -64,6 +65,42 @@ type Server struct {
 	running  bool
 	statuses map[string]healthpb.HealthCheckResponse_ServingStatus
 	ran      atomic.Bool
+
+	// info are the headers of every health check answer (see
+	// AddHealthInfo); set up before Run, read by the interceptor.
+	info []healthInfo
+}
+
+// healthInfo is one header of health check answers.
+type healthInfo struct {
+	key string
+	fn  func() string
+}
+
+// HeaderVersion is the header of health check answers that carries the
+// server's version; AddHealthInfo adds others (the importer and repair add
+// "plexus-leader"), so `plexusctl status` reads them with the health check.
+const HeaderVersion = "plexus-version"
+
+// AddHealthInfo makes every health check answer carry the header key with
+// fn's value at that moment. Call it before Run.
+func (s *Server) AddHealthInfo(key string, fn func() string) {
+	s.info = append(s.info, healthInfo{key: key, fn: fn})
+}
+
+// healthHeaders sends the version and the added headers with health check
+// answers.
+func (s *Server) healthHeaders(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if isHealthMethod(info.FullMethod) {
+		md := metadata.Pairs(HeaderVersion, Version())
+		for _, i := range s.info {
+			if v := i.fn(); v != "" {
+				md.Append(i.key, v)
+			}
+		}
+		_ = grpc.SetHeader(ctx, md)
+	}
+	return handler(ctx, req)
 }
 
 // New builds the server of service name ("allocator") from cfg and binds its
@@ -198,6 +235,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 	v := validator{byType: o.validators}
 
 	unary := append([]grpc.UnaryServerInterceptor{
+		s.healthHeaders,
 		s.metrics.UnaryServerInterceptor(exemplar),
 		selector.UnaryServerInterceptor(accessLog, notHealth),
 		recovery.UnaryServerInterceptor(recoverOpt),

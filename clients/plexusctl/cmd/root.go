@@ -58,7 +58,7 @@ func NewRoot(out io.Writer) *cobra.Command {
 	fs.StringVar(&g.keyFile, "tls-key", "", "client key for mutual TLS")
 	root.AddCommand(poolCmd(g), allocCmd(g))
 	root.AddCommand(workloadCmd(g), membersCmd(g))
-	root.AddCommand(importsCmd(g), repairCmd(g))
+	root.AddCommand(importsCmd(g), repairCmd(g), statusCmd(g))
 	return root
 }
 

@@ -177,6 +177,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	// resourceVersions guard against a stale cache, not against a stale
 	// view of the sources that a paused, deposed leader would write.
 	writer.Guard(lead.Valid)
+	rt.Server.AddHealthInfo(leader.Header, func() string { l, _ := lead.Leader(); return l })
 	api, err := iserver.New(iserver.Config{Imports: ctrl, Store: store, Leader: lead, Synced: informers.HasSynced})
 	if err != nil {
 		return fail(err)

@@ -147,6 +147,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		return nil, err
 	}
 	rserver.New(runner, elector).Register(rt.Server.GRPC())
+	rt.Server.AddHealthInfo(leader.Header, func() string { l, _ := elector.Leader(); return l })
 
 	// Until the caches are synced every pass would be UNSYNCED.
 	rt.Server.SetServing(rserver.ServiceName, false)

@@ -1,0 +1,58 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/server"
+)
+
+// TestStatus runs status against one server of the shared runtime that
+// answers for all four services, then with one of them not serving.
+func TestStatus(t *testing.T) {
+	cfg := config.New(config.Importer)
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	srv, err := server.New(*cfg, "importer", server.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), server.WithoutSignalHandling())
+	require.NoError(t, err)
+	srv.AddHealthInfo("plexus-leader", func() string { return "replica-7" })
+	for _, name := range serviceNames {
+		srv.SetServing(name, true)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	run := func() (string, error) {
+		var out bytes.Buffer
+		root := NewRoot(&out)
+		root.SetArgs([]string{"status", "-o", "json", "--timeout", "5s",
+			"--allocator-addr", srv.GRPCAddr(), "--membership-addr", srv.GRPCAddr(),
+			"--importer-addr", srv.GRPCAddr(), "--repair-addr", srv.GRPCAddr()})
+		err := root.Execute()
+		return out.String(), err
+	}
+	var out string
+	require.Eventually(t, func() bool { out, err = run(); return err == nil }, 10*time.Second, 50*time.Millisecond)
+	var got []map[string]string
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Len(t, got, 4)
+	for _, s := range got {
+		require.Equal(t, "SERVING", s["status"], s)
+		require.Equal(t, server.Version(), s["version"])
+		require.Equal(t, "replica-7", s["leader"])
+	}
+
+	srv.SetServing(serviceNames["repair"], false)
+	out, err = run()
+	require.ErrorIs(t, err, errNotHealthy)
+	require.Contains(t, out, "NOT_SERVING")
+}
