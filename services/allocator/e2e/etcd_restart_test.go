@@ -31,7 +31,7 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 	health := healthpb.NewHealthClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err = client.CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "p", Pool: &allocatorv1.Pool{Cidrs: []string{"10.8.0.0/20"}}})
+	_, err = client.CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "p", Pool: &allocatorv1.Pool{Cidrs: []string{"10.8.0.0/14"}}})
 	require.NoError(t, err)
 
 	var (
