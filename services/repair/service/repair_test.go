@@ -519,7 +519,9 @@ func testLeaderElection(t *testing.T, e *kubeEnv) {
 	_, err := b.client.GetLatestReport(context.Background(), &repairv1.GetLatestReportRequest{})
 	require.Equal(t, codes.NotFound, status.Code(err))
 	require.Equal(t, "NO_REPORT", apierr.Reason(err))
-	require.Contains(t, b.httpGet(t, "/readyz"), "[+]leader-election ok")
+	// Readiness checks run in the background: the next run says so.
+	require.Eventually(t, func() bool { return strings.Contains(b.httpGet(t, "/readyz"), "[+]leader-election ok") },
+		10*time.Second, 50*time.Millisecond, "the follower is ready once it knows the leader")
 
 	a.stop() // releases the Lease
 	require.Eventually(t, func() bool {
