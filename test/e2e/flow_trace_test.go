@@ -91,19 +91,21 @@ func TestExportFlowIsOneConnectedTrace(t *testing.T) {
 			t.Logf("importer log:\n%s\nmembership log:\n%s", importer.Log(), members.Log())
 		}
 	})
-	var flow []otlpsink.Span
+	var flow, path []otlpsink.Span
 	require.Eventually(t, func() bool {
 		spans := sink.Spans()
 		for _, sp := range spans {
 			if sp.Service == "plexus-importer" && sp.Name == "kube POST endpointslices" {
 				flow = otlpsink.Flow(spans, sp)
-				return has(flow, "plexus-membership", "membership.reconcile") && has(flow, "plexus-allocator", batchAllocate)
+				path = upstream(spans, sp, "plexus-membership")
+				return path != nil && has(flow, "plexus-membership", "membership.reconcile") && has(flow, "plexus-allocator", batchAllocate)
 			}
 		}
 		return false
 	}, 30*time.Second, 100*time.Millisecond, "the spans of the flow arrive")
 	tree := otlpsink.Tree(flow)
 	t.Logf("the export's flow:\n%s", tree)
+	t.Logf("from the slice write back to membership: %s", names(path))
 
 	byID := map[string]otlpsink.Span{}
 	for _, sp := range flow {
@@ -127,6 +129,7 @@ func TestExportFlowIsOneConnectedTrace(t *testing.T) {
 	server := find("plexus-allocator", batchAllocate)
 	client := byID[server.Parent]
 	require.Equal(t, "plexus-importer", client.Service, "the allocator's server span is a child of the importer's call:\n%s", tree)
+	require.Equal(t, reconcile.SpanID, client.Parent, "the importer's call is a child of the reconcile:\n%s", tree)
 	require.Equal(t, reconcile.TraceID, server.TraceID, "the VIP allocation is part of the reconcile's trace")
 
 	observed := find("plexus-membership", "membership.reconcile")
@@ -135,6 +138,66 @@ func TestExportFlowIsOneConnectedTrace(t *testing.T) {
 		linked = linked || strings.HasPrefix(l, observed.TraceID+"/")
 	}
 	require.True(t, linked, "the importer's reconcile links to membership's trace of the change:\n%s", tree)
+	require.Equal(t, "shop", observed.Attrs["k8s.namespace"], "membership's reconcile names its service: %v", observed.Attrs)
+	require.Equal(t, "cart", observed.Attrs["k8s.service"])
+
+	// Span by span, not only trace by trace: the slice write's parent is the
+	// reconcile, whose link is the very membership span whose context the
+	// WatchServices event carried (the observation of the change, or the
+	// reconcile that published it when nothing was observed first).
+	require.Len(t, path, 3, "write → reconcile → membership: %s\n%s", names(path), tree)
+	require.Equal(t, reconcile.SpanID, path[1].SpanID, "the walk goes through the reconcile:\n%s", tree)
+	origin := path[2]
+	require.Contains(t, []string{"membership.observe", "membership.reconcile"}, origin.Name, "the link ends at membership's span of the change:\n%s", tree)
+	require.Equal(t, observed.TraceID, origin.TraceID)
+	require.Equal(t, "shop", origin.Attrs["k8s.namespace"], "membership's span is of the exported service's namespace: %v", origin.Attrs)
+}
+
+// upstream walks from one span to its parent and the spans it links to,
+// breadth first, until it reaches a span of service; it returns the path
+// (from, …, that span), or nil when no received span of service is
+// upstream of from.
+func upstream(spans []otlpsink.Span, from otlpsink.Span, service string) []otlpsink.Span {
+	byID := map[string]otlpsink.Span{}
+	for _, sp := range spans {
+		byID[sp.TraceID+"/"+sp.SpanID] = sp
+	}
+	prev := map[string]string{}
+	start := from.TraceID + "/" + from.SpanID
+	seen := map[string]bool{start: true}
+	queue := []string{start}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		sp := byID[id]
+		if sp.Service == service {
+			var path []otlpsink.Span
+			for ; id != ""; id = prev[id] {
+				path = append([]otlpsink.Span{byID[id]}, path...)
+			}
+			return path
+		}
+		next := append([]string(nil), sp.Links...)
+		if sp.Parent != "" {
+			next = append(next, sp.TraceID+"/"+sp.Parent)
+		}
+		for _, n := range next {
+			if _, ok := byID[n]; ok && !seen[n] {
+				seen[n], prev[n] = true, id
+				queue = append(queue, n)
+			}
+		}
+	}
+	return nil
+}
+
+// names renders a path of spans as "service name → …".
+func names(path []otlpsink.Span) string {
+	out := make([]string, len(path))
+	for i, sp := range path {
+		out[i] = sp.Service + " " + sp.Name
+	}
+	return strings.Join(out, " → ")
 }
 
 // batchAllocate is the RPC of the clusterset VIPs: one per family, all or
