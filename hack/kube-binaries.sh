@@ -22,6 +22,20 @@ if etcd_ok && kube_ok; then
   exit 0
 fi
 
+# One build at a time: a second caller (the demo and a test run started
+# together) waits for the first and then finds the binaries present.
+if command -v flock >/dev/null; then
+  exec 9>"$BIN/.lock"
+  if ! flock -n 9; then
+    log "another build is running; waiting for it"
+    flock 9
+  fi
+  if etcd_ok && kube_ok; then
+    echo "$BIN"
+    exit 0
+  fi
+fi
+
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
