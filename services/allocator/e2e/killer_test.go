@@ -91,8 +91,9 @@ func (h *history) releasing(owner string) {
 // 3 s for 60 s. A call that fails is retried on another replica with the
 // same request_id until it is answered. No address is ever held by two
 // owners, no retry gets a second address, no acknowledged allocation is
-// lost, and in the end the replicas agree with each other and with what
-// the clients were told.
+// lost, in the end the replicas agree with each other and with what the
+// clients were told, and the recorded allocate/release history is
+// linearizable (porcupine, with the model in linearizable_test.go).
 func TestReplicasSurviveKills(t *testing.T) {
 	const (
 		replicas = 3
@@ -122,6 +123,7 @@ func TestReplicasSurviveKills(t *testing.T) {
 	}
 
 	h := &history{holder: map[string]string{}, address: map[string]string{}}
+	lin := newLinHistory()
 	var failures atomic.Int64
 	// call retries fn on one replica after another until it is answered.
 	call := func(id int, fn func(c allocatorv1.AllocatorServiceClient) error) {
@@ -140,7 +142,8 @@ func TestReplicasSurviveKills(t *testing.T) {
 	for c := range clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
-			var held []string
+			type holding struct{ owner, addr string }
+			var held []holding
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -148,20 +151,23 @@ func TestReplicasSurviveKills(t *testing.T) {
 				default:
 				}
 				if len(held) > 4 || (len(held) > 0 && rng.IntN(3) == 0) {
-					owner := held[0]
+					r := held[0]
 					held = held[1:]
-					h.releasing(owner)
+					h.releasing(r.owner)
+					start := lin.now()
 					call(c, func(cl allocatorv1.AllocatorServiceClient) error {
 						cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 						defer ccancel()
-						_, err := cl.Release(cctx, &allocatorv1.ReleaseRequest{Pool: "pools/p", Owner: owner4(owner), AllowMissing: true})
+						_, err := cl.Release(cctx, &allocatorv1.ReleaseRequest{Pool: "pools/p", Owner: owner4(r.owner), AllowMissing: true})
 						return err
 					})
+					lin.add(c, linOp{release: true, owner: r.owner, addr: r.addr}, start)
 					continue
 				}
 				owner := fmt.Sprintf("c%d-%d", c, n)
 				var addr string
 				tries := 0
+				start := lin.now()
 				call(c, func(cl allocatorv1.AllocatorServiceClient) error {
 					tries++
 					cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
@@ -175,8 +181,9 @@ func TestReplicasSurviveKills(t *testing.T) {
 					h.retried++
 					h.mu.Unlock()
 				}
+				lin.add(c, linOp{owner: owner, addr: addr}, start)
 				h.allocated(t, owner, addr)
-				held = append(held, owner)
+				held = append(held, holding{owner, addr})
 			}
 		})
 	}
@@ -227,6 +234,7 @@ func TestReplicasSurviveKills(t *testing.T) {
 	t.Logf("%d kills; %d allocations acknowledged, %d of them after a retry; %d failed calls retried; %d held at the end",
 		kills, h.acks, h.retried, failures.Load(), len(want))
 	require.Greater(t, h.retried, 0, "kills interrupted some calls")
+	lin.check(t)
 }
 
 func owner4(name string) *allocatorv1.Owner {

@@ -223,14 +223,20 @@ func (a *allocator) stop(timeout time.Duration) error {
 	}
 }
 
-// client dials the allocator without retries, so a test sees every failure
+// conn dials the allocator without retries, so a test sees every failure
 // as it happens.
-func (a *allocator) client(t *testing.T) allocatorv1.AllocatorServiceClient {
+func (a *allocator) conn(t *testing.T) *grpc.ClientConn {
 	t.Helper()
 	conn, err := dial.New(a.grpcAddr, dial.WithoutRetry())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return allocatorv1.NewAllocatorServiceClient(conn)
+	return conn
+}
+
+// client is an allocator client on a new connection (see conn).
+func (a *allocator) client(t *testing.T) allocatorv1.AllocatorServiceClient {
+	t.Helper()
+	return allocatorv1.NewAllocatorServiceClient(a.conn(t))
 }
 
 // repoRoot is the folder holding go.mod, found upwards from the test's

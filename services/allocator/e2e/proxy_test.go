@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -11,19 +10,24 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/kubetest"
 )
 
 // slowProxy forwards TCP connections on a loopback port to target, each
-// chunk in either direction held back by the current delay.
+// chunk in either direction held back by the current delay, replies from
+// target by replyDelay on top. It can also drop traffic: cut every
+// connection as a partition would and forward nothing until healed.
 type slowProxy struct {
-	lis    net.Listener
-	target string
-	delay  atomic.Int64 // nanoseconds
-	mu     sync.Mutex
-	conns  []net.Conn
+	lis         net.Listener
+	target      string
+	delay       atomic.Int64 // nanoseconds
+	replyDelay  atomic.Int64 // nanoseconds
+	partitioned atomic.Bool
+	mu          sync.Mutex
+	conns       []net.Conn
 }
 
 func startProxy(t *testing.T, target string) *slowProxy {
@@ -51,36 +55,84 @@ func (p *slowProxy) serve() {
 		if err != nil {
 			return
 		}
+		if p.partitioned.Load() {
+			// Nothing gets through: the connection is accepted (the
+			// network is not refusing, it is dropping) and goes nowhere.
+			p.track(in)
+			continue
+		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = in.Close()
 			continue
 		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go p.pipe(in, out)
-		go p.pipe(out, in)
+		p.track(in, out)
+		go p.pipe(in, out, false)
+		go p.pipe(out, in, true)
 	}
 }
 
-// pipe copies src to dst, each read held back by the delay of the moment
-// it was read: the bytes arrive late, in order.
-func (p *slowProxy) pipe(src, dst net.Conn) {
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			time.Sleep(time.Duration(p.delay.Load()))
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+func (p *slowProxy) track(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, conns...)
+}
+
+// cut closes every connection through the proxy.
+func (p *slowProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// partition drops all traffic: connections are cut and new ones go
+// nowhere until heal.
+func (p *slowProxy) partition() {
+	p.partitioned.Store(true)
+	p.cut()
+}
+
+func (p *slowProxy) heal() {
+	p.partitioned.Store(false)
+	p.cut() // the held connections; the client dials again
+}
+
+// pipe copies src to dst, each chunk held back by the delay of the moment
+// it was read: the bytes arrive late, in order, as over a link with that
+// latency (a chunk does not wait for the delays of the chunks before it).
+func (p *slowProxy) pipe(src, dst net.Conn, reply bool) {
+	type chunk struct {
+		b   []byte
+		due time.Time
+	}
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer dst.Close()
+		for c := range chunks {
+			time.Sleep(time.Until(c.due))
+			if _, err := dst.Write(c.b); err != nil {
+				_ = src.Close()
+				for range chunks { // let the reader finish
+				}
 				return
 			}
 		}
-		if err != nil {
-			if err != io.EOF {
-				_ = src.Close()
+	}()
+	defer close(chunks)
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := src.Read(buf)
+		if n > 0 {
+			d := p.delay.Load()
+			if reply {
+				d += p.replyDelay.Load()
 			}
+			chunks <- chunk{b: buf[:n], due: time.Now().Add(time.Duration(d))}
+		}
+		if err != nil {
 			return
 		}
 	}
@@ -132,6 +184,104 @@ func TestRetryWithRequestIDAcrossASlowLink(t *testing.T) {
 				list, err := c.ListAllocations(ctx, &allocatorv1.ListAllocationsRequest{Pool: "pools/p", OwnerName: owner.GetName()})
 				return err == nil && len(list.GetAllocations()) == 1 && list.GetAllocations()[0].GetAddress() == got
 			}, 20*time.Second, 50*time.Millisecond, "the owner holds one address, the one the retry returned")
+		}
+	}
+}
+
+// TestRetryAfterDroppedTraffic: replica A reaches etcd through a proxy.
+// First etcd's replies to A come late: A's transaction commits, but the
+// client's call times out before A hears so. The retry with the same
+// request_id on replica B returns the address that was committed. Then A is
+// cut off from etcd entirely: it reports NOT_SERVING, calls on it fail, a
+// retry on B gets an address; once the link heals, A serves again by itself
+// and returns the same answers. No owner ever holds two addresses.
+func TestRetryAfterDroppedTraffic(t *testing.T) {
+	e := kubetest.StartEtcd(t)
+	direct := e.Endpoints()[0]
+	proxy := startProxy(t, direct[len("http://"):])
+	a := startAllocator(t, "--store=etcd:http://"+proxy.addr())
+	b := startAllocator(t, "--store=etcd:"+direct)
+	ca, cb := a.client(t), b.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := cb.CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "p", Pool: &allocatorv1.Pool{Cidrs: []string{"10.31.0.0/24"}}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := ca.GetPool(ctx, &allocatorv1.GetPoolRequest{Name: "pools/p"})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	owns := func(c allocatorv1.AllocatorServiceClient, owner string) []string {
+		list, err := c.ListAllocations(ctx, &allocatorv1.ListAllocationsRequest{Pool: "pools/p", OwnerName: owner})
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for _, al := range list.GetAllocations() {
+			out = append(out, al.GetAddress())
+		}
+		return out
+	}
+
+	// 1. Replies late: A reads the request id (its reply, late, still
+	// comes in time), commits, and the commit's reply comes after the
+	// client gave up. Timing decides whether a round ends that way, so
+	// rounds repeat until one does; every round's retry must agree with
+	// what was committed.
+	proxy.replyDelay.Store(int64(300 * time.Millisecond))
+	var lost *allocatorv1.AllocateRequest
+	var committed []string
+	for round := 0; round < 8 && lost == nil; round++ {
+		req := &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: owner4(fmt.Sprint("late-", round)), RequestId: fmt.Sprint("req-late-", round)}
+		cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := ca.Allocate(cctx, req)
+		ccancel()
+		time.Sleep(time.Second) // a commit on its way lands
+		held := owns(cb, req.GetOwner().GetName())
+		resp, rerr := cb.Allocate(ctx, req)
+		require.NoError(t, rerr)
+		require.LessOrEqual(t, len(held), 1)
+		if len(held) == 1 {
+			require.Equal(t, held[0], resp.GetAllocation().GetAddress(), "the retry gets the committed address")
+			if err != nil {
+				lost, committed = req, held
+			}
+		}
+		require.Equal(t, []string{resp.GetAllocation().GetAddress()}, owns(cb, req.GetOwner().GetName()), "the owner holds one address")
+	}
+	proxy.replyDelay.Store(0)
+	require.NotNil(t, lost, "in some round A committed while its client had already timed out")
+
+	// 2. Partition: A cannot reach etcd at all.
+	proxy.partition()
+	health := healthpb.NewHealthClient(a.conn(t))
+	require.Eventually(t, func() bool {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		defer hcancel()
+		st, err := health.Check(hctx, &healthpb.HealthCheckRequest{Service: allocatorv1.AllocatorService_ServiceDesc.ServiceName})
+		return err == nil && st.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
+	}, 30*time.Second, 100*time.Millisecond, "A reports NOT_SERVING while etcd is unreachable")
+	cut := &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: owner4("partitioned"), RequestId: "req-partitioned"}
+	cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = ca.Allocate(cctx, cut)
+	ccancel()
+	require.Error(t, err, "A cannot allocate without etcd")
+	resp, err := cb.Allocate(ctx, cut)
+	require.NoError(t, err)
+	got := resp.GetAllocation().GetAddress()
+
+	proxy.heal()
+	require.Eventually(t, func() bool {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		defer hcancel()
+		st, err := health.Check(hctx, &healthpb.HealthCheckRequest{Service: allocatorv1.AllocatorService_ServiceDesc.ServiceName})
+		return err == nil && st.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}, 60*time.Second, 100*time.Millisecond, "A serves again once the link heals")
+	for req, want := range map[*allocatorv1.AllocateRequest]string{lost: committed[0], cut: got} {
+		again, err := ca.Allocate(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, want, again.GetAllocation().GetAddress(), "A answers %s's retry with the same address", req.GetOwner().GetName())
+		for _, c := range []allocatorv1.AllocatorServiceClient{ca, cb} {
+			require.Equal(t, []string{want}, owns(c, req.GetOwner().GetName()), "the owner holds one address")
 		}
 	}
 }
