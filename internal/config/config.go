@@ -105,6 +105,8 @@ type Common struct {
 	// DrainTimeout is how long a shutdown waits for in-flight calls before
 	// cutting them off.
 	DrainTimeout time.Duration
+	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP address.
+	Pprof bool
 
 	callsAllocator bool
 }
@@ -157,6 +159,7 @@ func (c *Common) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.RateLimit, "rate-limit", c.RateLimit, "calls per second accepted across all clients (health checks excluded); 0 means unlimited")
 	fs.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "unary calls handled at once before new ones fail with RESOURCE_EXHAUSTED; 0 means unlimited")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "on SIGTERM, how long in-flight calls may finish before they are cut off")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's runtime profiles under /debug/pprof/ on --http-addr (keep that address private)")
 }
 
 // Validate reports every invalid setting at once.

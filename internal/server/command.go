@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/gctune"
 	"github.com/plexusnet/plexus/internal/telemetry"
 )
 
@@ -97,6 +98,7 @@ func run(ctx context.Context, cfg *config.Common, spec Spec) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go gctune.Run(ctx, logger)
 	cleanup, err := spec.Setup(ctx, &Runtime{Config: cfg, Server: srv, Logger: logger})
 	if err != nil {
 		return err

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plexusnet/plexus/internal/apierr"
-	"github.com/plexusnet/plexus/internal/auth"
 )
 
 // Reasons of the errors the runtime itself returns.
@@ -204,14 +203,6 @@ func recoverPanic(logger *slog.Logger, panics prometheus.Counter) func(ctx conte
 		method, _ := grpc.Method(ctx)
 		logger.ErrorContext(ctx, "panic in handler", "grpc.method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		return apierr.New(codes.Internal, apierr.ReasonInternal, "internal error", nil)
-	}
-}
-
-// principalLogField adds the authenticated principal to the access log line
-// of the call.
-func principalLogField(ctx context.Context) {
-	if p, ok := auth.PrincipalFrom(ctx); ok {
-		logging.AddFields(ctx, logging.Fields{"principal", p})
 	}
 }
 

@@ -497,3 +497,52 @@ func TestAccessLogCarriesTraceID(t *testing.T) {
 	require.Equal(t, "OK", access["grpc.code"])
 	require.Equal(t, "test", access["service"])
 }
+
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	off := start(t, testConfig())
+	code, _ := httpGet(t, off.srv.HTTPAddr(), "/debug/pprof/")
+	require.Equal(t, 404, code, "profiles are not served by default")
+
+	cfg := testConfig()
+	cfg.Pprof = true
+	on := start(t, cfg)
+	code, body := httpGet(t, on.srv.HTTPAddr(), "/debug/pprof/")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "goroutine")
+	code, body = httpGet(t, on.srv.HTTPAddr(), "/debug/pprof/goroutine?debug=1")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "goroutine profile")
+}
+
+func TestAccessLogLevelsAndPrincipal(t *testing.T) {
+	var out syncBuffer
+	logger, err := telemetry.NewLogger(&out, "info", "json")
+	require.NoError(t, err)
+	cfg := testConfig()
+	cfg.AuthTokens = writeFile(t, "tokens", "repair-token,repair\n")
+	r := start(t, cfg, server.WithLogger(logger))
+
+	client := connect(t, r.srv.GRPCAddr(), dial.WithBearerToken("repair-token"))
+	_, err = client.EmptyCall(callCtx(t), &testpb.Empty{})
+	require.NoError(t, err)
+	// A body the handler cannot parse fails the call (code Unknown).
+	_, err = client.UnaryCall(callCtx(t), &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("sleep:boom")}})
+	require.Error(t, err)
+
+	var lines []map[string]any
+	for _, l := range out.lines() {
+		if l["msg"] == "finished call" {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 1, "at info, only the failed call is logged")
+	l := lines[0]
+	require.Equal(t, "UnaryCall", l["grpc.method"])
+	require.Equal(t, "grpc.testing.TestService", l["grpc.service"])
+	require.Equal(t, "Unknown", l["grpc.code"])
+	require.Equal(t, "ERROR", l["level"])
+	require.Equal(t, "repair", l["principal"])
+	require.Contains(t, l["grpc.error"], `invalid duration "boom"`)
+	require.Contains(t, l, "grpc.time_ms")
+	require.Contains(t, l, "peer.address")
+}

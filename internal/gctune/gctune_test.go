@@ -1,0 +1,83 @@
+package gctune
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/metrics"
+	"runtime/debug"
+	"testing"
+	"time"
+)
+
+func TestPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 2000},
+		{1 * mib, 2000},             // 12800 % capped
+		{8 * mib, 1600},             // 128 MiB of headroom on 8 MiB live
+		{64 * mib, 200},             //
+		{128 * mib, 100},            // headroom equals live: Go's default
+		{1024 * mib, 100},           // never below the default
+		{128*mib + 1, 100},          //
+		{100 * mib, 128},            //
+		{Headroom / 20, MaxPercent}, // exactly at the cap
+	} {
+		if got := Percent(tc.live, Headroom, MaxPercent); got != tc.want {
+			t.Errorf("Percent(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
+		}
+	}
+}
+
+func TestRunSetsGOGCUnlessTheEnvironmentDoes(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+
+	t.Setenv("GOGC", "100")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Run(ctx, logger); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return although GOGC is set")
+	}
+	cancel()
+	if got := gogc(); got != 100 {
+		t.Fatalf("GOGC changed to %d although the environment set it", got)
+	}
+}
+
+func TestRunRaisesGOGCForASmallHeap(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	if v, set := os.LookupEnv("GOGC"); set {
+		os.Unsetenv("GOGC")
+		defer os.Setenv("GOGC", v)
+	}
+	// The test binary's live heap is a few MiB: far below the headroom.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Run(ctx, logger)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p := gogc()
+		if p > 100 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GOGC is still %d", p)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func gogc() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
+}

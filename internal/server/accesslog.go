@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/plexusnet/plexus/internal/auth"
+)
+
+// The access log of unary calls. It writes the same line as
+// go-grpc-middleware's logging interceptor (which streams still use), but
+// costs nothing beyond one context value when the line's level is off: at
+// thousands of calls a second the generic interceptor's field building was
+// a twentieth of the allocator's CPU although every line was dropped.
+
+// callLog is what inner interceptors add to the call's access log line.
+type callLog struct{ principal string }
+
+type callLogKey struct{}
+
+// accessLogLevel is the level of a call's line: successful calls at debug,
+// the rest as go-grpc-middleware's server default has them.
+func accessLogLevel(c codes.Code) slog.Level {
+	if c == codes.OK {
+		return slog.LevelDebug
+	}
+	return slog.Level(logging.DefaultServerCodeToLevel(c))
+}
+
+func accessLogUnary(l *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if isHealthMethod(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		start := time.Now()
+		cl := &callLog{}
+		resp, err := handler(context.WithValue(ctx, callLogKey{}, cl), req)
+		code := status.Code(err)
+		lvl := accessLogLevel(code)
+		if !l.Enabled(ctx, lvl) {
+			return resp, err
+		}
+		service, method := path.Split(info.FullMethod)
+		attrs := []any{
+			"protocol", "grpc", "grpc.component", "server",
+			"grpc.service", strings.Trim(service, "/"), "grpc.method", method, "grpc.method_type", "unary",
+			"grpc.start_time", start.Format(time.RFC3339),
+			"grpc.code", code.String(),
+			"grpc.time_ms", float64(time.Since(start).Microseconds()) / 1000,
+		}
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			attrs = append(attrs, "peer.address", p.Addr.String())
+		}
+		if cl.principal != "" {
+			attrs = append(attrs, "principal", cl.principal)
+		}
+		if err != nil {
+			attrs = append(attrs, "grpc.error", err.Error())
+		}
+		l.Log(ctx, lvl, "finished call", attrs...)
+		return resp, err
+	}
+}
+
+// principalLogField adds the authenticated principal to the access log line
+// of the call.
+func principalLogField(ctx context.Context) {
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok {
+		return
+	}
+	if cl, ok := ctx.Value(callLogKey{}).(*callLog); ok {
+		cl.principal = p
+		return
+	}
+	logging.AddFields(ctx, logging.Fields{"principal", p})
+}
