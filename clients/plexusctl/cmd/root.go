@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +29,14 @@ type globals struct {
 	certFile string
 	keyFile  string
 	out      io.Writer
+
+	// configPath and contextName are --config and --context.
+	configPath  string
+	contextName string
 }
+
+// serviceOrder is the order plexusctl lists the services in.
+var serviceOrder = []string{"allocator", "membership", "importer", "repair"}
 
 // NewRoot returns the plexusctl command tree writing to out.
 func NewRoot(out io.Writer) *cobra.Command {
@@ -42,23 +48,27 @@ func NewRoot(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
+	// Connection settings come from a flag, else its environment variable,
+	// else the selected context, else the flag's default; resolve applies
+	// that order once the flags are parsed.
+	root.PersistentPreRunE = g.resolve
 	fs := root.PersistentFlags()
-	for i, svc := range []string{"allocator", "membership", "importer", "repair"} {
+	for i, svc := range serviceOrder {
 		def := fmt.Sprintf("127.0.0.1:%d", 7401+i)
-		if v, ok := os.LookupEnv("PLEXUS_" + strings.ToUpper(svc) + "_ADDR"); ok {
-			def = v
-		}
-		g.addrs[svc] = fs.String(svc+"-addr", def, "address of the "+svc+" service (env PLEXUS_"+strings.ToUpper(svc)+"_ADDR)")
+		g.addrs[svc] = fs.String(svc+"-addr", def, "address of the "+svc+" service (env "+addrEnv(svc)+", context field "+svc+")")
 	}
 	fs.StringVarP(&g.output, "output", "o", "table", "output format: table, json (as grpcurl prints it) or yaml")
-	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each call")
-	fs.StringVar(&g.token, "token", os.Getenv("PLEXUS_TOKEN"), "bearer token sent with every call (env PLEXUS_TOKEN)")
-	fs.StringVar(&g.caFile, "tls-ca", "", "CA bundle to verify servers with; enables TLS")
-	fs.StringVar(&g.certFile, "tls-cert", "", "client certificate for mutual TLS")
-	fs.StringVar(&g.keyFile, "tls-key", "", "client key for mutual TLS")
+	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each call (context field timeout)")
+	fs.StringVar(&g.token, "token", "", "bearer token sent with every call (env PLEXUS_TOKEN, context field token-file)")
+	fs.StringVar(&g.caFile, "tls-ca", "", "CA bundle to verify servers with; enables TLS (context field tls.ca)")
+	fs.StringVar(&g.certFile, "tls-cert", "", "client certificate for mutual TLS (context field tls.cert)")
+	fs.StringVar(&g.keyFile, "tls-key", "", "client key for mutual TLS (context field tls.key)")
+	fs.StringVar(&g.configPath, "config", "", "config file (env "+configEnv+"; default $XDG_CONFIG_HOME/plexus/config.yaml or ~/.config/plexus/config.yaml)")
+	fs.StringVar(&g.contextName, "context", "", "context of the config file to use instead of its current-context")
 	root.AddCommand(poolCmd(g), allocCmd(g))
 	root.AddCommand(workloadCmd(g), membersCmd(g))
 	root.AddCommand(importsCmd(g), repairCmd(g), statusCmd(g))
+	root.AddCommand(configCmd(g))
 	return root
 }
 
