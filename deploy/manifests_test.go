@@ -50,18 +50,18 @@ func typed[T any](t *testing.T, m manifests, kind, name string) *T {
 
 // components are the four services as the manifests deploy them.
 var components = []struct {
-	name          string
-	replicas      int32
-	grpcPort      int32
-	httpPort      int32
-	healthService string
-	kubeAPI       bool // talks to the Kubernetes API
-	leaderElect   bool
+	name        string
+	replicas    int32
+	grpcPort    int32
+	httpPort    int32
+	kubeAPI     bool // talks to the Kubernetes API
+	leaderElect bool
+	callsPeers  bool // calls other Plexus services
 }{
-	{name: "allocator", replicas: 1, grpcPort: 7401, httpPort: 9401, healthService: "plexus.allocator.v1.AllocatorService"},
-	{name: "membership", replicas: 2, grpcPort: 7402, httpPort: 9402, healthService: "plexus.membership.v1.MembershipService", kubeAPI: true},
-	{name: "importer", replicas: 2, grpcPort: 7403, httpPort: 9403, healthService: "plexus.importer.v1.ImporterService", kubeAPI: true, leaderElect: true},
-	{name: "repair", replicas: 2, grpcPort: 7404, httpPort: 9404, healthService: "plexus.repair.v1.RepairService", kubeAPI: true, leaderElect: true},
+	{name: "allocator", replicas: 1, grpcPort: 7401, httpPort: 9401},
+	{name: "membership", replicas: 2, grpcPort: 7402, httpPort: 9402, kubeAPI: true, callsPeers: true},
+	{name: "importer", replicas: 2, grpcPort: 7403, httpPort: 9403, kubeAPI: true, leaderElect: true, callsPeers: true},
+	{name: "repair", replicas: 2, grpcPort: 7404, httpPort: 9404, kubeAPI: true, leaderElect: true, callsPeers: true},
 }
 
 // envValue returns the literal value of the container's variable name.
@@ -134,12 +134,13 @@ func TestWorkloads(t *testing.T) {
 				ports[p.Name] = p.ContainerPort
 			}
 			require.Equal(t, map[string]int32{"grpc": c.grpcPort, "http": c.httpPort}, ports)
+			// The gRPC port wants a client certificate, which the kubelet's
+			// gRPC probe cannot present: readiness is probed over HTTP.
 			rp := ctr.ReadinessProbe
 			require.NotNil(t, rp)
-			require.NotNil(t, rp.GRPC, "gRPC readiness probe")
-			require.Equal(t, c.grpcPort, rp.GRPC.Port)
-			require.NotNil(t, rp.GRPC.Service)
-			require.Equal(t, c.healthService, *rp.GRPC.Service)
+			require.NotNil(t, rp.HTTPGet, "HTTP readiness probe")
+			require.Equal(t, "/readyz", rp.HTTPGet.Path)
+			require.Equal(t, "http", rp.HTTPGet.Port.String())
 			lp := ctr.LivenessProbe
 			require.NotNil(t, lp)
 			require.NotNil(t, lp.HTTPGet, "HTTP liveness probe")
@@ -192,13 +193,18 @@ func TestAllocatorStoreOnVolume(t *testing.T) {
 	store, _ := envValue(ctr, "PLEXUS_STORE")
 	path, ok := strings.CutPrefix(store, "bolt:")
 	require.True(t, ok, "the bolt store, got %q", store)
-	require.Len(t, ctr.VolumeMounts, 1)
-	mount := ctr.VolumeMounts[0]
-	require.True(t, strings.HasPrefix(path, mount.MountPath+"/"), "%s is on the volume at %s", path, mount.MountPath)
+	var mount *corev1.VolumeMount
+	for i, vm := range ctr.VolumeMounts {
+		if strings.HasPrefix(path, vm.MountPath+"/") {
+			require.Nil(t, mount, "%s is on one volume", path)
+			mount = &ctr.VolumeMounts[i]
+		} else {
+			require.True(t, vm.ReadOnly, "only the store's volume is writable, not %s", vm.MountPath)
+		}
+	}
+	require.NotNil(t, mount, "%s is on a volume", path)
 	require.False(t, mount.ReadOnly)
-	require.Len(t, d.Spec.Template.Spec.Volumes, 1)
-	vol := d.Spec.Template.Spec.Volumes[0]
-	require.Equal(t, mount.Name, vol.Name)
+	vol := volume(t, d.Spec.Template.Spec, mount.Name)
 	require.NotNil(t, vol.PersistentVolumeClaim)
 	pvc := typed[corev1.PersistentVolumeClaim](t, m, "PersistentVolumeClaim", vol.PersistentVolumeClaim.ClaimName)
 	require.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, pvc.Spec.AccessModes)

@@ -68,6 +68,7 @@ func NewRoot(out io.Writer) *cobra.Command {
 	root.AddCommand(poolCmd(g), allocCmd(g))
 	root.AddCommand(workloadCmd(g), membersCmd(g))
 	root.AddCommand(importsCmd(g), repairCmd(g), statusCmd(g))
+	root.AddCommand(certsCmd())
 	root.AddCommand(configCmd(g))
 	return root
 }

@@ -1,0 +1,75 @@
+package cmd
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plexusnet/plexus/internal/certgen"
+)
+
+// certsCmd issues a local CA and the certificates of a deployment.
+func certsCmd() *cobra.Command {
+	var (
+		opts = certgen.Options{Dir: ".certs"}
+		sans []string
+	)
+	cmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Create a local CA and mutual TLS certificates for the four services and an operator",
+		Long: `Create a local CA (ECDSA P-256) and, signed by it, one certificate per
+service (allocator, membership, importer, repair; server and client) and one
+client certificate for an operator using plexusctl.
+
+Each certificate names its holder by the SPIFFE ID spiffe://` + certgen.TrustDomain + `/<name>,
+the principal the authorization policies in deploy/policy allow. A service
+certificate is valid for localhost, 127.0.0.1, ::1, the service's name and its
+Kubernetes Service names in --namespace; --san adds names, to every service
+or, as SERVICE=NAME, to one.
+
+Layout: DIR/ca.crt and DIR/ca.key (keep the key away from the services), and
+DIR/<name>/{tls.crt,tls.key,ca.crt}, one folder per Kubernetes Secret:
+
+  kubectl -n plexus-system create secret generic plexus-allocator-tls --from-file=DIR/allocator
+
+Existing files are never replaced unless --force is given; then every
+certificate and the CA are new.`,
+		Example: `  plexusctl certs --dir .certs
+  plexusctl certs --dir .certs --san membership=plexus-membership.cluster-a.example.net
+  plexusctl pool list --tls-ca .certs/ca.crt --tls-cert .certs/operator/tls.crt --tls-key .certs/operator/tls.key`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.SANs = map[string][]string{}
+			for _, v := range sans {
+				svc, name, err := certgen.ParseSAN(v)
+				if err != nil {
+					return fmt.Errorf("--san: %w", err)
+				}
+				opts.SANs[svc] = append(opts.SANs[svc], name)
+			}
+			written, err := certgen.Generate(opts)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			for _, f := range written {
+				fmt.Fprintln(out, f)
+			}
+			fmt.Fprintf(out, "\nKubernetes Secrets (the Deployments in deploy/ mount plexus-<service>-tls):\n")
+			for _, svc := range certgen.Services {
+				fmt.Fprintf(out, "  kubectl -n %s create secret generic plexus-%s-tls --from-file=%s\n",
+					opts.Namespace, svc, filepath.Dir(certgen.For(opts.Dir, svc).Cert))
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.Dir, "dir", opts.Dir, "folder to write the CA and certificates into (created when missing)")
+	fs.DurationVar(&opts.Validity, "validity", certgen.DefaultValidity, "how long the service and operator certificates are valid")
+	fs.DurationVar(&opts.CAValidity, "ca-validity", certgen.DefaultCAValidity, "how long the CA is valid; at least --validity")
+	fs.StringVar(&opts.Namespace, "namespace", certgen.DefaultNamespace, "Kubernetes namespace of the services' DNS names (plexus-<service>.<namespace>.svc)")
+	fs.StringArrayVar(&sans, "san", nil, "extra DNS name or IP address of the service certificates, as NAME (every service) or SERVICE=NAME; repeatable")
+	fs.BoolVar(&opts.Force, "force", false, "replace existing files (a new CA and new certificates)")
+	return cmd
+}

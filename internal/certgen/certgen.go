@@ -1,0 +1,390 @@
+// Package certgen issues the certificates of a Plexus deployment that has no
+// PKI of its own: a local CA (ECDSA P-256), one certificate per service and
+// one for the operator (plexusctl), written as PEM files into a folder.
+//
+// # Identities
+//
+// Every certificate names its holder by a SPIFFE ID,
+// spiffe://plexus.local/<name>, which package auth takes as the caller's
+// principal and the policies in deploy/policy allow by name. The subject
+// common name is <name> as well.
+//
+// A service uses one certificate both as server (--tls-cert) and as client
+// of the services it calls (--peer-ca presents --tls-cert), so a service
+// certificate carries both extended key usages and the names the service
+// is reached by: localhost, 127.0.0.1, ::1, its name, and its Kubernetes
+// Service names (plexus-allocator, plexus-allocator.plexus-system.svc, …).
+// The operator certificate is a client certificate only.
+//
+// # Layout
+//
+//	DIR/ca.crt           the CA certificate
+//	DIR/ca.key           the CA key: keep it away from the services
+//	DIR/<name>/tls.crt   the certificate of allocator, membership, importer,
+//	DIR/<name>/tls.key   repair or operator, with its key and the CA, so one
+//	DIR/<name>/ca.crt    folder is one Kubernetes Secret (kubectl create
+//	                     secret generic plexus-<name>-tls --from-file=DIR/<name>)
+//
+// Keys are written with mode 0600, certificates with 0644; every file is
+// written to a temporary name and renamed, so a server reloading its
+// certificate never reads half a file.
+package certgen
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// TrustDomain is the SPIFFE trust domain of the identities.
+const TrustDomain = "plexus.local"
+
+// Operator is the identity of the operator's client certificate.
+const Operator = "operator"
+
+// Services are the identities that get a server and client certificate.
+var Services = []string{"allocator", "membership", "importer", "repair"}
+
+// Defaults of Options.
+const (
+	DefaultValidity   = 365 * 24 * time.Hour
+	DefaultCAValidity = 10 * 365 * 24 * time.Hour
+	DefaultNamespace  = "plexus-system"
+)
+
+// SPIFFEID returns the SPIFFE ID, and so the principal, of identity name.
+func SPIFFEID(name string) string {
+	return "spiffe://" + TrustDomain + "/" + name
+}
+
+// Paths are the files of one identity.
+type Paths struct {
+	// Cert and Key are the identity's certificate and private key.
+	Cert, Key string
+	// CA is a copy of the CA certificate.
+	CA string
+}
+
+// For returns the files of identity name (a service or Operator) in dir.
+func For(dir, name string) Paths {
+	d := filepath.Join(dir, name)
+	return Paths{Cert: filepath.Join(d, "tls.crt"), Key: filepath.Join(d, "tls.key"), CA: filepath.Join(d, "ca.crt")}
+}
+
+// CAFiles returns the CA's certificate and key files in dir.
+func CAFiles(dir string) (cert, key string) {
+	return filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+}
+
+// Options say what Generate issues.
+type Options struct {
+	// Dir is the folder to write into; it is created when missing.
+	Dir string
+	// Validity is how long the service and operator certificates are
+	// valid (DefaultValidity when zero).
+	Validity time.Duration
+	// CAValidity is how long the CA is valid (DefaultCAValidity when zero);
+	// at least Validity.
+	CAValidity time.Duration
+	// Namespace is the Kubernetes namespace of the services' DNS names
+	// (DefaultNamespace when empty).
+	Namespace string
+	// SANs are extra DNS names or IP addresses by service name; the key ""
+	// adds to every service.
+	SANs map[string][]string
+	// Force overwrites existing files; without it Generate refuses to touch
+	// a folder that holds any of the files it would write.
+	Force bool
+}
+
+// ErrExists is returned (wrapped) when a file Generate would write exists
+// and Options.Force is not set.
+var ErrExists = errors.New("file exists")
+
+// ParseSAN parses one --san value, "[SERVICE=]NAME", into the service it is
+// for ("" for all) and the DNS name or IP address.
+func ParseSAN(v string) (service, name string, err error) {
+	if s, n, ok := strings.Cut(v, "="); ok {
+		if !slices.Contains(Services, s) {
+			return "", "", fmt.Errorf("SAN %q: %q is not a service (%s)", v, s, strings.Join(Services, ", "))
+		}
+		service, v = s, n
+	}
+	if net.ParseIP(v) != nil {
+		return service, v, nil
+	}
+	if err := checkDNSName(v); err != nil {
+		return "", "", fmt.Errorf("SAN %q: %w", v, err)
+	}
+	return service, v, nil
+}
+
+// checkDNSName accepts host names and one leading wildcard label.
+func checkDNSName(name string) error {
+	if name == "" || len(name) > 253 {
+		return errors.New("want a DNS name of 1 to 253 characters or an IP address")
+	}
+	for i, label := range strings.Split(name, ".") {
+		if label == "*" && i == 0 {
+			continue
+		}
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("label %q is not a DNS label", label)
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("label %q is not a DNS label", label)
+			}
+		}
+	}
+	return nil
+}
+
+// leaf is one certificate to issue.
+type leaf struct {
+	name   string
+	server bool
+	dns    []string
+	ips    []net.IP
+}
+
+// file is one file to write.
+type file struct {
+	path string
+	data []byte
+	mode fs.FileMode
+}
+
+// Generate issues a new CA and the certificates of every service and of the
+// operator, and writes them into opts.Dir. It returns the files written.
+func Generate(opts Options) ([]string, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("no folder to write the certificates into")
+	}
+	if opts.Validity == 0 {
+		opts.Validity = DefaultValidity
+	}
+	if opts.CAValidity == 0 {
+		opts.CAValidity = DefaultCAValidity
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if opts.Validity < 0 || opts.CAValidity < opts.Validity {
+		return nil, fmt.Errorf("validity %s and CA validity %s: both positive, the CA's at least as long", opts.Validity, opts.CAValidity)
+	}
+	if err := checkDNSName(opts.Namespace); err != nil {
+		return nil, fmt.Errorf("namespace %q: %w", opts.Namespace, err)
+	}
+
+	leaves, err := plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	// Refuse before anything is generated or written, so a refused run
+	// leaves the folder as it was.
+	caCert, caKey := CAFiles(opts.Dir)
+	paths := []string{caCert, caKey}
+	for _, l := range leaves {
+		p := For(opts.Dir, l.name)
+		paths = append(paths, p.Cert, p.Key, p.CA)
+	}
+	if !opts.Force {
+		var existing []string
+		for _, p := range paths {
+			if _, err := os.Lstat(p); err == nil {
+				existing = append(existing, p)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+		}
+		if len(existing) > 0 {
+			return nil, fmt.Errorf("%s: %w (give --force to replace every certificate and the CA)", strings.Join(existing, ", "), ErrExists)
+		}
+	}
+
+	now := time.Now()
+	ca, caKeyPair, caPEM, caKeyPEM, err := newCA(now, opts.CAValidity)
+	if err != nil {
+		return nil, err
+	}
+	files := []file{{caCert, caPEM, 0o644}, {caKey, caKeyPEM, 0o600}}
+	for _, l := range leaves {
+		certPEM, keyPEM, err := issue(ca, caKeyPair, l, now, opts.Validity)
+		if err != nil {
+			return nil, fmt.Errorf("issue %s: %w", l.name, err)
+		}
+		p := For(opts.Dir, l.name)
+		files = append(files, file{p.Cert, certPEM, 0o644}, file{p.Key, keyPEM, 0o600}, file{p.CA, caPEM, 0o644})
+	}
+	for _, f := range files {
+		if err := writeFile(f); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
+}
+
+// plan lists the certificates to issue with their names.
+func plan(opts Options) ([]leaf, error) {
+	for svc := range opts.SANs {
+		if svc != "" && !slices.Contains(Services, svc) {
+			return nil, fmt.Errorf("extra SANs for %q: not a service (%s)", svc, strings.Join(Services, ", "))
+		}
+	}
+	var out []leaf
+	for _, svc := range Services {
+		l := leaf{name: svc, server: true, ips: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
+		k8s := "plexus-" + svc
+		l.dns = []string{"localhost", svc, k8s, k8s + "." + opts.Namespace, k8s + "." + opts.Namespace + ".svc",
+			k8s + "." + opts.Namespace + ".svc.cluster.local"}
+		for _, v := range append(slices.Clone(opts.SANs[""]), opts.SANs[svc]...) {
+			_, name, err := ParseSAN(v)
+			if err != nil {
+				return nil, err
+			}
+			if ip := net.ParseIP(name); ip != nil {
+				if !slices.ContainsFunc(l.ips, ip.Equal) {
+					l.ips = append(l.ips, ip)
+				}
+			} else if !slices.Contains(l.dns, name) {
+				l.dns = append(l.dns, name)
+			}
+		}
+		out = append(out, l)
+	}
+	return append(out, leaf{name: Operator}), nil
+}
+
+func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, []byte, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{Organization: []string{"Plexus"}, CommonName: "Plexus CA " + now.UTC().Format("2006-01-02T15:04:05Z")},
+		NotBefore:             now.Add(-5 * time.Minute), // clocks a little behind still accept it
+		NotAfter:              now.Add(validity),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true, // signs only leaves
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("create CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("parse CA certificate: %w", err)
+	}
+	keyPEM, err := encodeKey(key)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+}
+
+func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, l leaf, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := url.Parse(SPIFFEID(l.name))
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{Organization: []string{"Plexus"}, CommonName: l.name},
+		URIs:         []*url.URL{id},
+		DNSNames:     l.dns,
+		IPAddresses:  l.ips,
+		NotBefore:    now.Add(-5 * time.Minute),
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if l.server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create certificate: %w", err)
+	}
+	keyPEM, err = encodeKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+}
+
+func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// newSerial returns a random 128-bit serial number, as RFC 5280 asks of a
+// CA that cannot keep a counter.
+func newSerial() (*big.Int, error) {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
+	if err != nil {
+		return nil, fmt.Errorf("serial number: %w", err)
+	}
+	return n, nil
+}
+
+// writeFile writes f through a temporary file in the same folder, so
+// readers see the old or the new content, never a mix.
+func writeFile(f file) error {
+	dir := filepath.Dir(f.path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(f.path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing to remove
+	if _, err := tmp.Write(f.data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	if err := tmp.Chmod(f.mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	if err := os.Rename(tmp.Name(), f.path); err != nil {
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	return nil
+}
