@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 )
@@ -23,6 +24,7 @@ type options struct {
 	readinessInterval time.Duration
 	checkTimeout      time.Duration
 	handleSignals     bool
+	metricsObserver   func(prometheus.Collector)
 }
 
 func defaultOptions() options {
@@ -88,4 +90,34 @@ func WithReadinessInterval(d time.Duration) Option {
 // embedding several servers in one process (tests).
 func WithoutSignalHandling() Option {
 	return func(o *options) { o.handleSignals = false }
+}
+
+// WithMetricsObserver calls fn with every collector registered through
+// Registerer, the server's own included, once it is registered. It lets a
+// program describe what a service exports without the collectors having
+// produced a sample (hack/gendocs writes the metrics reference from it).
+func WithMetricsObserver(fn func(prometheus.Collector)) Option {
+	return func(o *options) { o.metricsObserver = fn }
+}
+
+// observedRegisterer registers on a registry and tells observe.
+type observedRegisterer struct {
+	prometheus.Registerer
+	observe func(prometheus.Collector)
+}
+
+func (r observedRegisterer) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.observe(c)
+	return nil
+}
+
+func (r observedRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
 }

@@ -48,8 +48,11 @@ type Server struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	registry *prometheus.Registry
-	metrics  *grpcprom.ServerMetrics
-	ready    *readiness
+	// registerer registers on registry, telling the observer of
+	// WithMetricsObserver too.
+	registerer prometheus.Registerer
+	metrics    *grpcprom.ServerMetrics
+	ready      *readiness
 
 	grpcLis net.Listener
 	httpLis net.Listener
@@ -135,6 +138,10 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 		registry: prometheus.NewRegistry(),
 		statuses: map[string]healthpb.HealthCheckResponse_ServingStatus{},
 	}
+	s.registerer = s.registry
+	if o.metricsObserver != nil {
+		s.registerer = observedRegisterer{Registerer: s.registry, observe: o.metricsObserver}
+	}
 	s.drainCtx, s.startDrain = context.WithCancel(context.Background())
 
 	s.metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
@@ -154,7 +161,7 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 		Help: "Unary calls being handled (counted only when --max-inflight is set).",
 	}, func() float64 { return float64(lim.inflight.Load()) })
 	s.ready = newReadiness(logger)
-	s.registry.MustRegister(
+	s.registerer.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		s.metrics, rejected, panics, inflight, s.ready.gauge,
@@ -280,9 +287,14 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 // GRPC returns the gRPC server to register the service's APIs on.
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
-// Registry returns the Prometheus registry served on /metrics, for the
-// service's own collectors.
+// Registry returns the Prometheus registry served on /metrics, to gather
+// from. Services register their collectors through Registerer.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Registerer is where a service registers its collectors: the registry
+// served on /metrics (and the observer of WithMetricsObserver, so the
+// metrics reference can describe them).
+func (s *Server) Registerer() prometheus.Registerer { return s.registerer }
 
 // Logger returns the server's logger (with the service name attached).
 func (s *Server) Logger() *slog.Logger { return s.logger }

@@ -3,87 +3,8 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"strings"
-
-	"github.com/spf13/pflag"
-
-	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/services/allocator/allocation"
-	allocserver "github.com/plexusnet/plexus/services/allocator/server"
-	"github.com/plexusnet/plexus/services/allocator/store"
-	_ "github.com/plexusnet/plexus/services/allocator/store/bolt"   // --store bolt:PATH
-	"github.com/plexusnet/plexus/services/allocator/store/etcd"     // --store etcd:ENDPOINTS
-	_ "github.com/plexusnet/plexus/services/allocator/store/memory" // --store memory
+	"github.com/plexusnet/plexus/services/allocator/service"
 )
 
-const serviceName = "plexus.allocator.v1.AllocatorService"
-
-func main() {
-	storeSpec := store.DefaultSpec
-	var etcdFlags etcd.Flags
-	server.Main(server.Spec{
-		Service: config.Allocator,
-		Short:   "Plexus allocator: IP pools and durable address allocation",
-		AddFlags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&storeSpec, "store", storeSpec, "where allocations are kept: bolt:PATH (embedded file, fsync per acknowledged write), "+
-				"etcd:URL[,URL...] (shared by several allocator replicas, all active) or memory (lost on exit)")
-			etcdFlags.AddFlags(fs)
-		},
-		Validate: etcdFlags.Validate,
-		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			st, shared, err := openStore(storeSpec, &etcdFlags, rt)
-			if err != nil {
-				return nil, err
-			}
-			opts := []allocation.Option{allocation.WithLogger(rt.Logger)}
-			if shared {
-				// Other replicas commit to the same store: follow them.
-				opts = append(opts, allocation.WithFollow())
-			}
-			svc, err := allocation.New(ctx, allocation.Traced(st), opts...)
-			if err != nil {
-				return nil, errors.Join(fmt.Errorf("start allocator: %w", err), st.Close())
-			}
-			allocserver.New(svc, allocserver.NewMetrics(rt.Server.Registry(), svc)).Register(rt.Server.GRPC())
-			rt.Server.SetServing(serviceName, true)
-			if r, ok := st.(interface{ Ready(context.Context) error }); ok {
-				// NOT_SERVING while the store cannot be reached, so
-				// clients and load balancers go to another replica.
-				rt.Server.AddReadinessCheck("store", func(ctx context.Context) error {
-					err := r.Ready(ctx)
-					rt.Server.SetServing(serviceName, err == nil)
-					return err
-				})
-			}
-			return func() {
-				if err := st.Close(); err != nil {
-					rt.Logger.Error("close store", "err", err)
-				}
-			}, nil
-		},
-	})
-}
-
-// openStore opens the store --store names; shared reports whether other
-// replicas may commit to it too.
-func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.Store, bool, error) {
-	endpoints, isEtcd := strings.CutPrefix(spec, "etcd:")
-	if !isEtcd {
-		st, err := store.Open(spec, store.WithLogger(rt.Logger))
-		return st, false, err
-	}
-	cfg, err := etcdFlags.Config(endpoints)
-	if err != nil {
-		return nil, false, fmt.Errorf("--store %s: %w", spec, err)
-	}
-	cfg.Logger = rt.Logger
-	st, err := etcd.Open(cfg)
-	if err != nil {
-		return nil, false, fmt.Errorf("--store %s: %w", spec, err)
-	}
-	return st, true, nil
-}
+func main() { server.Main(service.Spec()) }

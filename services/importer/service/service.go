@@ -70,7 +70,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		return nil, err
 	}
 	kubeClient, mcs := clients.Kube, clients.MCS
-	reg := rt.Server.Registry()
+	reg := rt.Server.Registerer()
 
 	var conns []interface{ Close() error }
 	closeAll := func() {

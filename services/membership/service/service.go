@@ -121,7 +121,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	}
 	kube, mcs, workloads := clients.Kube, clients.MCS, clients.Workloads
 
-	reg := rt.Server.Registry()
+	reg := rt.Server.Registerer()
 	hub := watch.New[*membershipv1.ServiceEndpoints](
 		watch.WithHistory(o.WatchHistory), watch.WithMaxPending(o.WatchMaxPending), watch.WithMaxLag(o.WatchMaxLag))
 	ctrl, err := informers.New(kube, mcs, workloads, hub, informers.Options{

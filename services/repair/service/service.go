@@ -133,14 +133,14 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	runner, err := pass.New(o.decideConfig(view.Scopes()), allocatorv1.NewAllocatorServiceClient(allocConn), view,
 		pass.WithLogger(rt.Logger.With("component", "pass")),
 		pass.WithRecorder(recorder),
-		pass.WithRegisterer(rt.Server.Registry()),
+		pass.WithRegisterer(rt.Server.Registerer()),
 		pass.WithBeforeAct(o.beforeAct))
 	if err != nil {
 		broadcaster.Shutdown()
 		closeAll()
 		return nil, err
 	}
-	elector, err := leader.NewElector(identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registry())
+	elector, err := leader.NewElector(identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registerer())
 	if err != nil {
 		broadcaster.Shutdown()
 		closeAll()
