@@ -6,7 +6,8 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ \
-      ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl
+      ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl \
+      ./internal/kubetest/cmd/localkube
 
 # Static binaries on a minimal, non-root base.
 FROM gcr.io/distroless/static-debian12:nonroot AS base
@@ -27,3 +28,9 @@ ENTRYPOINT ["/plexus-importer"]
 FROM base AS repair
 COPY --from=build /out/repair /plexus-repair
 ENTRYPOINT ["/plexus-repair"]
+
+# docker-compose's one-shot cluster setup: `localkube pki` writes the API
+# server's certificates and kubeconfig, `localkube crds` installs the CRDs.
+FROM base AS localkube
+COPY --from=build /out/localkube /localkube
+ENTRYPOINT ["/localkube"]

@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // certValidity is long enough for a demo left running for days and short
@@ -183,4 +185,25 @@ func writeAPIServerPKI(dir, name string) (*apiServerPKI, error) {
 		}
 	}
 	return p, nil
+}
+
+// WritePKI writes into dir what a kube-apiserver that kubetest does not
+// start (docker-compose runs the official image) needs to serve at server:
+// ca.crt, apiserver.crt and apiserver.key, the service account key pair
+// sa.key and sa.pub, and kubeconfig, an admin (system:masters) kubeconfig
+// for server. Paths inside the files are not used: the kubeconfig carries
+// its certificates inline.
+func WritePKI(dir, name, server string) error {
+	pki, err := writeAPIServerPKI(dir, name)
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(filepath.Join(dir, "kubeconfig"), name, &rest.Config{
+		Host: server,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   pki.ca.certPEM,
+			CertData: pki.adminCert,
+			KeyData:  pki.adminKey,
+		},
+	})
 }

@@ -8,6 +8,10 @@
 // KUBECONFIG_A, KUBECONFIG_B, ...) on stdout and writes the same lines to
 // <dir>/env, then runs until SIGINT or SIGTERM and stops everything it
 // started. A script can wait for <dir>/env to appear and source it.
+//
+// For an API server it does not run (docker-compose's), `localkube pki`
+// writes the certificates, keys and kubeconfig, and `localkube crds`
+// installs the CRDs once the server answers (see external.go).
 package main
 
 import (
@@ -85,6 +89,14 @@ func parseFlags(args []string) (options, error) {
 // run starts the control plane, reports it on stdout and keeps it up until
 // ctx ends or a component dies; either way it stops everything it started.
 func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger) (err error) {
+	if len(args) > 0 {
+		switch args[0] {
+		case "pki":
+			return runPKI(args[1:], stdout)
+		case "crds":
+			return runCRDs(ctx, args[1:], log)
+		}
+	}
 	o, err := parseFlags(args)
 	if err != nil {
 		return err

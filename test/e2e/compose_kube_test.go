@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/proctest"
+)
+
+// plexusServices are the Dockerfile targets of the four services.
+var plexusServices = map[string]bool{"allocator": true, "membership": true, "importer": true, "repair": true}
+
+// TestComposeKubeAPIServer runs docker-compose.yaml's cluster the way
+// compose would, without an engine: kube-pki's command (localkube pki),
+// then the real kube-apiserver with exactly the flags compose gives it
+// (only its paths, port and etcd address rewritten to this test's), then
+// kube-crds' command (localkube crds). The API server must come up on those
+// files, answer the admin kubeconfig, and serve the Plexus CRDs.
+func TestComposeKubeAPIServer(t *testing.T) {
+	bins := kubetest.RequireBinaries(t)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yaml"))
+	require.NoError(t, err)
+	var f struct {
+		Services map[string]struct {
+			Image   string   `json:"image"`
+			Command []string `json:"command"`
+		} `json:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &f))
+	pki, api, crds := f.Services["kube-pki"], f.Services["kube-apiserver"], f.Services["kube-crds"]
+	require.NotEmpty(t, pki.Command)
+	require.NotEmpty(t, crds.Command)
+	require.Equal(t, "kube-apiserver", api.Command[0])
+	require.True(t, strings.HasSuffix(api.Image, ":"+kubetest.KubeVersion), "compose runs the kube-apiserver version the tests build (%s), not %s", kubetest.KubeVersion, api.Image)
+
+	etcd := kubetest.StartEtcd(t)
+	dir := t.TempDir()
+	port := freePort(t)
+	// Compose's paths and addresses → this test's.
+	rewrite := func(arg string) string {
+		for _, r := range [][2]string{
+			{"/home/nonroot/kube", dir}, {"/kube/", dir + "/"},
+			{"127.0.0.1:6443", fmt.Sprintf("127.0.0.1:%d", port)}, {"--secure-port=6443", fmt.Sprintf("--secure-port=%d", port)},
+			{"http://127.0.0.1:2379", etcd.Endpoint()},
+		} {
+			arg = strings.ReplaceAll(arg, r[0], r[1])
+		}
+		return arg
+	}
+	localkube := proctest.Build(t, "./internal/kubetest/cmd/localkube")
+	run := func(args []string) {
+		t.Helper()
+		var rewritten []string
+		for _, a := range args {
+			rewritten = append(rewritten, rewrite(a))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, localkube, rewritten...).CombinedOutput()
+		require.NoError(t, err, "localkube %s:\n%s", strings.Join(rewritten, " "), out)
+	}
+	run(pki.Command)
+
+	var args []string
+	for _, a := range api.Command[1:] {
+		args = append(args, rewrite(a))
+	}
+	cmd := exec.Command(bins.APIServer(), args...)
+	logFile, err := os.Create(filepath.Join(dir, "apiserver.log"))
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("kube-apiserver log (tail):\n%s", tail(string(b), 30))
+		}
+	})
+
+	run(crds.Command) // waits for the API server, then installs the CRDs
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "the admin kubeconfig works")
+	dyn, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	for _, gvr := range []schema.GroupVersionResource{
+		{Group: "multicluster.x-k8s.io", Version: "v1alpha1", Resource: "serviceexports"},
+		{Group: "multicluster.x-k8s.io", Version: "v1alpha1", Resource: "serviceimports"},
+		{Group: "workload.plexus.dev", Version: "v1alpha1", Resource: "externalworkloads"},
+	} {
+		_, err := dyn.Resource(gvr).Namespace("default").List(ctx, metav1.ListOptions{})
+		require.NoError(t, err, "%s is served", gvr.Resource)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
