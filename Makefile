@@ -13,6 +13,11 @@ CORE_PKGS := ./internal/netparse/... ./services/allocator/ipam/... \
 
 SERVICES := allocator membership importer repair
 
+# make demo SECURE=1: mutual TLS and the policies of deploy/policy in the demo.
+SECURE ?=
+# Where make certs writes the CA and the certificates.
+CERTS_DIR ?= .certs
+
 .PHONY: help
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -35,6 +40,10 @@ generate: tools ## Regenerate Go code from the protos and the CRD manifests.
 check-generated: generate ## Fail when checked-in generated code is stale.
 	@git diff --exit-code --stat -- clients deploy/crds || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- clients deploy/crds)" || { git status --porcelain -- clients deploy/crds; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
+
+.PHONY: docs
+docs: ## Regenerate the flag and metric references (docs/flags.md, docs/metrics.md) from the code.
+	$(GO) run ./hack/gendocs -out docs
 
 .PHONY: lint
 lint: tools ## buf lint, buf breaking against main, gofmt, go vet, docker-compose config.
@@ -62,13 +71,17 @@ bench: ## Benchmarks of the pure cores and against peer implementations (see BEN
 	$(GO) test -run '^$$' -bench . -benchmem $(CORE_PKGS)
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...
 
+.PHONY: certs
+certs: ## Create a local CA and mutual TLS certificates for the services and an operator in .certs/ (plexusctl certs).
+	$(GO) run ./clients/plexusctl certs --dir $(CERTS_DIR)
+
 .PHONY: demo
-demo: tools build kube-binaries ## Run the whole system locally end to end, then stop.
-	hack/demo.sh
+demo: tools build kube-binaries ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies).
+	SECURE=$(SECURE) hack/demo.sh
 
 .PHONY: demo-up
 demo-up: tools build kube-binaries ## Like demo, but keep everything running for exploring.
-	hack/demo.sh --keep
+	SECURE=$(SECURE) hack/demo.sh --keep
 
 .PHONY: clean
 clean: ## Remove built binaries and demo state.

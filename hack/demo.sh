@@ -2,11 +2,17 @@
 # The Plexus demo: starts two local Kubernetes API servers on one etcd, the
 # four services, and walks through what they do. `make demo` runs it and
 # stops everything at the end; `make demo-up` (--keep) leaves it running.
+# With SECURE=1 (`make demo SECURE=1`) every gRPC call is mutual TLS with
+# certificates from `plexusctl certs`, every service enforces its policy
+# from deploy/policy, and plexusctl and grpcurl use the operator's
+# certificate.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 KEEP=0
 [[ "${1:-}" == "--keep" ]] && KEEP=1
+SECURE="${SECURE:-}"
+[[ "$SECURE" == 0 ]] && SECURE=""
 
 ROOT="$PWD"
 BIN="$ROOT/bin"
@@ -35,9 +41,33 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say() { printf '   %s\n' "$*"; }
 run() { printf '   $ %s\n' "$*"; "$@" 2>&1 | sed 's/^/   /'; }
 
-wait_healthy() { # name addr
+# How plexusctl, grpcurl and the services connect: plaintext on loopback, or
+# in secure mode mutual TLS (OPERATOR_TLS for plexusctl, GRPCURL_TLS for
+# grpcurl, service_env for each service).
+CERTS="$DEMO/certs"
+OPERATOR_TLS=()
+GRPCURL_TLS=(-plaintext)
+if [[ -n "$SECURE" ]]; then
+  OPERATOR_TLS=(--tls-ca "$CERTS/ca.crt" --tls-cert "$CERTS/operator/tls.crt" --tls-key "$CERTS/operator/tls.key")
+  GRPCURL_TLS=(-cacert "$CERTS/ca.crt" -cert "$CERTS/operator/tls.crt" -key "$CERTS/operator/tls.key")
+fi
+plexusctl() { command plexusctl "${OPERATOR_TLS[@]}" "$@"; }
+grpcurl() { command grpcurl "${GRPCURL_TLS[@]}" "$@"; }
+service_env() { # name: sets SERVICE_ENV to the environment of that service
+  SERVICE_ENV=()
+  [[ -n "$SECURE" ]] || return 0
+  SERVICE_ENV=(PLEXUS_TLS_CERT="$CERTS/$1/tls.crt" PLEXUS_TLS_KEY="$CERTS/$1/tls.key"
+    PLEXUS_TLS_CLIENT_CA="$CERTS/ca.crt" PLEXUS_AUTHZ_POLICY="$ROOT/deploy/policy/$1.json")
+  if [[ "$1" != allocator ]]; then
+    SERVICE_ENV+=(PLEXUS_PEER_CA="$CERTS/ca.crt")
+  fi
+}
+
+wait_healthy() { # name addr: waits until the service's own API is SERVING (caches synced)
+  local api
+  api="plexus.$1.v1.$(tr '[:lower:]' '[:upper:]' <<<"${1:0:1}")${1:1}Service"
   for _ in $(seq 1 100); do
-    if grpcurl -plaintext -max-time 1 "$2" grpc.health.v1.Health/Check 2>/dev/null | grep -q SERVING; then
+    if grpcurl -max-time 1 -d "{\"service\":\"$api\"}" "$2" grpc.health.v1.Health/Check 2>/dev/null | grep -q '"SERVING"'; then
       say "$1 at $2: SERVING"
       return 0
     fi
@@ -46,6 +76,13 @@ wait_healthy() { # name addr
   echo "$1 did not become healthy; see $LOGS/$1.log" >&2
   return 1
 }
+
+if [[ -n "$SECURE" ]]; then
+  step "Secure mode: a local CA, a certificate per service and one for the operator"
+  say "each certificate names its holder by a SPIFFE ID (spiffe://plexus.local/<name>), which the"
+  say "policies in deploy/policy allow method by method:"
+  run plexusctl certs --dir "$CERTS"
+fi
 
 step "Starting two local Kubernetes clusters (a and b) on one etcd"
 localkube --clusters a,b --dir "$DEMO/kube" >"$LOGS/localkube.out" 2>"$LOGS/localkube.log" &
@@ -72,7 +109,8 @@ fi
 export OTEL_EXPORTER_OTLP_PROTOCOL="${OTEL_EXPORTER_OTLP_PROTOCOL:-grpc}" OTEL_BSP_SCHEDULE_DELAY="${OTEL_BSP_SCHEDULE_DELAY:-500}"
 
 step "Starting the allocator (embedded bolt store) and creating its pools"
-plexus-allocator --store "bolt:$DEMO/allocator.db" >"$LOGS/allocator.log" 2>&1 &
+service_env allocator
+env "${SERVICE_ENV[@]}" plexus-allocator --store "bolt:$DEMO/allocator.db" >"$LOGS/allocator.log" 2>&1 &
 pids+=($!)
 wait_healthy allocator "$ALLOC"
 say "a pool of clusterset VIPs and a pool for external workloads. The VIPs are carved from the"
@@ -82,13 +120,16 @@ run plexusctl pool create vips --cidr 10.97.0.0/24 --reserved 10.97.0.0/28
 run plexusctl pool create workloads --cidr 10.200.0.0/24
 
 step "Starting membership for cluster a, the importer for cluster b, and repair"
-plexus-membership --cluster-name a --kubeconfig "$KUBECONFIG_A" >"$LOGS/membership.log" 2>&1 &
+service_env membership
+env "${SERVICE_ENV[@]}" plexus-membership --cluster-name a --kubeconfig "$KUBECONFIG_A" >"$LOGS/membership.log" 2>&1 &
 pids+=($!)
-plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" --source "a=$MEMBERS" --vip-pool vips >"$LOGS/importer.log" 2>&1 &
+service_env importer
+env "${SERVICE_ENV[@]}" plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" --source "a=$MEMBERS" --vip-pool vips >"$LOGS/importer.log" 2>&1 &
 pids+=($!)
 # Short intervals so the demo sees a leak released within a minute; the
 # defaults are a pass a minute and a minute of grace.
-plexus-repair --cluster-name a --kubeconfig "$KUBECONFIG_A" --source "a=$MEMBERS" \
+service_env repair
+env "${SERVICE_ENV[@]}" plexus-repair --cluster-name a --kubeconfig "$KUBECONFIG_A" --source "a=$MEMBERS" \
   --interval 2s --leak-grace 4s >"$LOGS/repair.log" 2>&1 &
 pids+=($!)
 wait_healthy membership "$MEMBERS"
@@ -97,7 +138,26 @@ wait_healthy repair "$REPAIR"
 say "plexusctl status asks each one's health service (version, and who leads importer and repair):"
 run plexusctl status
 say "every service describes itself over reflection, no proto files needed:"
-run grpcurl -plaintext "$MEMBERS" list
+run grpcurl "$MEMBERS" list
+if [[ -n "$SECURE" ]]; then
+  step "Secure mode: every service is mutual TLS, and its policy says who may call what"
+  say "the importer's certificate is good for BatchAllocate on the allocator, not for creating pools:"
+  importer_tls=(--tls-ca "$CERTS/ca.crt" --tls-cert "$CERTS/importer/tls.crt" --tls-key "$CERTS/importer/tls.key")
+  if out=$(command plexusctl "${importer_tls[@]}" pool create rogue --cidr 10.99.0.0/24 2>&1); then
+    echo "the importer's certificate created a pool: the allocator's policy is not in force" >&2
+    exit 1
+  fi
+  say "\$ plexusctl --tls-cert $CERTS/importer/tls.crt ... pool create rogue --cidr 10.99.0.0/24"
+  say "$out"
+  grep -q ACCESS_DENIED <<<"$out" || { echo "expected ACCESS_DENIED" >&2; exit 1; }
+  say "a client without a certificate does not get past the TLS handshake:"
+  if out=$(command plexusctl --tls-ca "$CERTS/ca.crt" --timeout 3s pool list 2>&1); then
+    echo "a client without a certificate listed the pools" >&2
+    exit 1
+  fi
+  say "\$ plexusctl --tls-ca $CERTS/ca.crt pool list"
+  say "$out"
+fi
 
 step "Cluster a exports shop/cart: a Service, its ServiceExport and 3 ready Pods"
 say "(there is no kubelet: the Pods' IPs and readiness are set through the status subresource)"
@@ -160,6 +220,10 @@ run plexusctl alloc list workloads
 step "Summary"
 say "verified:"
 say "  - 4 services healthy; grpcurl works through reflection"
+if [[ -n "$SECURE" ]]; then
+  say "  - mutual TLS on every call, with the certificates in $CERTS and the policies in deploy/policy;"
+  say "    a service's certificate was refused a method its policy does not give it"
+fi
 say "  - shop/cart exported from cluster a became a ServiceImport in cluster b with VIP $VIP,"
 say "    a derived Service and EndpointSlices labelled for the importer (3 Pods + 1 external workload)"
 say "  - a Pod going not-ready was followed by the slice (4 endpoints, 3 ready)"
@@ -174,13 +238,23 @@ if ((KEEP)); then
 
 Everything keeps running. Try:
   export PATH=$BIN:$ROOT/.bin:\$PATH
+MSG
+  GRPCURL_SHOWN="grpcurl -plaintext"
+  if [[ -n "$SECURE" ]]; then
+    GRPCURL_SHOWN=grpcurl
+    cat <<MSG
+  alias plexusctl='plexusctl ${OPERATOR_TLS[*]}'
+  alias grpcurl='grpcurl ${GRPCURL_TLS[*]}'
+MSG
+  fi
+  cat <<MSG
   plexusctl imports list
   plexusctl members watch
   plexusctl alloc watch vips
   plexusctl repair run --dry-run
   demokube set-ready --kubeconfig $KUBECONFIG_A --namespace shop --pod cart-1 --ready=true
   demokube show --kubeconfig $KUBECONFIG_B --namespace shop --service cart
-  grpcurl -plaintext $IMPORTER describe plexus.importer.v1.ImporterService
+  $GRPCURL_SHOWN $IMPORTER describe plexus.importer.v1.ImporterService
 Press Ctrl-C to stop.
 MSG
   wait "${pids[0]}"

@@ -5,8 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/metrics"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 )
