@@ -126,18 +126,23 @@ func TestLeaderFailover(t *testing.T) {
 	}
 
 	// endpoints counts the endpoints of the importer's slices of shop/web.
-	endpoints := func() int {
+	// It returns the error instead of failing: the conditions of
+	// Eventually and Never run on goroutines that may outlive the
+	// assertion (and the test's context).
+	endpoints := func() (int, error) {
 		list, err := kube.DiscoveryV1().EndpointSlices("shop").List(ctx, metav1.ListOptions{
 			LabelSelector: mcsnames.LabelMCSServiceName + "=web," + mcsnames.LabelManagedBy + "=" + mcsnames.ManagedBy})
-		require.NoError(t, err)
+		if err != nil {
+			return 0, err
+		}
 		n := 0
 		for _, s := range list.Items {
 			n += len(s.Endpoints)
 		}
-		return n
+		return n, nil
 	}
 	waitEndpoints := func(want int, why string) {
-		require.Eventually(t, func() bool { return endpoints() == want }, 20*time.Second, 20*time.Millisecond, why)
+		require.Eventually(t, func() bool { n, err := endpoints(); return err == nil && n == want }, 20*time.Second, 20*time.Millisecond, why)
 	}
 	waitEndpoints(1, "the first leader imports shop/web")
 
@@ -160,7 +165,7 @@ func TestLeaderFailover(t *testing.T) {
 		"the follower takes over from the paused leader")
 	grow(0)
 	require.NoError(t, importers[old].Signal(syscall.SIGCONT))
-	require.Never(t, func() bool { return endpoints() != len(addrs) }, 5*time.Second, 50*time.Millisecond, "the woken leader overwrote the new leader's slices")
+	require.Never(t, func() bool { n, err := endpoints(); return err == nil && n != len(addrs) }, 5*time.Second, 50*time.Millisecond, "the woken leader overwrote the new leader's slices")
 	require.Eventually(t, func() bool { return slices.Equal(leaders(importers, "plexus_importer_leader"), []int{1 - old}) }, 10*time.Second, 20*time.Millisecond,
 		"the woken replica steps down")
 }
