@@ -40,6 +40,31 @@ type Spec struct {
 	Setup func(ctx context.Context, rt *Runtime) (cleanup func(), err error)
 }
 
+// Flags is a service's own options as flags: pointer receivers that
+// register them and check them after parsing.
+type Flags[O any] interface {
+	*O
+	AddFlags(fs *pflag.FlagSet)
+	Validate() error
+}
+
+// SpecOf is the Spec of a service whose options are one value: defaults
+// gives a fresh value per call (so two commands never share flags), the
+// flags fill it in, and setup receives it once they are parsed and valid.
+func SpecOf[O any, P Flags[O]](svc config.Service, short string, defaults func() O, setup func(context.Context, *Runtime, O) (func(), error)) Spec {
+	opts := defaults()
+	p := P(&opts)
+	return Spec{
+		Service:  svc,
+		Short:    short,
+		AddFlags: p.AddFlags,
+		Validate: p.Validate,
+		Setup: func(ctx context.Context, rt *Runtime) (func(), error) {
+			return setup(ctx, rt, opts)
+		},
+	}
+}
+
 // Version is the module version the binary was built from.
 func Version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {

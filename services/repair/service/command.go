@@ -1,10 +1,6 @@
 package service
 
 import (
-	"context"
-
-	"github.com/spf13/pflag"
-
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
 )
@@ -14,14 +10,5 @@ import (
 // Options. Its main runs it; hack/gendocs documents its flags and
 // metrics from it.
 func Spec() server.Spec {
-	opts := DefaultOptions()
-	return server.Spec{
-		Service:  config.Repair,
-		Short:    "Plexus repair: finds and frees leaked allocations and orphaned slices",
-		AddFlags: func(fs *pflag.FlagSet) { opts.AddFlags(fs) },
-		Validate: opts.Validate,
-		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			return Setup(ctx, rt, opts)
-		},
-	}
+	return server.SpecOf(config.Repair, "Plexus repair: finds and frees leaked allocations and orphaned slices", DefaultOptions, Setup)
 }
