@@ -138,6 +138,33 @@ func (p *slowProxy) pipe(src, dst net.Conn, reply bool) {
 	}
 }
 
+// linked is two allocator replicas on one etcd, A through a proxy and B
+// direct, serving pool "p".
+type linked struct {
+	proxy  *slowProxy
+	a      *allocator
+	ca, cb allocatorv1.AllocatorServiceClient
+}
+
+func startLinked(t *testing.T, cidr string) linked {
+	t.Helper()
+	e := kubetest.StartEtcd(t)
+	direct := e.Endpoints()[0]
+	l := linked{proxy: startProxy(t, direct[len("http://"):])}
+	l.a = startAllocator(t, "--store=etcd:http://"+l.proxy.addr())
+	b := startAllocator(t, "--store=etcd:"+direct)
+	l.ca, l.cb = l.a.client(t), b.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := l.cb.CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "p", Pool: &allocatorv1.Pool{Cidrs: []string{cidr}}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := l.ca.GetPool(ctx, &allocatorv1.GetPoolRequest{Name: "pools/p"})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "A serves the pool created through B")
+	return l
+}
+
 // TestRetryWithRequestIDAcrossASlowLink: replica A reaches etcd through a
 // proxy that starts holding every packet back; a client's Allocate on A
 // times out while its commit may still be on its way. Retried with the
@@ -145,20 +172,10 @@ func (p *slowProxy) pipe(src, dst net.Conn, reply bool) {
 // address — the one committed, if the first attempt's commit landed — and
 // the owner never holds two.
 func TestRetryWithRequestIDAcrossASlowLink(t *testing.T) {
-	e := kubetest.StartEtcd(t)
-	direct := e.Endpoints()[0]
-	proxy := startProxy(t, direct[len("http://"):])
-	a := startAllocator(t, "--store=etcd:http://"+proxy.addr())
-	b := startAllocator(t, "--store=etcd:"+direct)
-	ca, cb := a.client(t), b.client(t)
+	l := startLinked(t, "10.30.0.0/24")
+	proxy, ca, cb := l.proxy, l.ca, l.cb
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := cb.CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "p", Pool: &allocatorv1.Pool{Cidrs: []string{"10.30.0.0/24"}}})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := ca.GetPool(ctx, &allocatorv1.GetPoolRequest{Name: "pools/p"})
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond)
 
 	for round, delay := range []time.Duration{300 * time.Millisecond, 800 * time.Millisecond} {
 		owner := &allocatorv1.Owner{Cluster: "a", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("slow-", round), Uid: fmt.Sprint("u", round)}
@@ -196,20 +213,10 @@ func TestRetryWithRequestIDAcrossASlowLink(t *testing.T) {
 // retry on B gets an address; once the link heals, A serves again by itself
 // and returns the same answers. No owner ever holds two addresses.
 func TestRetryAfterDroppedTraffic(t *testing.T) {
-	e := kubetest.StartEtcd(t)
-	direct := e.Endpoints()[0]
-	proxy := startProxy(t, direct[len("http://"):])
-	a := startAllocator(t, "--store=etcd:http://"+proxy.addr())
-	b := startAllocator(t, "--store=etcd:"+direct)
-	ca, cb := a.client(t), b.client(t)
+	l := startLinked(t, "10.31.0.0/24")
+	proxy, a, ca, cb := l.proxy, l.a, l.ca, l.cb
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, err := cb.CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "p", Pool: &allocatorv1.Pool{Cidrs: []string{"10.31.0.0/24"}}})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := ca.GetPool(ctx, &allocatorv1.GetPoolRequest{Name: "pools/p"})
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond)
 	owns := func(c allocatorv1.AllocatorServiceClient, owner string) []string {
 		list, err := c.ListAllocations(ctx, &allocatorv1.ListAllocationsRequest{Pool: "pools/p", OwnerName: owner})
 		if err != nil {
@@ -262,7 +269,7 @@ func TestRetryAfterDroppedTraffic(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "A reports NOT_SERVING while etcd is unreachable")
 	cut := &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: owner4("partitioned"), RequestId: "req-partitioned"}
 	cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	_, err = ca.Allocate(cctx, cut)
+	_, err := ca.Allocate(cctx, cut)
 	ccancel()
 	require.Error(t, err, "A cannot allocate without etcd")
 	resp, err := cb.Allocate(ctx, cut)
