@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -497,4 +498,53 @@ func TestConcurrentAllocateReleaseThroughTheServer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(0), p.GetPool().GetStats().GetAllocated())
 	require.Equal(t, "30", p.GetPool().GetStats().GetFree())
+}
+
+// TestWatchResumeInsideOneCommit: a BatchAllocate writes its allocations at
+// one revision and the watch sends them one by one. A watcher cut off after
+// the first of them and resuming from that event's resume_revision gets all
+// of them (the first again); resuming from its revision would miss the rest.
+func TestWatchResumeInsideOneCommit(t *testing.T) {
+	e := start(t)
+	e.createPool(t, "p", poolV4("10.0.0.0/24"))
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := e.client.WatchAllocations(wctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p"})
+	require.NoError(t, err)
+	synced := recvUntil(t, w, 1)[0]
+	require.Equal(t, allocatorv1.EventType_EVENT_TYPE_SYNCED, synced.GetType())
+	require.Equal(t, synced.GetRevision(), synced.GetResumeRevision(), "a snapshot resumes at its own revision")
+
+	var reqs []*allocatorv1.AllocateRequest
+	for _, n := range []string{"x", "y", "z"} {
+		reqs = append(reqs, &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: pod("ns", n)})
+	}
+	_, err = e.client.BatchAllocate(ctx(t), &allocatorv1.BatchAllocateRequest{Requests: reqs})
+	require.NoError(t, err)
+	first := recvUntil(t, w, 1)[0]
+	cancel() // cut off after the first event of the commit
+
+	names := func(rs []*allocatorv1.WatchAllocationsResponse) []string {
+		var out []string
+		for _, r := range rs {
+			require.Equal(t, first.GetRevision(), r.GetRevision(), "one commit, one revision")
+			out = append(out, r.GetAllocation().GetOwner().GetName())
+		}
+		slices.Sort(out)
+		return out
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	resumed, err := e.client.WatchAllocations(rctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", StartRevision: first.GetResumeRevision()})
+	require.NoError(t, err)
+	require.Equal(t, []string{"x", "y", "z"}, names(recvUntil(t, resumed, 3)), "every allocation of the commit, the one seen included")
+
+	// Resuming from the event's own revision skips the rest of its commit:
+	// what resume_revision is for.
+	quiet, qcancel := context.WithTimeout(rctx, 200*time.Millisecond)
+	defer qcancel()
+	skipped, err := e.client.WatchAllocations(quiet, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", StartRevision: first.GetRevision()})
+	require.NoError(t, err)
+	_, err = skipped.Recv()
+	requireCode(t, err, codes.DeadlineExceeded)
 }

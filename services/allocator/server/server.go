@@ -452,10 +452,14 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		if e.Err != nil {
 			return s.fail(e.Err)
 		}
-		resp := &allocatorv1.WatchAllocationsResponse{Revision: e.Revision}
+		// A change's commit may hold more changes at its revision, still
+		// to come: resuming from the revision before it repeats them
+		// rather than missing them.
+		resp := &allocatorv1.WatchAllocationsResponse{Revision: e.Revision, ResumeRevision: e.Revision - 1}
 		switch {
 		case e.Synced:
 			resp.Type = allocatorv1.EventType_EVENT_TYPE_SYNCED
+			resp.ResumeRevision = e.Revision
 		case e.Type == store.EventDeleteAllocation:
 			resp.Type = allocatorv1.EventType_EVENT_TYPE_DELETED
 			resp.Allocation = s.allocationTo(e.Allocation)

@@ -1812,10 +1812,17 @@ type WatchAllocationsResponse struct {
 	// The allocation as of this event; for DELETED the last state. Empty for
 	// SYNCED.
 	Allocation *Allocation `protobuf:"bytes,2,opt,name=allocation,proto3" json:"allocation,omitempty"`
-	// Store revision of the event; resume a watch from here.
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Store revision of the event. One commit can write several allocations
+	// at one revision (BatchAllocate does), and their events arrive one by
+	// one: to resume without missing any, use resume_revision, not this.
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The start_revision that resumes this watch after this event without
+	// missing one: for a change, the revision before its own (another event
+	// of the same revision may still follow), so a resumed watch may repeat
+	// the events of this event's commit; for SYNCED, the snapshot's revision.
+	ResumeRevision int64 `protobuf:"varint,4,opt,name=resume_revision,json=resumeRevision,proto3" json:"resume_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WatchAllocationsResponse) Reset() {
@@ -1865,6 +1872,13 @@ func (x *WatchAllocationsResponse) GetAllocation() *Allocation {
 func (x *WatchAllocationsResponse) GetRevision() int64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *WatchAllocationsResponse) GetResumeRevision() int64 {
+	if x != nil {
+		return x.ResumeRevision
 	}
 	return 0
 }
@@ -2003,13 +2017,14 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"allocation\"T\n" +
 	"\x17WatchAllocationsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12%\n" +
-	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\"\xab\x01\n" +
+	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\"\xd4\x01\n" +
 	"\x18WatchAllocationsResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.plexus.allocator.v1.EventTypeR\x04type\x12?\n" +
 	"\n" +
 	"allocation\x18\x02 \x01(\v2\x1f.plexus.allocator.v1.AllocationR\n" +
 	"allocation\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision*M\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12'\n" +
+	"\x0fresume_revision\x18\x04 \x01(\x03R\x0eresumeRevision*M\n" +
 	"\bIPFamily\x12\x19\n" +
 	"\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eIP_FAMILY_IPV4\x10\x01\x12\x12\n" +
