@@ -31,16 +31,11 @@
 package certgen
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -48,6 +43,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/plexusnet/plexus/internal/pki"
 )
 
 // TrustDomain is the SPIFFE trust domain of the identities.
@@ -218,13 +215,21 @@ func Generate(opts Options) ([]string, error) {
 	}
 
 	now := time.Now()
-	ca, caKeyPair, caPEM, caKeyPEM, err := newCA(now, opts.CAValidity)
+	// Clocks a little behind still accept the certificates.
+	notBefore := now.Add(-5 * time.Minute)
+	ca, err := pki.NewCA(pkix.Name{Organization: []string{"Plexus"}, CommonName: "Plexus CA " + now.UTC().Format("2006-01-02T15:04:05Z")},
+		notBefore, now.Add(opts.CAValidity))
 	if err != nil {
 		return nil, err
 	}
+	caKeyPEM, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	caPEM := ca.CertPEM
 	files := []file{{caCert, caPEM, 0o644}, {caKey, caKeyPEM, 0o600}}
 	for _, l := range leaves {
-		certPEM, keyPEM, err := issue(ca, caKeyPair, l, now, opts.Validity)
+		certPEM, keyPEM, err := issue(ca, l, notBefore, now.Add(opts.Validity))
 		if err != nil {
 			return nil, fmt.Errorf("issue %s: %w", l.name, err)
 		}
@@ -270,94 +275,24 @@ func plan(opts Options) ([]leaf, error) {
 	return append(out, leaf{name: Operator}), nil
 }
 
-func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, []byte, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("generate CA key: %w", err)
-	}
-	serial, err := newSerial()
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{Organization: []string{"Plexus"}, CommonName: "Plexus CA " + now.UTC().Format("2006-01-02T15:04:05Z")},
-		NotBefore:             now.Add(-5 * time.Minute), // clocks a little behind still accept it
-		NotAfter:              now.Add(validity),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		MaxPathLenZero:        true, // signs only leaves
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("create CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("parse CA certificate: %w", err)
-	}
-	keyPEM, err := encodeKey(key)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
-}
-
-func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, l leaf, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate key: %w", err)
-	}
-	serial, err := newSerial()
-	if err != nil {
-		return nil, nil, err
-	}
+// issue signs l's certificate: named by its SPIFFE ID, for client
+// authentication, and for serving too when l is a service.
+func issue(ca *pki.CA, l leaf, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
 	id, err := url.Parse(SPIFFEID(l.name))
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{"Plexus"}, CommonName: l.name},
-		URIs:         []*url.URL{id},
-		DNSNames:     l.dns,
-		IPAddresses:  l.ips,
-		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
+	usages := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	if l.server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		usages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create certificate: %w", err)
-	}
-	keyPEM, err = encodeKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
-}
-
-func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("marshal key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// newSerial returns a random 128-bit serial number, as RFC 5280 asks of a
-// CA that cannot keep a counter.
-func newSerial() (*big.Int, error) {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return nil, fmt.Errorf("serial number: %w", err)
-	}
-	return n, nil
+	return ca.Issue(pki.Leaf{
+		Subject:  pkix.Name{Organization: []string{"Plexus"}, CommonName: l.name},
+		URIs:     []*url.URL{id},
+		DNSNames: l.dns,
+		IPs:      l.ips,
+		Usages:   usages,
+	}, notBefore, notAfter)
 }
 
 // writeFile writes f through a temporary file in the same folder, so

@@ -217,7 +217,7 @@ func connect(ctx context.Context, cfg APIServerConfig, pki *apiServerPKI, host s
 	restCfg := &rest.Config{
 		Host: host,
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   pki.ca.certPEM,
+			CAData:   pki.ca.CertPEM,
 			CertData: pki.adminCert,
 			KeyData:  pki.adminKey,
 		},

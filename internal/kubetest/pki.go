@@ -1,21 +1,17 @@
 package kubetest
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/plexusnet/plexus/internal/pki"
 )
 
 // certValidity is long enough for a demo left running for days and short
@@ -25,96 +21,28 @@ const certValidity = 30 * 24 * time.Hour
 // authority is the one CA of a test control plane. It signs the serving
 // certificate and every client certificate; the API server trusts it for
 // client authentication.
-type authority struct {
-	cert    *x509.Certificate
-	key     crypto.Signer
-	certPEM []byte
-}
-
-// ECDSA P-256 keys are used throughout: generating them takes microseconds,
-// where RSA keys would add noticeable time to every test cluster.
-func newKey() (*ecdsa.PrivateKey, error) {
-	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-}
-
-func serialNumber() (*big.Int, error) {
-	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-}
+type authority struct{ *pki.CA }
 
 func newAuthority(name string) (*authority, error) {
-	key, err := newKey()
-	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
-	}
-	serial, err := serialNumber()
-	if err != nil {
-		return nil, fmt.Errorf("generate CA serial: %w", err)
-	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name + "-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(certValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	ca, err := pki.NewCA(pkix.Name{CommonName: name + "-ca"}, now.Add(-time.Hour), now.Add(certValidity))
 	if err != nil {
-		return nil, fmt.Errorf("sign CA certificate: %w", err)
+		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("parse CA certificate: %w", err)
-	}
-	return &authority{cert: cert, key: key, certPEM: pemBlock("CERTIFICATE", der)}, nil
+	return &authority{ca}, nil
 }
 
 // issue signs a leaf certificate. Client certificates carry the user in the
 // common name and the groups in the organizations, which is how the API
 // server's x509 authenticator reads them.
 func (a *authority) issue(cn string, orgs []string, usage x509.ExtKeyUsage, ips []net.IP, dnsNames []string) (certPEM, keyPEM []byte, err error) {
-	key, err := newKey()
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate key for %s: %w", cn, err)
-	}
-	serial, err := serialNumber()
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate serial for %s: %w", cn, err)
-	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(certValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		IPAddresses:  ips,
-		DNSNames:     dnsNames,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, key.Public(), a.key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sign certificate for %s: %w", cn, err)
-	}
-	keyPEM, err = encodeKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pemBlock("CERTIFICATE", der), keyPEM, nil
-}
-
-func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encode private key: %w", err)
-	}
-	return pemBlock("PRIVATE KEY", der), nil
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+	return a.Issue(pki.Leaf{
+		Subject:  pkix.Name{CommonName: cn, Organization: orgs},
+		IPs:      ips,
+		DNSNames: dnsNames,
+		Usages:   []x509.ExtKeyUsage{usage},
+	}, now.Add(-time.Hour), now.Add(certValidity))
 }
 
 // apiServerPKI is everything on disk the API server is started with.
@@ -157,11 +85,11 @@ func writeAPIServerPKI(dir, name string) (*apiServerPKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	saKey, err := newKey()
+	saKey, err := pki.NewKey()
 	if err != nil {
 		return nil, fmt.Errorf("generate service account key: %w", err)
 	}
-	saKeyPEM, err := encodeKey(saKey)
+	saKeyPEM, err := pki.EncodeKey(saKey)
 	if err != nil {
 		return nil, err
 	}
@@ -173,11 +101,11 @@ func writeAPIServerPKI(dir, name string) (*apiServerPKI, error) {
 		path string
 		data []byte
 	}{
-		{p.caFile, ca.certPEM},
+		{p.caFile, ca.CertPEM},
 		{p.servingCert, servingCert},
 		{p.servingKey, servingKey},
 		{p.serviceAccountKey, saKeyPEM},
-		{p.serviceAccountPub, pemBlock("PUBLIC KEY", saPubDER)},
+		{p.serviceAccountPub, pki.Encode("PUBLIC KEY", saPubDER)},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
@@ -194,16 +122,16 @@ func writeAPIServerPKI(dir, name string) (*apiServerPKI, error) {
 // for server. Paths inside the files are not used: the kubeconfig carries
 // its certificates inline.
 func WritePKI(dir, name, server string) error {
-	pki, err := writeAPIServerPKI(dir, name)
+	files, err := writeAPIServerPKI(dir, name)
 	if err != nil {
 		return err
 	}
 	return writeKubeconfig(filepath.Join(dir, "kubeconfig"), name, &rest.Config{
 		Host: server,
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   pki.ca.certPEM,
-			CertData: pki.adminCert,
-			KeyData:  pki.adminKey,
+			CAData:   files.ca.CertPEM,
+			CertData: files.adminCert,
+			KeyData:  files.adminKey,
 		},
 	})
 }
