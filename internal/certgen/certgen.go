@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -44,6 +45,10 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/plexusnet/plexus/internal/atomicfile"
+	"github.com/plexusnet/plexus/internal/netparse"
 	"github.com/plexusnet/plexus/internal/pki"
 )
 
@@ -100,9 +105,8 @@ type Options struct {
 	// Namespace is the Kubernetes namespace of the services' DNS names
 	// (DefaultNamespace when empty).
 	Namespace string
-	// SANs are extra DNS names or IP addresses by service name; the key ""
-	// adds to every service.
-	SANs map[string][]string
+	// SANs are extra names of the service certificates (see ParseSAN).
+	SANs []SAN
 	// Force overwrites existing files; without it Generate refuses to touch
 	// a folder that holds any of the files it would write.
 	Force bool
@@ -112,43 +116,49 @@ type Options struct {
 // and Options.Force is not set.
 var ErrExists = errors.New("file exists")
 
-// ParseSAN parses one --san value, "[SERVICE=]NAME", into the service it is
-// for ("" for all) and the DNS name or IP address.
-func ParseSAN(v string) (service, name string, err error) {
-	if s, n, ok := strings.Cut(v, "="); ok {
-		if !slices.Contains(Services, s) {
-			return "", "", fmt.Errorf("SAN %q: %q is not a service (%s)", v, s, strings.Join(Services, ", "))
-		}
-		service, v = s, n
-	}
-	if net.ParseIP(v) != nil {
-		return service, v, nil
-	}
-	if err := checkDNSName(v); err != nil {
-		return "", "", fmt.Errorf("SAN %q: %w", v, err)
-	}
-	return service, v, nil
+// SAN is an extra name of service certificates: a DNS name or an IP
+// address, for one service or, when Service is "", for all of them.
+type SAN struct {
+	Service string
+	DNS     string
+	IP      netip.Addr
 }
 
-// checkDNSName accepts host names and one leading wildcard label.
-func checkDNSName(name string) error {
-	if name == "" || len(name) > 253 {
-		return errors.New("want a DNS name of 1 to 253 characters or an IP address")
+// ParseSAN parses one --san value, "[SERVICE=]NAME". NAME is an IP address
+// (parsed strictly, see package netparse) or a DNS name, lowercase, with at
+// most a leading wildcard label.
+func ParseSAN(v string) (SAN, error) {
+	var san SAN
+	name := v
+	if svc, n, ok := strings.Cut(v, "="); ok {
+		if !slices.Contains(Services, svc) {
+			return SAN{}, fmt.Errorf("SAN %q: %q is not a service (%s)", v, svc, strings.Join(Services, ", "))
+		}
+		san.Service, name = svc, n
 	}
-	for i, label := range strings.Split(name, ".") {
-		if label == "*" && i == 0 {
-			continue
+	if looksLikeIP(name) {
+		ip, err := netparse.ParseAddr(name)
+		if err != nil {
+			return SAN{}, fmt.Errorf("SAN %q: %w", v, err)
 		}
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return fmt.Errorf("label %q is not a DNS label", label)
-		}
-		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return fmt.Errorf("label %q is not a DNS label", label)
-			}
-		}
+		san.IP = ip
+		return san, nil
 	}
-	return nil
+	check := validation.IsDNS1123Subdomain
+	if strings.HasPrefix(name, "*.") {
+		check = validation.IsWildcardDNS1123Subdomain
+	}
+	if msgs := check(name); len(msgs) > 0 {
+		return SAN{}, fmt.Errorf("SAN %q: want an IP address or a DNS name: %s", v, strings.Join(msgs, "; "))
+	}
+	san.DNS = name
+	return san, nil
+}
+
+// looksLikeIP tells an address (which must then parse as one) from a
+// name: "10.0.0.010" is a malformed address, not a host called that.
+func looksLikeIP(s string) bool {
+	return strings.Contains(s, ":") || strings.Trim(s, "0123456789.") == ""
 }
 
 // leaf is one certificate to issue.
@@ -184,8 +194,8 @@ func Generate(opts Options) ([]string, error) {
 	if opts.Validity < 0 || opts.CAValidity < opts.Validity {
 		return nil, fmt.Errorf("validity %s and CA validity %s: both positive, the CA's at least as long", opts.Validity, opts.CAValidity)
 	}
-	if err := checkDNSName(opts.Namespace); err != nil {
-		return nil, fmt.Errorf("namespace %q: %w", opts.Namespace, err)
+	if msgs := validation.IsDNS1123Label(opts.Namespace); len(msgs) > 0 {
+		return nil, fmt.Errorf("namespace %q: %s", opts.Namespace, strings.Join(msgs, "; "))
 	}
 
 	leaves, err := plan(opts)
@@ -246,9 +256,9 @@ func Generate(opts Options) ([]string, error) {
 
 // plan lists the certificates to issue with their names.
 func plan(opts Options) ([]leaf, error) {
-	for svc := range opts.SANs {
-		if svc != "" && !slices.Contains(Services, svc) {
-			return nil, fmt.Errorf("extra SANs for %q: not a service (%s)", svc, strings.Join(Services, ", "))
+	for _, san := range opts.SANs {
+		if san.Service != "" && !slices.Contains(Services, san.Service) {
+			return nil, fmt.Errorf("extra SANs for %q: not a service (%s)", san.Service, strings.Join(Services, ", "))
 		}
 	}
 	var out []leaf
@@ -257,17 +267,15 @@ func plan(opts Options) ([]leaf, error) {
 		k8s := "plexus-" + svc
 		l.dns = []string{"localhost", svc, k8s, k8s + "." + opts.Namespace, k8s + "." + opts.Namespace + ".svc",
 			k8s + "." + opts.Namespace + ".svc.cluster.local"}
-		for _, v := range append(slices.Clone(opts.SANs[""]), opts.SANs[svc]...) {
-			_, name, err := ParseSAN(v)
-			if err != nil {
-				return nil, err
-			}
-			if ip := net.ParseIP(name); ip != nil {
-				if !slices.ContainsFunc(l.ips, ip.Equal) {
+		for _, san := range opts.SANs {
+			switch {
+			case san.Service != "" && san.Service != svc:
+			case san.IP.IsValid():
+				if ip := net.IP(san.IP.AsSlice()); !slices.ContainsFunc(l.ips, ip.Equal) {
 					l.ips = append(l.ips, ip)
 				}
-			} else if !slices.Contains(l.dns, name) {
-				l.dns = append(l.dns, name)
+			case !slices.Contains(l.dns, san.DNS):
+				l.dns = append(l.dns, san.DNS)
 			}
 		}
 		out = append(out, l)
@@ -302,24 +310,5 @@ func writeFile(f file) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(f.path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing to remove
-	if _, err := tmp.Write(f.data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	if err := tmp.Chmod(f.mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	if err := os.Rename(tmp.Name(), f.path); err != nil {
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	return nil
+	return atomicfile.Write(f.path, f.data, f.mode)
 }

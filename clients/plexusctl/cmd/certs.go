@@ -40,13 +40,12 @@ certificate and the CA are new.`,
   plexusctl pool list --tls-ca .certs/ca.crt --tls-cert .certs/operator/tls.crt --tls-key .certs/operator/tls.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.SANs = map[string][]string{}
 			for _, v := range sans {
-				svc, name, err := certgen.ParseSAN(v)
+				san, err := certgen.ParseSAN(v)
 				if err != nil {
 					return fmt.Errorf("--san: %w", err)
 				}
-				opts.SANs[svc] = append(opts.SANs[svc], name)
+				opts.SANs = append(opts.SANs, san)
 			}
 			written, err := certgen.Generate(opts)
 			if err != nil {
