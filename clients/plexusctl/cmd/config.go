@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/plexusnet/plexus/internal/atomicfile"
 )
 
 // configEnv names the config file when --config is not given.
@@ -177,26 +179,8 @@ func (cf *configFile) write() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("write config file: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".config-*.yaml.tmp") // created 0600
-	if err != nil {
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("write config file: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(0o600) // in case the umask or a platform did otherwise
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write config file %s: %w", cf.path, err)
 	}
 	cf.missing = false
 	return nil

@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/plexusnet/plexus/internal/atomicfile"
 	"github.com/plexusnet/plexus/internal/kubetest"
 )
 
@@ -155,7 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	log.Info("control plane ready", "clusters", len(clusters), "elapsed", time.Since(start).Round(time.Millisecond))
 
 	env := envLines(dir, etcd, clusters)
-	if err := writeFileAtomic(envPath, []byte(env)); err != nil {
+	if err := atomicfile.Write(envPath, []byte(env), 0o600); err != nil {
 		return err
 	}
 	if _, err := io.WriteString(stdout, env); err != nil {
@@ -247,17 +248,6 @@ func envName(cluster string) string {
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	return nil
 }
 
 // waitForEnd blocks until ctx ends (a clean stop) or a component exits on
