@@ -357,3 +357,25 @@ func StartAPIServer(t testing.TB, etcd *Etcd, opts ...Option) *Cluster {
 	})
 	return c
 }
+
+// RunAPIServerArgs runs kube-apiserver with exactly args, every flag given
+// by the caller (a test of a command line written elsewhere, such as
+// docker-compose's), until the test ends. It does not wait for the server:
+// the caller checks what it needs. When the test fails, the end of the
+// server's log is reported.
+func RunAPIServerArgs(t testing.TB, args []string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "apiserver.log")
+	p, err := startProcess("kube-apiserver", RequireBinaries(t).APIServer(), args, logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("end of %s:\n%s", logPath, p.logTail(30))
+		}
+		if err := p.stop(DefaultStopGrace); err != nil {
+			t.Errorf("stop kube-apiserver: %v", err)
+		}
+	})
+}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -33,7 +32,6 @@ var plexusServices = map[string]bool{"allocator": true, "membership": true, "imp
 // kube-crds' command (localkube crds). The API server must come up on those
 // files, answer the admin kubeconfig, and serve the Plexus CRDs.
 func TestComposeKubeAPIServer(t *testing.T) {
-	bins := kubetest.RequireBinaries(t)
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yaml"))
 	require.NoError(t, err)
 	var f struct {
@@ -51,12 +49,13 @@ func TestComposeKubeAPIServer(t *testing.T) {
 
 	etcd := kubetest.StartEtcd(t)
 	dir := t.TempDir()
-	port := freePort(t)
+	_, port, err := net.SplitHostPort(proctest.FreeAddr(t))
+	require.NoError(t, err)
 	// Compose's paths and addresses → this test's.
 	rewrite := func(arg string) string {
 		for _, r := range [][2]string{
 			{"/home/nonroot/kube", dir}, {"/kube/", dir + "/"},
-			{"127.0.0.1:6443", fmt.Sprintf("127.0.0.1:%d", port)}, {"--secure-port=6443", fmt.Sprintf("--secure-port=%d", port)},
+			{"127.0.0.1:6443", "127.0.0.1:" + port}, {"--secure-port=6443", "--secure-port=" + port},
 			{"http://127.0.0.1:2379", etcd.Endpoint()},
 		} {
 			arg = strings.ReplaceAll(arg, r[0], r[1])
@@ -81,19 +80,7 @@ func TestComposeKubeAPIServer(t *testing.T) {
 	for _, a := range api.Command[1:] {
 		args = append(args, rewrite(a))
 	}
-	cmd := exec.Command(bins.APIServer(), args...)
-	logFile, err := os.Create(filepath.Join(dir, "apiserver.log"))
-	require.NoError(t, err)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("kube-apiserver log (tail):\n%s", tail(string(b), 30))
-		}
-	})
+	kubetest.RunAPIServerArgs(t, args)
 
 	run(crds.Command) // waits for the API server, then installs the CRDs
 
@@ -115,20 +102,4 @@ func TestComposeKubeAPIServer(t *testing.T) {
 		_, err := dyn.Resource(gvr).Namespace("default").List(ctx, metav1.ListOptions{})
 		require.NoError(t, err, "%s is served", gvr.Resource)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
