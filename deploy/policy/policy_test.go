@@ -34,6 +34,7 @@ import (
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/internal/testcerts"
 )
 
@@ -255,13 +256,7 @@ func startServer(t *testing.T, dir string, a api) string {
 		server.WithoutSignalHandling(), server.WithDrainDelay(0))
 	require.NoError(t, err)
 	srv.GRPC().RegisterService(a.desc, a.impl)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	servertest.Serve(t, srv)
 	return srv.GRPCAddr()
 }
 

@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/internal/testcerts"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
@@ -38,16 +38,13 @@ func TestContextDialsServer(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := server.New(*cfg, "allocator", server.WithLogger(logger), server.WithoutSignalHandling())
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := allocation.New(ctx, memory.New(), allocation.WithLogger(logger))
+	svc, err := allocation.New(t.Context(), memory.New(), allocation.WithLogger(logger))
 	require.NoError(t, err)
 	allocserver.New(svc, nil).Register(srv.GRPC())
 	for _, name := range serviceNames {
 		srv.SetServing(name, true) // status asks after all four
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	servertest.Serve(t, srv)
 
 	// The config directory carries its own copies of the TLS material,
 	// named relatively, as one would keep it.

@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 )
 
 // TestStatus runs status against one server of the shared runtime that
@@ -26,10 +26,7 @@ func TestStatus(t *testing.T) {
 	for _, name := range serviceNames {
 		srv.SetServing(name, true)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	servertest.Serve(t, srv)
 
 	run := func() (string, error) {
 		var out bytes.Buffer

@@ -19,6 +19,7 @@ import (
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	rt "github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
@@ -71,19 +72,8 @@ func start(t *testing.T, opts ...envOption) *env {
 	require.NoError(t, err)
 	allocserver.New(svc, allocserver.NewMetrics(srv.Registry(), svc)).Register(srv.GRPC())
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Error("server did not stop")
-		}
-		require.NoError(t, st.Close())
-	})
+	t.Cleanup(func() { require.NoError(t, st.Close()) }) // after the server has stopped
+	servertest.Serve(t, srv)
 
 	conn, err := dial.New(srv.GRPCAddr(), dial.WithoutRetry())
 	require.NoError(t, err)

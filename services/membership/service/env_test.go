@@ -29,6 +29,7 @@ import (
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubetest"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -95,16 +96,10 @@ func loopback(svc config.Service) *config.Common {
 
 // run runs a server until the test ends.
 func run(tb testing.TB, srv *server.Server, cleanup func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		require.NoError(tb, <-done)
-		if cleanup != nil {
-			cleanup()
-		}
-	})
+	if cleanup != nil {
+		tb.Cleanup(cleanup) // cleanups run last first: after the server stopped
+	}
+	servertest.Serve(tb, srv)
 }
 
 func startAllocator(tb testing.TB) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/config"
 	rt "github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -33,13 +34,7 @@ func serve(t *testing.T, st store.Store) string {
 	svc, err := allocation.New(context.Background(), st, allocation.WithLogger(logger))
 	require.NoError(t, err)
 	allocserver.New(svc, nil).Register(srv.GRPC())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	servertest.Serve(t, srv)
 	return srv.GRPCAddr()
 }
 
