@@ -30,17 +30,13 @@ func configCmd(g *globals) *cobra.Command {
 func configViewCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "view", Short: "Print the config file (-o yaml, the default, or json)", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			cf, err := g.loadConfig()
-			if err != nil {
-				return err
-			}
+		RunE: g.withConfig(func(_ *cobra.Command, cf *configFile, _ []string) error {
 			y, err := cf.marshal()
 			if err != nil {
 				return err
 			}
 			return renderDoc(g.out, g.output, y)
-		},
+		}),
 	}
 }
 
@@ -53,11 +49,7 @@ type contextListing struct {
 func configGetContextsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "get-contexts", Short: "List the contexts, marking the current one with *", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			cf, err := g.loadConfig()
-			if err != nil {
-				return err
-			}
+		RunE: g.withConfig(func(_ *cobra.Command, cf *configFile, _ []string) error {
 			if g.output != "table" && g.output != "" {
 				list := []contextListing{}
 				for _, c := range cf.Contexts {
@@ -89,7 +81,7 @@ func configGetContextsCmd(g *globals) *cobra.Command {
 				t.add(cur, c.Name, orDash(c.Allocator), orDash(c.Membership), orDash(c.Importer), orDash(c.Repair), tls, token)
 			}
 			return render(g.out, "table", nil, func() *table { return t })
-		},
+		}),
 	}
 }
 
@@ -103,17 +95,13 @@ func orDash(s string) string {
 func configCurrentContextCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "current-context", Short: "Print the name of the current context", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			cf, err := g.loadConfig()
-			if err != nil {
-				return err
-			}
+		RunE: g.withConfig(func(_ *cobra.Command, cf *configFile, _ []string) error {
 			if cf.CurrentContext == "" {
 				return fmt.Errorf("current-context is not set in config file %s (set it with plexusctl config use-context)", cf.path)
 			}
-			_, err = fmt.Fprintln(g.out, cf.CurrentContext)
+			_, err := fmt.Fprintln(g.out, cf.CurrentContext)
 			return err
-		},
+		}),
 	}
 }
 
@@ -121,11 +109,7 @@ func configUseContextCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "use-context NAME", Short: "Make NAME the current context", Args: cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeContexts,
-		RunE: func(_ *cobra.Command, args []string) error {
-			cf, err := g.loadConfig()
-			if err != nil {
-				return err
-			}
+		RunE: g.withConfig(func(_ *cobra.Command, cf *configFile, args []string) error {
 			if _, err := cf.context(args[0]); err != nil {
 				return err
 			}
@@ -133,9 +117,9 @@ func configUseContextCmd(g *globals) *cobra.Command {
 			if err := cf.write(); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(g.out, "Switched to context %q.\n", args[0])
+			_, err := fmt.Fprintf(g.out, "Switched to context %q.\n", args[0])
 			return err
-		},
+		}),
 	}
 }
 
@@ -155,11 +139,7 @@ func configSetContextCmd(g *globals) *cobra.Command {
 			"The file is written atomically, mode 0600.",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeContexts,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cf, err := g.loadConfig()
-			if err != nil {
-				return err
-			}
+		RunE: g.withConfig(func(cmd *cobra.Command, cf *configFile, args []string) error {
 			name := args[0]
 			ctx := cf.find(name)
 			created := ctx == nil
@@ -207,9 +187,9 @@ func configSetContextCmd(g *globals) *cobra.Command {
 			if created {
 				verb = "created"
 			}
-			_, err = fmt.Fprintf(g.out, "Context %q %s in %s.\n", name, verb, cf.path)
+			_, err := fmt.Fprintf(g.out, "Context %q %s in %s.\n", name, verb, cf.path)
 			return err
-		},
+		}),
 	}
 	fs := c.Flags()
 	for _, svc := range serviceOrder {
@@ -238,11 +218,7 @@ func configDeleteContextCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "delete-context NAME", Short: "Delete a context", Args: cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeContexts,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cf, err := g.loadConfig()
-			if err != nil {
-				return err
-			}
+		RunE: g.withConfig(func(cmd *cobra.Command, cf *configFile, args []string) error {
 			name := args[0]
 			if _, err := cf.context(name); err != nil {
 				return err
@@ -258,9 +234,20 @@ func configDeleteContextCmd(g *globals) *cobra.Command {
 			if wasCurrent {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %q was the current context; choose another with plexusctl config use-context\n", name)
 			}
-			_, err = fmt.Fprintf(g.out, "Deleted context %q from %s.\n", name, cf.path)
+			_, err := fmt.Fprintf(g.out, "Deleted context %q from %s.\n", name, cf.path)
 			return err
-		},
+		}),
+	}
+}
+
+// withConfig is a config command's RunE that first reads the config file.
+func (g *globals) withConfig(run func(cmd *cobra.Command, cf *configFile, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		cf, err := g.loadConfig()
+		if err != nil {
+			return err
+		}
+		return run(cmd, cf, args)
 	}
 }
 
