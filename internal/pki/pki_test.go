@@ -57,9 +57,9 @@ func TestIssuedCertificatesChainToTheirCA(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, client.ExtKeyUsage)
 
-	s1, err := Serial()
+	s1, err := serial()
 	require.NoError(t, err)
-	s2, err := Serial()
+	s2, err := serial()
 	require.NoError(t, err)
 	require.NotEqual(t, s1, s2)
 }
