@@ -34,7 +34,7 @@ func NewCA(subject pkix.Name, notBefore, notAfter time.Time) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generate CA key: %w", err)
 	}
-	serial, err := serial()
+	serial, err := newSerial()
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (ca *CA) Issue(l Leaf, notBefore, notAfter time.Time) (certPEM, keyPEM []by
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate key for %s: %w", l.Subject.CommonName, err)
 	}
-	serial, err := serial()
+	serial, err := newSerial()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,9 +128,9 @@ func Encode(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
 
-// serial returns a random 128-bit serial number, as RFC 5280 asks of a CA
+// newSerial returns a random 128-bit serial number, as RFC 5280 asks of a CA
 // that keeps no counter.
-func serial() (*big.Int, error) {
+func newSerial() (*big.Int, error) {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {
 		return nil, fmt.Errorf("serial number: %w", err)

@@ -57,9 +57,9 @@ func TestIssuedCertificatesChainToTheirCA(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, client.ExtKeyUsage)
 
-	s1, err := serial()
+	s1, err := newSerial()
 	require.NoError(t, err)
-	s2, err := serial()
+	s2, err := newSerial()
 	require.NoError(t, err)
 	require.NotEqual(t, s1, s2)
 }
