@@ -13,12 +13,22 @@
 // ("4" + "0a000001" for 10.0.0.1), so a range read returns records in
 // the (pool, address) order of a store.Snapshot.
 //
-//	PREFIX rev                              commit marker, written by every commit
-//	PREFIX pools/POOL                       pool (JSON)
-//	PREFIX allocs/POOL \0 ADDR              allocation (JSON)
-//	PREFIX owners/POOL \0 OWNERKEY \0 ADDR  owner index entry (empty)
-//	PREFIX quarantine/POOL \0 ADDR          quarantine record (JSON)
-//	PREFIX requests/ID                      request record (JSON)
+//	PREFIX rev                                    commit marker, written by every commit
+//	PREFIX owners/POOL \0 OWNERKEY \0 ADDR        owner index entry (empty)
+//	PREFIX requests/ID                             request record (JSON)
+//	PREFIX state/allocs/POOL \0 ADDR               allocation (JSON)
+//	PREFIX state/pools/POOL                        pool (JSON)
+//	PREFIX state/quarantine/POOL \0 ADDR           quarantine record (JSON)
+//	PREFIX state/tick                              written by a commit that puts nothing else under state/
+//
+// What the replicas follow lives under state/, and only that range is
+// watched: every replica's watch carries one event per allocation, not one
+// per key the allocation writes. The owner index and the request records
+// are read by key or compared in transactions, never followed.
+//
+// An earlier layout kept pools, allocations and quarantine records
+// directly under the prefix. A store that finds pools there refuses to
+// serve (ErrOldLayout) instead of starting empty.
 //
 // Values are JSON so etcdctl shows them readably. Revisions are not
 // stored: a record's revision (its etag) is its key's mod revision, and
@@ -31,10 +41,11 @@
 // absent" is CreateRevision == 0 over the owner's key range. The writes
 // are the net effect of the ops on each key (etcd refuses a transaction
 // that writes a key twice), plus the commit marker, so every commit takes
-// exactly one revision and shows up in a watch even when it changes
-// nothing else. Deleting a pool deletes its allocations, owner index
-// entries and quarantine records as key ranges, allocations first, so
-// their DeleteAllocation events come before the DeletePool event.
+// exactly one revision, and the tick when the commit puts nothing else
+// under state/, so every commit shows up in a watch. Deleting a pool
+// deletes its allocations, owner index entries and quarantine records as
+// key ranges, allocations first, so their DeleteAllocation events come
+// before the DeletePool event.
 //
 // Deleting or replacing an allocation also removes its owner index entry,
 // whose key holds the owner. When the txn does not already say what the
@@ -47,7 +58,7 @@
 //
 // Revisions are etcd's, shared by every prefix of the cluster: commits of
 // one installation get increasing revisions, consecutive when nothing
-// else writes to the etcd. Watch is an etcd watch on the prefix with
+// else writes to the etcd. Watch is an etcd watch on the state range with
 // previous values; events describe the net change of each key of a
 // commit, in the order of the txn's ops. A watch from a compacted
 // revision fails with store.ErrCompacted at once; a watch that falls

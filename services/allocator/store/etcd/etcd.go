@@ -128,6 +128,9 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	if s.isClosed() {
 		return nil, store.ErrClosed
 	}
+	if err := s.checkLayout(ctx); err != nil {
+		return nil, err
+	}
 	snap := &store.Snapshot{}
 	var err error
 	// The first page fixes the revision; the rest are read at it.
@@ -160,6 +163,23 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 		return nil, s.readError(ctx, "snapshot quarantine", err)
 	}
 	return snap, nil
+}
+
+// ErrOldLayout is returned by Snapshot when the prefix holds pools in the
+// key layout of an earlier version. Serving from the current layout would
+// show an empty store and hand out addresses that are taken.
+var ErrOldLayout = errors.New("the prefix holds keys of an earlier key layout; move them or use another --etcd-prefix")
+
+// checkLayout refuses a prefix that holds pools of the earlier layout.
+func (s *Store) checkLayout(ctx context.Context) error {
+	resp, err := s.cli.Get(ctx, s.k.prefix+legacyPools, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return s.readError(ctx, "check key layout", err)
+	}
+	if resp.Count > 0 {
+		return fmt.Errorf("etcd store at %q: %w", s.k.prefix, ErrOldLayout)
+	}
+	return nil
 }
 
 // scan calls fn for every key under prefix, in key order, at revision rev

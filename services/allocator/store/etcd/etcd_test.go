@@ -119,15 +119,46 @@ func TestKeyLayout(t *testing.T) {
 		require.Equal(t, rev, kv.ModRevision)
 	}
 	require.Equal(t, []string{
-		"/plexus/allocs/p\x004" + "0a000001",
 		"/plexus/owners/p\x00c/Pod/ns/x\x004" + "0a000001",
-		"/plexus/pools/p",
-		"/plexus/quarantine/p\x006" + "20010db8000000000000000000000001",
 		"/plexus/requests/r1",
 		"/plexus/rev",
-	}, got)
+		"/plexus/state/allocs/p\x004" + "0a000001",
+		"/plexus/state/pools/p",
+		"/plexus/state/quarantine/p\x006" + "20010db8000000000000000000000001",
+	}, got, "a commit that puts state writes no tick")
 	require.JSONEq(t, `{"pool":"p","address":"10.0.0.1","owner":{"cluster":"c","kind":"Pod","namespace":"ns","name":"x","uid":"u"},"create_time":"0001-01-01T00:00:00Z"}`,
-		string(resp.Kvs[0].Value))
+		string(resp.Kvs[3].Value))
+
+	// A commit that puts nothing under state/ (here: it frees the
+	// address) puts the tick, so a watch sees it.
+	ch, err := s.Watch(ctx, rev)
+	require.NoError(t, err)
+	rev, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: a.Address}}})
+	require.NoError(t, err)
+	tick, err := cli.Get(ctx, "/plexus/state/tick")
+	require.NoError(t, err)
+	require.Len(t, tick.Kvs, 1)
+	require.Equal(t, rev, tick.Kvs[0].ModRevision)
+	ev := <-ch
+	require.NoError(t, ev.Err)
+	require.Equal(t, store.EventDeleteAllocation, ev.Type, "the tick makes no event")
+	require.Equal(t, rev, ev.Revision)
+}
+
+// TestOldLayoutRefused: a prefix that holds pools of the first layout
+// (directly under the prefix) is refused, not served as an empty store.
+func TestOldLayoutRefused(t *testing.T) {
+	e := kubetest.StartEtcd(t)
+	prefix := freshPrefix()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints()})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Put(t.Context(), prefix+"pools/p", `{"id":"p","cidrs":["10.0.0.0/24"]}`)
+	require.NoError(t, err)
+	s := open(t, e, prefix)
+	_, err = s.Snapshot(t.Context())
+	require.ErrorIs(t, err, etcd.ErrOldLayout)
+	require.ErrorContains(t, err, prefix)
 }
 
 // TestWatchSurvivesRestart: a watch goes on across an etcd restart,

@@ -10,15 +10,25 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Sub-prefixes of the key space; see doc.go for the layout.
+// Sub-prefixes of the key space; see doc.go for the layout. What the
+// replicas follow lives under keyState, so their watches carry nothing
+// else; the owner index, the request records and the commit marker are
+// read by key and stay outside it.
 const (
 	keyMarker     = "rev"
-	keyPools      = "pools/"
-	keyAllocs     = "allocs/"
 	keyOwners     = "owners/"
-	keyQuarantine = "quarantine/"
 	keyRequests   = "requests/"
+	keyState      = "state/"
+	keyPools      = keyState + "pools/"
+	keyAllocs     = keyState + "allocs/"
+	keyQuarantine = keyState + "quarantine/"
+	keyTick       = keyState + "tick"
 )
+
+// legacyPools is where the first layout kept pools, directly under the
+// prefix. A store that finds keys there refuses to serve rather than
+// start empty and hand out addresses that are taken.
+const legacyPools = "pools/"
 
 // sep separates the parts of a key. Pool ids and owner keys never hold a
 // NUL (store.Txn.Validate refuses them), and NUL sorts before every other
@@ -29,6 +39,8 @@ const sep = "\x00"
 type keys struct{ prefix string }
 
 func (k keys) marker() string           { return k.prefix + keyMarker }
+func (k keys) tick() string             { return k.prefix + keyTick }
+func (k keys) state() string            { return k.prefix + keyState }
 func (k keys) pool(id string) string    { return k.prefix + keyPools + id }
 func (k keys) request(id string) string { return k.prefix + keyRequests + id }
 
@@ -92,7 +104,7 @@ type kind int
 
 const (
 	kindOther kind = iota
-	kindMarker
+	kindTick
 	kindPool
 	kindAlloc
 	kindQuarantine
@@ -105,8 +117,7 @@ type parsed struct {
 	addr netip.Addr
 }
 
-// parse tells what key (which must be under the prefix) holds. Owner
-// index entries and requests are kindOther: they make no events.
+// parse tells what a key of the state range holds.
 func (k keys) parse(key string) (parsed, error) {
 	rest, ok := strings.CutPrefix(key, k.prefix)
 	if !ok {
@@ -124,8 +135,8 @@ func (k keys) parse(key string) (parsed, error) {
 		return parsed{kind: kd, pool: pool, addr: a}, nil
 	}
 	switch {
-	case rest == keyMarker:
-		return parsed{kind: kindMarker}, nil
+	case rest == keyTick:
+		return parsed{kind: kindTick}, nil
 	case strings.HasPrefix(rest, keyPools):
 		return parsed{kind: kindPool, pool: rest[len(keyPools):]}, nil
 	case strings.HasPrefix(rest, keyAllocs):

@@ -231,6 +231,22 @@ func (pl *planner) apply(ops []store.Op) {
 		}
 	}
 	// Every commit writes the marker, so it takes exactly one revision
-	// even when its ops change nothing, and a watcher sees every commit.
+	// even when its ops change nothing, and the marker's mod revision is
+	// the latest commit. A watcher follows the state range only; a commit
+	// that puts nothing there puts the tick, so the watcher still sees it.
 	pl.plan.put(pl.k.marker(), "")
+	if !pl.plan.putsUnder(pl.k.state()) {
+		pl.plan.put(pl.k.tick(), "")
+	}
+}
+
+// putsUnder reports whether the plan puts a key that starts with prefix.
+// Deletes do not count: one of an absent key makes no watch event.
+func (p *plan) putsUnder(prefix string) bool {
+	for _, w := range p.writes {
+		if !w.del && strings.HasPrefix(w.key, prefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -17,10 +17,12 @@ import (
 // beyond it, so a watcher that does not read never holds up commits.
 const watchBuffer = 256
 
-// Watch implements store.Store with an etcd watch on the prefix, with the
-// previous values of changed keys, so a delete event carries the record as
-// it was. Owner index entries, requests and the commit marker make no
-// events. fromRev 0 means the store's whole history: from its first
+// Watch implements store.Store with an etcd watch on the state range
+// (pools, allocations, quarantine records and the tick), with the previous
+// values of changed keys, so a delete event carries the record as it was.
+// The owner index, the request records and the commit marker are outside
+// that range, so etcd sends a watcher nothing it would drop; the tick
+// makes no event. fromRev 0 means the store's whole history: from its first
 // commit, whatever else the etcd cluster holds before it.
 //
 // The etcd watch starts at fromRev itself, not fromRev+1, and the events
@@ -61,7 +63,7 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 	s.mu.Unlock()
 
 	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, s.k.prefix, clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithPrevKV())
+	wch := s.cli.Watch(wctx, s.k.state(), clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithPrevKV())
 	out := make(chan store.Event, watchBuffer)
 	w := &watcher{s: s, ctx: ctx, out: out, from: fromRev, seen: fromRev}
 	go func() {
@@ -94,8 +96,9 @@ type watcher struct {
 	// from is the revision the watch is from: events at it or before are
 	// not delivered.
 	from int64
-	// seen is the revision of the last etcd event read, commit markers
-	// included, so Close knows when a watcher has every commit it made.
+	// seen is the revision of the last etcd event read, ticks included,
+	// so Close knows when a watcher has every commit it made (each puts
+	// into the state range).
 	seen int64
 	// drain is set once the store is closing, and closed at the deadline
 	// by which the watcher gives up delivering.
