@@ -110,6 +110,10 @@ func (c *Cluster) LogPath() string { return c.proc.logPath }
 // reason.
 func (c *Cluster) Exited() <-chan struct{} { return c.proc.done }
 
+// Pid is the API server process's id, for benchmarks that read its CPU
+// time.
+func (c *Cluster) Pid() int { return c.proc.cmd.Process.Pid }
+
 // Stop terminates the API server (SIGTERM, then SIGKILL after
 // DefaultStopGrace) and returns once it is gone. Stopping twice is harmless.
 func (c *Cluster) Stop() error { return c.proc.stop(DefaultStopGrace) }

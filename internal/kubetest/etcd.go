@@ -64,6 +64,9 @@ func (e *Etcd) LogPath() string { return e.proc.logPath }
 // Exited is closed when the etcd process has exited, for whatever reason.
 func (e *Etcd) Exited() <-chan struct{} { return e.proc.done }
 
+// Pid is the etcd process's id, for benchmarks that read its CPU time.
+func (e *Etcd) Pid() int { return e.proc.cmd.Process.Pid }
+
 // Stop terminates etcd (SIGTERM, then SIGKILL after DefaultStopGrace) and
 // returns once it is gone. Stopping twice is harmless.
 func (e *Etcd) Stop() error { return e.proc.stop(DefaultStopGrace) }

@@ -42,43 +42,92 @@ func fsyncEtcd(b *testing.B) *kubetest.Etcd {
 // and the Kubernetes-native way, one networking.k8s.io/v1 IPAddress object
 // per allocation created on a kube-apiserver. The load tool
 // (services/allocator/cmd/allocload) runs as its own process, as a client
-// fleet would; every etcd fsyncs.
+// fleet would; every etcd fsyncs. Each system is started for its own
+// measurement and stopped after it, so none pays for another's idle work
+// (an idle kube-apiserver still runs its controllers and watches).
 //
-//	go test -run '^$' -bench ScaleOut -benchtime 1x -count 3 ./services/allocator/e2e/
+//	go test -run '^$' -bench ScaleOut -benchtime 1x -count 5 ./services/allocator/e2e/
 func BenchmarkScaleOut(b *testing.B) {
 	allocload := filepath.Join(b.TempDir(), "allocload")
 	out, err := exec.Command("go", "build", "-o", allocload, "github.com/plexusnet/plexus/services/allocator/cmd/allocload").CombinedOutput()
 	require.NoError(b, err, "%s", out)
 
-	storeEtcd := fsyncEtcd(b)
-	var addrs []string
-	for range 3 {
-		addrs = append(addrs, startAllocator(b, "--store=etcd:"+storeEtcd.Endpoints()[0]).grpcAddr)
+	// A system starts, and returns the load tool's arguments for it, its
+	// server processes (whose CPU time is read) and how to stop it.
+	type system func() (args []string, pids []int, stop func())
+	threeReplicas := func() ([]string, []int, func()) {
+		e := fsyncEtcd(b)
+		var reps []*allocator
+		var addrs []string
+		pids := []int{e.Pid()}
+		for range 3 {
+			a := startAllocator(b, "--store=etcd:"+e.Endpoints()[0])
+			reps = append(reps, a)
+			addrs = append(addrs, a.grpcAddr)
+			pids = append(pids, a.cmd.Process.Pid)
+		}
+		return []string{"--addr=" + strings.Join(addrs, ","), "--conns=6", "--pool=scale"}, pids, func() {
+			for _, a := range reps {
+				a.kill()
+			}
+			_ = e.Stop()
+		}
 	}
-	bolt := startAllocator(b, "--store=bolt:"+filepath.Join(b.TempDir(), "bench.db"))
-	cluster := kubetest.StartAPIServer(b, fsyncEtcd(b))
-
-	run := func(args ...string) (perSec float64, p99 time.Duration) {
+	bolt := func() ([]string, []int, func()) {
+		a := startAllocator(b, "--store=bolt:"+filepath.Join(b.TempDir(), "bench.db"))
+		return []string{"--addr=" + a.grpcAddr, "--conns=4", "--pool=scale"}, []int{a.cmd.Process.Pid}, a.kill
+	}
+	ipAddress := func() ([]string, []int, func()) {
+		e := fsyncEtcd(b)
+		cluster := kubetest.StartAPIServer(b, e)
+		return []string{"--mode=ipaddress", "--kubeconfig=" + cluster.Kubeconfig}, []int{e.Pid(), cluster.Pid()}, func() {
+			_ = cluster.Stop()
+			_ = e.Stop()
+		}
+	}
+	// run measures one system: the load tool's rate and p99, and the CPU
+	// time its server processes spent per call, read over the measured
+	// part of the run (from the end of the warm-up until the tool exits).
+	run := func(start system) (perSec float64, p99, cpuPerCall time.Duration) {
 		b.Helper()
-		out, err := exec.Command(allocload, append([]string{"--clients=64", "--duration=10s", "--warmup=2s", "--format=json"}, args...)...).Output()
-		require.NoError(b, err, "allocload %s", strings.Join(args, " "))
+		args, pids, stop := start()
+		defer stop()
+		const warmup, measured = 2 * time.Second, 10 * time.Second
+		cmd := exec.Command(allocload, append([]string{"--clients=64", "--duration=" + measured.String(), "--warmup=" + warmup.String(), "--format=json"}, args...)...)
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		require.NoError(b, cmd.Start())
+		time.Sleep(warmup)
+		cpu0, err := processesCPU(pids)
+		require.NoError(b, err)
+		require.NoError(b, cmd.Wait(), "allocload %s", strings.Join(args, " "))
+		cpu1, err := processesCPU(pids)
+		require.NoError(b, err)
 		var rep loadReport
-		require.NoError(b, json.Unmarshal(out, &rep), "%s", out)
-		require.Len(b, rep.Ops, 1, "%s", out)
+		require.NoError(b, json.Unmarshal([]byte(stdout.String()), &rep), "%s", stdout.String())
+		require.Len(b, rep.Ops, 1, "%s", stdout.String())
 		require.Empty(b, rep.Ops[0].Errors, "allocload %s: no call may fail", strings.Join(args, " "))
-		return rep.Ops[0].PerSec, rep.Ops[0].P99
+		require.Positive(b, rep.Ops[0].Calls)
+		return rep.Ops[0].PerSec, rep.Ops[0].P99, (cpu1 - cpu0) / time.Duration(rep.Ops[0].Calls)
 	}
 	for b.Loop() {
-		etcdRate, etcdP99 := run("--addr="+strings.Join(addrs, ","), "--conns=6", "--pool=scale")
-		boltRate, boltP99 := run("--addr="+bolt.grpcAddr, "--conns=4", "--pool=scale")
-		ipRate, ipP99 := run("--mode=ipaddress", "--kubeconfig="+cluster.Kubeconfig)
+		etcdRate, etcdP99, etcdCPU := run(threeReplicas)
+		boltRate, boltP99, boltCPU := run(bolt)
+		ipRate, ipP99, ipCPU := run(ipAddress)
 		b.ReportMetric(etcdRate, "etcd3-allocs/s")
 		b.ReportMetric(float64(etcdP99)/1e6, "etcd3-p99-ms")
+		b.ReportMetric(float64(etcdCPU)/1e3, "etcd3-cpu-us/alloc")
 		b.ReportMetric(boltRate, "bolt-allocs/s")
 		b.ReportMetric(float64(boltP99)/1e6, "bolt-p99-ms")
+		b.ReportMetric(float64(boltCPU)/1e3, "bolt-cpu-us/alloc")
 		b.ReportMetric(ipRate, "ipaddress-allocs/s")
 		b.ReportMetric(float64(ipP99)/1e6, "ipaddress-p99-ms")
+		b.ReportMetric(float64(ipCPU)/1e3, "ipaddress-cpu-us/alloc")
 		b.ReportMetric(etcdRate/ipRate, "etcd3/ipaddress")
 		b.ReportMetric(etcdRate/boltRate, "etcd3/bolt")
+		// Server CPU per allocation, IPAddress over three replicas: how
+		// much more work the Kubernetes-native way does for the same
+		// allocation, whatever the cores it shares with the load tool.
+		b.ReportMetric(float64(ipCPU)/float64(etcdCPU), "ipaddress-cpu/etcd3-cpu")
 	}
 }
