@@ -3,7 +3,10 @@
 // A Store is a small transactional key space with a global revision, in the
 // shape of etcd's: a transaction is a list of conditions and a list of
 // operations, applied atomically when every condition holds. Every commit
-// gets the next revision, and every change can be watched from a revision.
+// gets a revision above those of the commits before it, and every change
+// can be watched from a revision. A store may give commits made at once
+// one revision (etcd combines concurrent allocations into one
+// transaction), and may let a revision pass in which they all failed.
 // The allocator keeps its free-space index in memory and uses the store only
 // as the durable record, so a store never has to find a free address.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -45,6 +46,21 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		return 0, fmt.Errorf("a revision condition below 1: %w", store.ErrConflict)
 	}
 	first.apply(txn.Ops)
+	if reads, writes, ok := first.touched(cmps); ok && len(first.reads) == 0 && first.plan.putsUnder(s.k.state()) {
+		// Such a commit puts no tick, and its marker is put by the
+		// combined transaction: it can go to etcd with others that do
+		// not write what it compares or writes, nor compare what it
+		// writes.
+		marker := s.k.marker()
+		r := s.combine.commit(ctx, cmps, first.plan.without(marker).ops(), reads, slices.DeleteFunc(writes, func(k string) bool { return k == marker }))
+		if r.err != nil {
+			return 0, s.commitError(ctx, r.err)
+		}
+		if !r.succeeded {
+			return 0, store.ErrConflict
+		}
+		return s.committed(r.rev), nil
+	}
 	if len(first.reads) == 0 {
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(first.plan.ops()...).Commit()
 		if err != nil {

@@ -47,6 +47,13 @@
 // key ranges, allocations first, so their DeleteAllocation events come
 // before the DeletePool event.
 //
+// Commits that need no read and put state (allocations guarded by
+// "address absent", the hot path) are combined: those waiting when one of
+// a few senders is free go to etcd as nested transactions of one, each
+// with its own compares, sharing its revision and one marker put, unless
+// one writes what another compares or writes (etcd decides all compares
+// of a transaction before its writes). See combine.go.
+//
 // Deleting or replacing an allocation also removes its owner index entry,
 // whose key holds the owner. When the txn does not already say what the
 // address holds (an allocation guarded by "address absent" needs no

@@ -53,9 +53,10 @@ type Config struct {
 // Store is a store.Store kept in etcd. Several allocator replicas open a
 // Store on the same endpoints and prefix and share its data.
 type Store struct {
-	cli    *clientv3.Client
-	k      keys
-	logger *slog.Logger
+	cli     *clientv3.Client
+	k       keys
+	logger  *slog.Logger
+	combine *combiner
 
 	lastCommit atomic.Int64 // the latest revision this store committed
 
@@ -107,7 +108,9 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
-	return &Store{cli: cli, k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{})}, nil
+	s := &Store{cli: cli, k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{})}
+	s.combine = &combiner{s: s}
+	return s, nil
 }
 
 // Prefix returns the prefix of the store's keys.

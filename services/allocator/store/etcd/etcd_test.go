@@ -42,7 +42,7 @@ func TestConformance(t *testing.T) {
 	}, storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
 		require.NoError(t, s.Close())
 		return open(t, e, s.(*etcd.Store).Prefix())
-	}))
+	}), storetest.WithSharedRevisions())
 }
 
 // TestPrefixesAreIndependent: two installations on one etcd see nothing

@@ -112,6 +112,9 @@ type planner struct {
 	slots map[string]*slot
 	wiped map[string]bool // pools deleted earlier in the txn
 	plan  plan
+	// comparedRanges and writtenRanges are the owner index ranges the txn
+	// compares or writes into, for touched.
+	comparedRanges, writtenRanges []string
 }
 
 func newPlanner(k keys, read func(string) *store.Allocation) *planner {
@@ -170,6 +173,7 @@ func (pl *planner) compares(conds []store.Cond) (cmps []clientv3.Cmp, ok bool) {
 			// Over a range, a compare must hold for every key in it, and an
 			// empty range compares as one absent key.
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.ownerPrefix(c.Pool, c.OwnerKey)), "=", 0).WithPrefix())
+			pl.comparedRanges = append(pl.comparedRanges, pl.k.ownerPrefix(c.Pool, c.OwnerKey))
 		case store.CondRequestAbsent:
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.request(c.RequestID)), "=", 0))
 		}
@@ -208,6 +212,7 @@ func (pl *planner) apply(ops []store.Op) {
 			}
 			pl.plan.put(key, encodeAlloc(a))
 			pl.plan.put(pl.k.owner(a.Pool, a.Owner.Key(), a.Address), "")
+			pl.writtenRanges = append(pl.writtenRanges, pl.k.ownerPrefix(a.Pool, a.Owner.Key()))
 			pl.plan.del(pl.k.quarantine(a.Pool, a.Address), "")
 			rec := *a
 			pl.set(key, &rec)
@@ -238,6 +243,35 @@ func (pl *planner) apply(ops []store.Op) {
 	if !pl.plan.putsUnder(pl.k.state()) {
 		pl.plan.put(pl.k.tick(), "")
 	}
+}
+
+// touched lists the keys the txn compares (reads) and writes, an owner
+// index range counting as one key, for combining commits; ok=false when
+// it deletes a key range, which the lists cannot describe.
+func (pl *planner) touched(cmps []clientv3.Cmp) (reads, writes []string, ok bool) {
+	reads = append(reads, pl.comparedRanges...)
+	for _, c := range cmps {
+		reads = append(reads, string(c.Key))
+	}
+	writes = append(writes, pl.writtenRanges...)
+	for _, w := range pl.plan.writes {
+		if w.end != "" {
+			return nil, nil, false
+		}
+		writes = append(writes, w.key)
+	}
+	return reads, writes, true
+}
+
+// without returns the plan without its writes of key.
+func (p *plan) without(key string) *plan {
+	out := &plan{writes: make([]write, 0, len(p.writes))}
+	for _, w := range p.writes {
+		if w.key != key {
+			out.writes = append(out.writes, w)
+		}
+	}
+	return out
 }
 
 // putsUnder reports whether the plan puts a key that starts with prefix.

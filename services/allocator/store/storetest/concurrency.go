@@ -22,7 +22,7 @@ type win struct {
 
 // testConcurrentAllocationAbsent: many allocators racing for the same
 // addresses, each guarded by CondAllocationAbsent; exactly one wins each.
-func testConcurrentAllocationAbsent(t *testing.T, s store.Store) {
+func testConcurrentAllocationAbsent(t *testing.T, s store.Store, sharedRevisions bool) {
 	const addrs = 16
 	start := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
 	var (
@@ -63,6 +63,10 @@ func testConcurrentAllocationAbsent(t *testing.T, s store.Store) {
 		require.Equal(t, fmt.Sprint("racer-", w.racer), a.Owner.Name)
 		require.Equal(t, w.rev, a.Revision)
 		revs = append(revs, w.rev)
+	}
+	if sharedRevisions {
+		require.GreaterOrEqual(t, snap.Revision, slices.Max(revs))
+		return
 	}
 	slices.Sort(revs)
 	require.Len(t, slices.Compact(revs), addrs, "two commits got the same revision")
@@ -113,11 +117,12 @@ func testSnapshotIsConsistent(t *testing.T, s store.Store) {
 		perWriter = 50
 		maxSnaps  = 50
 	)
-	type pair struct{ a, b string }
+	// Commits made at once may share a revision (WithSharedRevisions),
+	// so a revision maps to every allocation committed at it.
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
-		byRev = make(map[int64]pair)
+		byRev = make(map[int64][]string)
 		errs  []error
 	)
 	for w := range writers {
@@ -132,7 +137,7 @@ func testSnapshotIsConsistent(t *testing.T, s store.Store) {
 				if err != nil {
 					errs = append(errs, err)
 				} else {
-					byRev[rev] = pair{"a/" + addr, "b/" + addr}
+					byRev[rev] = append(byRev[rev], "a/"+addr, "b/"+addr)
 				}
 				mu.Unlock()
 			}
@@ -155,16 +160,16 @@ func testSnapshotIsConsistent(t *testing.T, s store.Store) {
 
 	for _, snap := range snaps {
 		var want, got []string
-		for rev, p := range byRev {
+		for rev, allocs := range byRev {
 			if rev <= snap.Revision {
-				want = append(want, p.a, p.b)
+				want = append(want, allocs...)
 			}
 		}
 		for _, a := range snap.Allocations {
 			got = append(got, a.Pool+"/"+a.Address.String())
-			p, ok := byRev[a.Revision]
+			allocs, ok := byRev[a.Revision]
 			require.True(t, ok, "allocation %s has revision %d, which no commit returned", a.Address, a.Revision)
-			require.Contains(t, []string{p.a, p.b}, a.Pool+"/"+a.Address.String())
+			require.Contains(t, allocs, a.Pool+"/"+a.Address.String())
 		}
 		require.ElementsMatch(t, want, got, "snapshot at revision %d", snap.Revision)
 	}

@@ -1,0 +1,167 @@
+package etcd
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Concurrent commits that need no read first (an allocation guarded by
+// "address absent" and "owner absent", the hot path) are combined: the
+// commits waiting when a sender is free go to etcd as one transaction,
+// each as a nested transaction with its own compares, so each succeeds or
+// fails alone, and the commit marker is put once by the outer one. Up to
+// combineSenders such transactions are in flight, so etcd still has
+// concurrent proposals to batch into one raft entry and one fsync, while
+// its work per allocation (the gRPC call, the raft entry, the apply)
+// is shared by the commits of a transaction. A lone commit is sent as it
+// is.
+//
+// etcd decides every compare of a transaction, nested ones included,
+// against the state before any of its writes: two nested transactions that
+// both find an address absent would both write it. So a transaction never
+// holds a commit that writes a key (or into an owner's index range) that
+// another of its commits compares or writes; such a commit waits for the
+// next transaction. Keys that are only compared are shared freely: every
+// allocation compares its pool's revision.
+//
+// The commits of one transaction share its revision, and a revision may
+// pass in which every nested transaction failed; store.Store allows both.
+const (
+	// combineSenders bounds the combined transactions in flight per
+	// store: enough to keep etcd's own batching fed, few enough that
+	// commits wait to be combined under load.
+	combineSenders = 4
+	// combineMax bounds the commits of one transaction, below etcd's
+	// default --max-txn-ops of 128 (each nested transaction is one op of
+	// the outer one, and the marker another).
+	combineMax = 64
+	// combineTimeout bounds one combined transaction. Its callers wait
+	// for it only as long as their own contexts allow; the bound keeps a
+	// sender from waiting forever on an etcd that is gone.
+	combineTimeout = 10 * time.Second
+)
+
+type combinedCommit struct {
+	cmps []clientv3.Cmp
+	ops  []clientv3.Op
+	// reads and writes are the keys (an owner index range counting as
+	// one) the commit compares and writes.
+	reads, writes []string
+	done          chan combineResult // buffered: the sender never blocks on it
+}
+
+type combineResult struct {
+	rev       int64
+	succeeded bool
+	err       error
+}
+
+type combiner struct {
+	s *Store
+
+	mu      sync.Mutex
+	queue   []*combinedCommit
+	senders int
+}
+
+// commit waits for cmps/ops (which must not put the marker) to be sent,
+// combined with whatever else is waiting, and returns its outcome. keys
+// reads and writes are what it compares and writes (planner.touched).
+func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, reads, writes []string) combineResult {
+	cc := &combinedCommit{cmps: cmps, ops: ops, reads: reads, writes: writes, done: make(chan combineResult, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, cc)
+	start := c.senders < combineSenders
+	if start {
+		c.senders++
+	}
+	c.mu.Unlock()
+	if start {
+		go c.send()
+	}
+	select {
+	case r := <-cc.done:
+		return r
+	case <-ctx.Done():
+		// The commit may still land, as any etcd transaction whose
+		// caller stopped waiting may.
+		return combineResult{err: ctx.Err()}
+	}
+}
+
+// send takes what is waiting and commits it until nothing is left.
+func (c *combiner) send() {
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.senders--
+			c.mu.Unlock()
+			return
+		}
+		batch := c.take()
+		c.mu.Unlock()
+		c.sendBatch(batch)
+	}
+}
+
+// take removes from the queue, in order, up to combineMax commits none of
+// which writes what another compares or writes; the others keep their
+// places. c.mu is held.
+func (c *combiner) take() []*combinedCommit {
+	var batch []*combinedCommit
+	read, written := map[string]bool{}, map[string]bool{}
+	in := func(set map[string]bool) func(string) bool { return func(k string) bool { return set[k] } }
+	rest := c.queue[:0]
+	for _, cc := range c.queue {
+		if len(batch) == combineMax ||
+			slices.ContainsFunc(cc.writes, in(read)) || slices.ContainsFunc(cc.writes, in(written)) ||
+			slices.ContainsFunc(cc.reads, in(written)) {
+			rest = append(rest, cc)
+			continue
+		}
+		for _, k := range cc.reads {
+			read[k] = true
+		}
+		for _, k := range cc.writes {
+			written[k] = true
+		}
+		batch = append(batch, cc)
+	}
+	clear(c.queue[len(rest):])
+	c.queue = rest
+	return batch
+}
+
+func (c *combiner) sendBatch(batch []*combinedCommit) {
+	ctx, cancel := context.WithTimeout(context.Background(), combineTimeout)
+	defer cancel()
+	marker := clientv3.OpPut(c.s.k.marker(), "")
+	if len(batch) == 1 {
+		cc := batch[0]
+		resp, err := c.s.cli.Txn(ctx).If(cc.cmps...).Then(append(cc.ops, marker)...).Commit()
+		if err != nil {
+			cc.done <- combineResult{err: err}
+			return
+		}
+		cc.done <- combineResult{rev: resp.Header.Revision, succeeded: resp.Succeeded}
+		return
+	}
+	ops := make([]clientv3.Op, 0, len(batch)+1)
+	for _, cc := range batch {
+		ops = append(ops, clientv3.OpTxn(cc.cmps, cc.ops, nil))
+	}
+	resp, err := c.s.cli.Txn(ctx).Then(append(ops, marker)...).Commit()
+	for i, cc := range batch {
+		switch {
+		case err != nil:
+			cc.done <- combineResult{err: err}
+		default:
+			inner := resp.Responses[i].GetResponseTxn()
+			cc.done <- combineResult{rev: resp.Header.Revision, succeeded: inner != nil && inner.Succeeded}
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package etcd_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// TestCombinedCommits: allocations committed at once share etcd
+// transactions, yet each succeeds or fails on its own conditions: of two
+// commits racing for one address, or for one owner, or with one request
+// id, exactly one wins, whether they went to etcd together or not, and
+// what a commit returns is the etag of what it wrote.
+func TestCombinedCommits(t *testing.T) {
+	e := kubetest.StartEtcd(t) // etcd's default --max-txn-ops, as in production
+	s := open(t, e, freshPrefix())
+	ctx := t.Context()
+	_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/16"}}}}})
+	require.NoError(t, err)
+
+	const workers, perWorker = 32, 40
+	type result struct {
+		addr, owner, request string
+		rev                  int64
+	}
+	var (
+		mu   sync.Mutex
+		wins []result
+		errs []error
+		revs = map[int64]int{}
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				// Workers w and w^1 race for the same address, workers w
+				// and w^2 for the same owner, workers w and w^4 use the
+				// same request id: every commit has a rival.
+				addr := netip.AddrFrom4([4]byte{10, 0, byte(w / 2), byte(i)})
+				owner := store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("o-%d-%d", w&^2, i), UID: "u"}
+				request := fmt.Sprintf("r-%d-%d", w&^4, i)
+				a := &store.Allocation{Pool: "p", Address: addr, Owner: owner}
+				rev, err := s.Commit(ctx, store.Txn{
+					Conds: []store.Cond{
+						{Kind: store.CondAllocationAbsent, Pool: "p", Address: addr},
+						{Kind: store.CondOwnerAbsent, Pool: "p", OwnerKey: owner.Key()},
+						{Kind: store.CondRequestAbsent, RequestID: request},
+					},
+					Ops: []store.Op{
+						{Kind: store.OpPutAllocation, Allocation: a},
+						{Kind: store.OpPutRequest, Request: &store.Request{ID: request, Allocations: []string{"p/" + addr.String()}}},
+					},
+				})
+				mu.Lock()
+				switch {
+				case err == nil:
+					wins = append(wins, result{addr.String(), owner.Key(), request, rev})
+					revs[rev]++
+				case !errors.Is(err, store.ErrConflict):
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	require.NotEmpty(t, wins)
+
+	seen := map[string]bool{}
+	for _, w := range wins {
+		for _, k := range []string{"addr " + w.addr, "owner " + w.owner, "request " + w.request} {
+			require.False(t, seen[k], "%s won twice", k)
+			seen[k] = true
+		}
+	}
+	snap, err := s.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Len(t, snap.Allocations, len(wins))
+	byAddr := map[string]int64{}
+	for _, a := range snap.Allocations {
+		byAddr[a.Address.String()] = a.Revision
+	}
+	for _, w := range wins {
+		require.Equal(t, w.rev, byAddr[w.addr], "the revision a commit returned is the etag of its allocation")
+		r, ok, err := s.GetRequest(ctx, w.request)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, []string{"p/" + w.addr}, r.Allocations)
+	}
+	shared := 0
+	for _, n := range revs {
+		if n > 1 {
+			shared += n
+		}
+	}
+	require.Positive(t, shared, "with %d concurrent writers some commits go to etcd together", workers)
+	t.Logf("%d of %d successful commits shared a revision with another", shared, len(wins))
+}
