@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/plexusnet/plexus/internal/config"
@@ -81,6 +82,14 @@ func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags 
 // openStore opens the store --store names; shared reports whether other
 // replicas may commit to it too.
 func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.Store, bool, error) {
+	// Registered whatever the store, so the metric is always there to
+	// scrape and to document; only the etcd store observes it.
+	combined := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "plexus_allocator_etcd_commits_per_transaction",
+		Help:    "Allocations an etcd store sent to etcd in one transaction (concurrent allocations are combined); 0 observations with another store.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+	})
+	rt.Server.Registerer().MustRegister(combined)
 	endpoints, isEtcd := strings.CutPrefix(spec, "etcd:")
 	if !isEtcd {
 		st, err := store.Open(spec, store.WithLogger(rt.Logger))
@@ -91,6 +100,7 @@ func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.St
 		return nil, false, fmt.Errorf("--store %s: %w", spec, err)
 	}
 	cfg.Logger = rt.Logger
+	cfg.ObserveCombined = func(n int) { combined.Observe(float64(n)) }
 	st, err := etcd.Open(cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("--store %s: %w", spec, err)

@@ -61,7 +61,8 @@ type combineResult struct {
 }
 
 type combiner struct {
-	s *Store
+	s       *Store
+	observe func(commits int) // nil: not observed
 
 	mu      sync.Mutex
 	queue   []*combinedCommit
@@ -139,6 +140,9 @@ func (c *combiner) take() []*combinedCommit {
 func (c *combiner) sendBatch(batch []*combinedCommit) {
 	ctx, cancel := context.WithTimeout(context.Background(), combineTimeout)
 	defer cancel()
+	if c.observe != nil {
+		c.observe(len(batch))
+	}
 	marker := clientv3.OpPut(c.s.k.marker(), "")
 	if len(batch) == 1 {
 		cc := batch[0]

@@ -11,6 +11,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
 
 // TestCombinedCommits: allocations committed at once share etcd
@@ -20,9 +21,19 @@ import (
 // what a commit returns is the etag of what it wrote.
 func TestCombinedCommits(t *testing.T) {
 	e := kubetest.StartEtcd(t) // etcd's default --max-txn-ops, as in production
-	s := open(t, e, freshPrefix())
+	var (
+		observedMu sync.Mutex
+		observed   []int // commits per transaction, as the metric sees them
+	)
+	s, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: freshPrefix(), ObserveCombined: func(n int) {
+		observedMu.Lock()
+		observed = append(observed, n)
+		observedMu.Unlock()
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
 	ctx := t.Context()
-	_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/16"}}}}})
+	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/16"}}}}})
 	require.NoError(t, err)
 
 	const workers, perWorker = 32, 40
@@ -102,5 +113,15 @@ func TestCombinedCommits(t *testing.T) {
 		}
 	}
 	require.Positive(t, shared, "with %d concurrent writers some commits go to etcd together", workers)
+	observedMu.Lock()
+	defer observedMu.Unlock()
+	sent := 0
+	for _, n := range observed {
+		sent += n
+	}
+	// The pool's creation needs no read and puts state too: it went
+	// through the combiner, alone, before the workers started.
+	require.Equal(t, 1+workers*perWorker, sent, "every commit went through the combiner, and was observed once")
+	require.Less(t, len(observed), sent, "some transactions held several commits")
 	t.Logf("%d of %d successful commits shared a revision with another", shared, len(wins))
 }

@@ -48,6 +48,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logger is the store's logger (slog.Default when nil).
 	Logger *slog.Logger
+	// ObserveCombined, when set, is called with the number of commits of
+	// every transaction that combined allocations (see combine.go), for
+	// a metric.
+	ObserveCombined func(commits int)
 }
 
 // Store is a store.Store kept in etcd. Several allocator replicas open a
@@ -109,7 +113,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s := &Store{cli: cli, k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{})}
-	s.combine = &combiner{s: s}
+	s.combine = &combiner{s: s, observe: cfg.ObserveCombined}
 	return s, nil
 }
 
