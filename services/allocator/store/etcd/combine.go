@@ -46,6 +46,7 @@ const (
 )
 
 type combinedCommit struct {
+	ctx  context.Context // the caller's: once it is done, nobody waits
 	cmps []clientv3.Cmp
 	ops  []clientv3.Op
 	// reads and writes are the keys (an owner index range counting as
@@ -73,7 +74,7 @@ type combiner struct {
 // combined with whatever else is waiting, and returns its outcome. keys
 // reads and writes are what it compares and writes (planner.touched).
 func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, reads, writes []string) combineResult {
-	cc := &combinedCommit{cmps: cmps, ops: ops, reads: reads, writes: writes, done: make(chan combineResult, 1)}
+	cc := &combinedCommit{ctx: ctx, cmps: cmps, ops: ops, reads: reads, writes: writes, done: make(chan combineResult, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, cc)
 	start := c.senders < combineSenders
@@ -98,12 +99,12 @@ func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops []client
 func (c *combiner) send() {
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 {
+		batch := c.take()
+		if len(batch) == 0 {
 			c.senders--
 			c.mu.Unlock()
 			return
 		}
-		batch := c.take()
 		c.mu.Unlock()
 		c.sendBatch(batch)
 	}
@@ -111,13 +112,18 @@ func (c *combiner) send() {
 
 // take removes from the queue, in order, up to combineMax commits none of
 // which writes what another compares or writes; the others keep their
-// places. c.mu is held.
+// places. Commits whose callers stopped waiting are dropped unsent: their
+// callers were told the outcome is unknown, and an allocation nobody
+// waits for should not land later. c.mu is held.
 func (c *combiner) take() []*combinedCommit {
 	var batch []*combinedCommit
 	read, written := map[string]bool{}, map[string]bool{}
 	in := func(set map[string]bool) func(string) bool { return func(k string) bool { return set[k] } }
 	rest := c.queue[:0]
 	for _, cc := range c.queue {
+		if cc.ctx.Err() != nil {
+			continue
+		}
 		if len(batch) == combineMax ||
 			slices.ContainsFunc(cc.writes, in(read)) || slices.ContainsFunc(cc.writes, in(written)) ||
 			slices.ContainsFunc(cc.reads, in(written)) {
