@@ -6,7 +6,7 @@
 // gets a revision above those of the commits before it, and every change
 // can be watched from a revision. A store may give commits made at once
 // one revision (etcd combines concurrent allocations into one
-// transaction), and may let a revision pass in which they all failed.
+// transaction); a failed commit takes none.
 // The allocator keeps its free-space index in memory and uses the store only
 // as the durable record, so a store never has to find a free address.
 //

@@ -12,8 +12,8 @@ import (
 // Concurrent commits that need no read first (an allocation guarded by
 // "address absent" and "owner absent", the hot path) are combined: the
 // commits waiting when a sender is free go to etcd as one transaction,
-// each as a nested transaction with its own compares, so each succeeds or
-// fails alone, and the commit marker is put once by the outer one. Up to
+// each as a nested transaction with its own compares and writes (its own
+// commit marker among them), so each succeeds or fails alone. Up to
 // combineSenders such transactions are in flight, so etcd still has
 // concurrent proposals to batch into one raft entry and one fsync, while
 // its work per allocation (the gRPC call, the raft entry, the apply)
@@ -28,8 +28,9 @@ import (
 // next transaction. Keys that are only compared are shared freely: every
 // allocation compares its pool's revision.
 //
-// The commits of one transaction share its revision, and a revision may
-// pass in which every nested transaction failed; store.Store allows both.
+// The commits of one transaction share its revision, which store.Store
+// allows; a transaction whose commits all failed writes nothing and takes
+// no revision.
 const (
 	// combineSenders bounds the combined transactions in flight per
 	// store: enough to keep etcd's own batching fed, few enough that
@@ -37,7 +38,7 @@ const (
 	combineSenders = 4
 	// combineMax bounds the commits of one transaction, below etcd's
 	// default --max-txn-ops of 128 (each nested transaction is one op of
-	// the outer one, and the marker another).
+	// the outer one).
 	combineMax = 64
 	// combineTimeout bounds one combined transaction. Its callers wait
 	// for it only as long as their own contexts allow; the bound keeps a
@@ -48,7 +49,7 @@ const (
 type combinedCommit struct {
 	ctx  context.Context // the caller's: once it is done, nobody waits
 	cmps []clientv3.Cmp
-	ops  []clientv3.Op
+	ops  func(slot int) []clientv3.Op // its writes, with the marker of slot
 	// reads and writes are the keys (an owner index range counting as
 	// one) the commit compares and writes.
 	reads, writes []string
@@ -70,10 +71,10 @@ type combiner struct {
 	senders int
 }
 
-// commit waits for cmps/ops (which must not put the marker) to be sent,
-// combined with whatever else is waiting, and returns its outcome. keys
-// reads and writes are what it compares and writes (planner.touched).
-func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, reads, writes []string) combineResult {
+// commit waits for cmps/ops to be sent, combined with whatever else is
+// waiting, and returns its outcome. reads and writes are what it compares
+// and writes, the marker left out (planner.touched).
+func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops func(slot int) []clientv3.Op, reads, writes []string) combineResult {
 	cc := &combinedCommit{ctx: ctx, cmps: cmps, ops: ops, reads: reads, writes: writes, done: make(chan combineResult, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, cc)
@@ -149,10 +150,9 @@ func (c *combiner) sendBatch(batch []*combinedCommit) {
 	if c.observe != nil {
 		c.observe(len(batch))
 	}
-	marker := clientv3.OpPut(c.s.k.marker(), "")
 	if len(batch) == 1 {
 		cc := batch[0]
-		resp, err := c.s.cli.Txn(ctx).If(cc.cmps...).Then(append(cc.ops, marker)...).Commit()
+		resp, err := c.s.cli.Txn(ctx).If(cc.cmps...).Then(cc.ops(0)...).Commit()
 		if err != nil {
 			cc.done <- combineResult{err: err}
 			return
@@ -160,11 +160,11 @@ func (c *combiner) sendBatch(batch []*combinedCommit) {
 		cc.done <- combineResult{rev: resp.Header.Revision, succeeded: resp.Succeeded}
 		return
 	}
-	ops := make([]clientv3.Op, 0, len(batch)+1)
-	for _, cc := range batch {
-		ops = append(ops, clientv3.OpTxn(cc.cmps, cc.ops, nil))
+	ops := make([]clientv3.Op, 0, len(batch))
+	for i, cc := range batch {
+		ops = append(ops, clientv3.OpTxn(cc.cmps, cc.ops(i), nil))
 	}
-	resp, err := c.s.cli.Txn(ctx).Then(append(ops, marker)...).Commit()
+	resp, err := c.s.cli.Txn(ctx).Then(ops...).Commit()
 	for i, cc := range batch {
 		switch {
 		case err != nil:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,23 +45,17 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		return 0, fmt.Errorf("a revision condition below 1: %w", store.ErrConflict)
 	}
 	first.apply(txn.Ops)
-	if reads, writes, ok := first.touched(cmps); ok && len(first.reads) == 0 && first.plan.putsUnder(s.k.state()) {
-		// Such a commit puts no tick, and its marker is put by the
-		// combined transaction: it can go to etcd with others that do
-		// not write what it compares or writes, nor compare what it
-		// writes.
-		marker := s.k.marker()
-		r := s.combine.commit(ctx, cmps, first.plan.without(marker).ops(), reads, slices.DeleteFunc(writes, func(k string) bool { return k == marker }))
-		if r.err != nil {
-			return 0, s.commitError(ctx, r.err)
+	if len(first.reads) == 0 && first.plan.putsUnder(s.k.state()) {
+		// Such a commit puts no tick: it can go to etcd with others that
+		// do not write what it compares or writes, nor compare what it
+		// writes (the marker, which all of them put, aside).
+		if reads, writes, ok := first.touched(cmps); ok {
+			return s.commitCombined(ctx, cmps, first, reads, writes)
 		}
-		if !r.succeeded {
-			return 0, store.ErrConflict
-		}
-		return s.committed(r.rev), nil
 	}
 	if len(first.reads) == 0 {
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(first.plan.ops()...).Commit()
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(first.ops(0)...).Commit()
+
 		if err != nil {
 			return 0, s.commitError(ctx, err)
 		}
@@ -83,7 +76,7 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		for _, key := range pl.reads {
 			guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", seen[key].modRev))
 		}
-		resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpTxn(cmps, pl.plan.ops(), nil)).Commit()
+		resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpTxn(cmps, pl.ops(0), nil)).Commit()
 		if err != nil {
 			return 0, s.commitError(ctx, err)
 		}
@@ -96,6 +89,18 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		return s.committed(resp.Header.Revision), nil
 	}
 	return 0, fmt.Errorf("commit: the allocations it replaces kept changing (%d tries)", maxGuardRetries)
+}
+
+// commitCombined sends a commit through the combiner (combine.go).
+func (s *Store) commitCombined(ctx context.Context, cmps []clientv3.Cmp, pl *planner, reads, writes []string) (int64, error) {
+	r := s.combine.commit(ctx, cmps, pl.ops, reads, writes)
+	if r.err != nil {
+		return 0, s.commitError(ctx, r.err)
+	}
+	if !r.succeeded {
+		return 0, store.ErrConflict
+	}
+	return s.committed(r.rev), nil
 }
 
 type readAlloc struct {

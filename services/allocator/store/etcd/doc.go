@@ -13,7 +13,7 @@
 // ("4" + "0a000001" for 10.0.0.1), so a range read returns records in
 // the (pool, address) order of a store.Snapshot.
 //
-//	PREFIX rev                                    commit marker, written by every commit
+//	PREFIX rev/NN                                 commit marker (empty), put by every commit
 //	PREFIX owners/POOL \0 OWNERKEY \0 ADDR        owner index entry (empty)
 //	PREFIX requests/ID                             request record (JSON)
 //	PREFIX state/allocs/POOL \0 ADDR               allocation (JSON)
@@ -29,6 +29,11 @@
 // An earlier layout kept pools, allocations and quarantine records
 // directly under the prefix. A store that finds pools there refuses to
 // serve (ErrOldLayout) instead of starting empty.
+//
+// A commit puts marker rev/00; a combined transaction (see Commits) puts
+// one marker per commit, rev/NN for the NN-th, so only the commits that
+// succeed put one. The latest mod revision of the markers is the latest
+// commit, and the earliest create revision the first.
 //
 // Values are JSON so etcdctl shows them readably. Revisions are not
 // stored: a record's revision (its etag) is its key's mod revision, and
@@ -50,7 +55,7 @@
 // Commits that need no read and put state (allocations guarded by
 // "address absent", the hot path) are combined: those waiting when one of
 // a few senders is free go to etcd as nested transactions of one, each
-// with its own compares, sharing its revision and one marker put, unless
+// with its own compares and marker, sharing its revision, unless
 // one writes what another compares or writes (etcd decides all compares
 // of a transaction before its writes). See combine.go.
 //

@@ -258,14 +258,15 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	if s.isClosed() {
 		return 0, store.ErrClosed
 	}
-	resp, err := s.cli.Get(ctx, s.k.marker())
+	resp, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return 0, s.readError(ctx, "read revision", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
+	var last int64
+	for _, kv := range resp.Kvs {
+		last = max(last, kv.ModRevision)
 	}
-	return resp.Kvs[0].ModRevision, nil
+	return last, nil
 }
 
 // Ready reports whether etcd can be reached and can serve: some endpoint
@@ -298,7 +299,7 @@ func (s *Store) Ready(ctx context.Context) error {
 // global: it drops the history of every prefix of the etcd cluster.
 // Production etcd compacts itself (--auto-compaction-retention).
 func (s *Store) Compact(ctx context.Context, rev int64) error {
-	resp, err := s.cli.Get(ctx, s.k.marker(), clientv3.WithCountOnly())
+	resp, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fmt.Errorf("compact: %w", err)
 	}

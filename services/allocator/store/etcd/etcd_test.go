@@ -121,7 +121,7 @@ func TestKeyLayout(t *testing.T) {
 	require.Equal(t, []string{
 		"/plexus/owners/p\x00c/Pod/ns/x\x004" + "0a000001",
 		"/plexus/requests/r1",
-		"/plexus/rev",
+		"/plexus/rev/00",
 		"/plexus/state/allocs/p\x004" + "0a000001",
 		"/plexus/state/pools/p",
 		"/plexus/state/quarantine/p\x006" + "20010db8000000000000000000000001",

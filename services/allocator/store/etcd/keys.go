@@ -15,7 +15,7 @@ import (
 // else; the owner index, the request records and the commit marker are
 // read by key and stay outside it.
 const (
-	keyMarker     = "rev"
+	keyMarkers    = "rev/"
 	keyOwners     = "owners/"
 	keyRequests   = "requests/"
 	keyState      = "state/"
@@ -38,7 +38,7 @@ const sep = "\x00"
 // keys builds the keys of one installation, all under one prefix.
 type keys struct{ prefix string }
 
-func (k keys) marker() string           { return k.prefix + keyMarker }
+func (k keys) markers() string          { return k.prefix + keyMarkers }
 func (k keys) tick() string             { return k.prefix + keyTick }
 func (k keys) state() string            { return k.prefix + keyState }
 func (k keys) pool(id string) string    { return k.prefix + keyPools + id }
@@ -64,6 +64,10 @@ func (k keys) owner(pool, ownerKey string, a netip.Addr) string {
 func (k keys) ownerPrefix(pool, ownerKey string) string {
 	return k.prefix + keyOwners + pool + sep + ownerKey + sep
 }
+
+// marker is the commit marker of the slot-th commit of a transaction
+// (combined commits each put their own; any other commit puts slot 0).
+func (k keys) marker(slot int) string { return fmt.Sprintf("%s%s%02d", k.prefix, keyMarkers, slot) }
 
 func (k keys) poolAllocs(pool string) string     { return k.prefix + keyAllocs + pool + sep }
 func (k keys) poolOwners(pool string) string     { return k.prefix + keyOwners + pool + sep }

@@ -235,14 +235,22 @@ func (pl *planner) apply(ops []store.Op) {
 			pl.plan.put(pl.k.request(op.Request.ID), encodeRequest(op.Request))
 		}
 	}
-	// Every commit writes the marker, so it takes exactly one revision
-	// even when its ops change nothing, and the marker's mod revision is
-	// the latest commit. A watcher follows the state range only; a commit
-	// that puts nothing there puts the tick, so the watcher still sees it.
-	pl.plan.put(pl.k.marker(), "")
+}
+
+// ops are the etcd writes of the txn: the plan's, and the commit marker
+// of slot (see keys.marker), so every commit takes a revision even when
+// its ops change nothing, and the latest mod revision of the markers is
+// the latest commit. A watcher follows the state range only; a commit
+// that puts nothing there puts the tick too, so the watcher still sees
+// it. Each combined commit puts its own marker in its own nested
+// transaction (etcd refuses one key put by two of them): a transaction
+// whose commits all failed writes nothing and takes no revision.
+func (pl *planner) ops(slot int) []clientv3.Op {
+	ops := append(pl.plan.ops(), clientv3.OpPut(pl.k.marker(slot), ""))
 	if !pl.plan.putsUnder(pl.k.state()) {
-		pl.plan.put(pl.k.tick(), "")
+		ops = append(ops, clientv3.OpPut(pl.k.tick(), ""))
 	}
+	return ops
 }
 
 // touched lists the keys the txn compares (reads) and writes, an owner
@@ -261,17 +269,6 @@ func (pl *planner) touched(cmps []clientv3.Cmp) (reads, writes []string, ok bool
 		writes = append(writes, w.key)
 	}
 	return reads, writes, true
-}
-
-// without returns the plan without its writes of key.
-func (p *plan) without(key string) *plan {
-	out := &plan{writes: make([]write, 0, len(p.writes))}
-	for _, w := range p.writes {
-		if w.key != key {
-			out.writes = append(out.writes, w)
-		}
-	}
-	return out
 }
 
 // putsUnder reports whether the plan puts a key that starts with prefix.

@@ -44,7 +44,7 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 	start := max(fromRev, 1)
 	// etcd reports a compacted start revision only after the watch was
 	// created; a read at that revision tells now.
-	if _, err := s.cli.Get(ctx, s.k.marker(), clientv3.WithRev(start), clientv3.WithCountOnly()); err != nil {
+	if _, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithCountOnly()); err != nil {
 		switch {
 		case errors.Is(err, rpctypes.ErrCompacted):
 			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, store.ErrCompacted)
@@ -75,18 +75,22 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 	return out, nil
 }
 
-// firstRevision is the revision of the store's first commit (the commit
-// marker's creation), or the revision after the current one for a store
-// that has never committed.
+// firstRevision is the revision of the store's first commit (the first
+// commit marker's creation), or the revision after the current one for a
+// store that has never committed.
 func (s *Store) firstRevision(ctx context.Context) (int64, error) {
-	resp, err := s.cli.Get(ctx, s.k.marker())
+	resp, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return 0, s.readError(ctx, "watch from the first revision", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return resp.Header.Revision + 1, nil
 	}
-	return resp.Kvs[0].CreateRevision, nil
+	first := resp.Kvs[0].CreateRevision
+	for _, kv := range resp.Kvs[1:] {
+		first = min(first, kv.CreateRevision)
+	}
+	return first, nil
 }
 
 type watcher struct {

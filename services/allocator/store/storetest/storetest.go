@@ -42,9 +42,8 @@ func WithHistory(events int) Option {
 }
 
 // WithSharedRevisions tells the suite that the store may give commits made
-// at once one revision, and may let a revision pass in which none of them
-// changed anything (store.Store allows both); the suite then checks only
-// that each commit's revision is the etag of what it wrote.
+// at once one revision (store.Store allows it); the suite then does not
+// require a revision of its own for each commit.
 func WithSharedRevisions() Option {
 	return func(c *config) { c.sharedRevisions = true }
 }
