@@ -13,12 +13,10 @@ import (
 // "address absent" and "owner absent", the hot path) are combined: the
 // commits waiting when a sender is free go to etcd as one transaction,
 // each as a nested transaction with its own compares and writes (its own
-// commit marker among them), so each succeeds or fails alone. Up to
-// combineSenders such transactions are in flight, so etcd still has
-// concurrent proposals to batch into one raft entry and one fsync, while
-// its work per allocation (the gRPC call, the raft entry, the apply)
-// is shared by the commits of a transaction. A lone commit is sent as it
-// is.
+// commit marker among them), so each succeeds or fails alone. etcd's
+// work per transaction (the gRPC call, the raft entry, the fsync) is
+// shared by the commits of a transaction. A lone commit is sent as it is,
+// at once when no transaction of this store is in flight.
 //
 // etcd decides every compare of a transaction, nested ones included,
 // against the state before any of its writes: two nested transactions that
@@ -33,9 +31,12 @@ import (
 // no revision.
 const (
 	// combineSenders bounds the combined transactions in flight per
-	// store: enough to keep etcd's own batching fed, few enough that
-	// commits wait to be combined under load.
-	combineSenders = 4
+	// store. One is best measured (bench/results/scaleout.md, fifth
+	// round): the commits that arrive while a transaction is in flight
+	// all go in the next one, and the replicas' transactions still reach
+	// etcd concurrently. Four in flight split the same commits into
+	// smaller transactions and cost etcd more CPU per allocation.
+	combineSenders = 1
 	// combineMax bounds the commits of one transaction, below etcd's
 	// default --max-txn-ops of 128 (each nested transaction is one op of
 	// the outer one).

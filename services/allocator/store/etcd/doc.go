@@ -53,8 +53,9 @@
 // before the DeletePool event.
 //
 // Commits that need no read and put state (allocations guarded by
-// "address absent", the hot path) are combined: those waiting when one of
-// a few senders is free go to etcd as nested transactions of one, each
+// "address absent", the hot path) are combined: those that arrive while
+// the store's transaction is in flight go to etcd as nested transactions
+// of the next one, each
 // with its own compares and marker, sharing its revision, unless
 // one writes what another compares or writes (etcd decides all compares
 // of a transaction before its writes). See combine.go.
