@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,8 @@ func fsyncEtcd(b *testing.B) *kubetest.Etcd {
 
 // BenchmarkScaleOut measures durable allocations per second with 64
 // clients, in one run, against: three allocator replicas on one etcd (the
-// clients' connections spread over them), one allocator on its bolt file,
+// clients' connections spread over them), one allocator on that etcd (what
+// the spread over three costs), one allocator on its bolt file,
 // and the Kubernetes-native way, one networking.k8s.io/v1 IPAddress object
 // per allocation created on a kube-apiserver. The load tool
 // (services/allocator/cmd/allocload) runs as its own process, as a client
@@ -55,22 +57,26 @@ func BenchmarkScaleOut(b *testing.B) {
 	// A system starts, and returns the load tool's arguments for it, its
 	// server processes (whose CPU time is read) and how to stop it.
 	type system func() (args []string, pids []int, stop func())
-	threeReplicas := func() ([]string, []int, func()) {
-		e := fsyncEtcd(b)
-		var reps []*allocator
-		var addrs []string
-		pids := []int{e.Pid()}
-		for range 3 {
-			a := startAllocator(b, "--store=etcd:"+e.Endpoints()[0])
-			reps = append(reps, a)
-			addrs = append(addrs, a.grpcAddr)
-			pids = append(pids, a.cmd.Process.Pid)
-		}
-		return []string{"--addr=" + strings.Join(addrs, ","), "--conns=6", "--pool=scale"}, pids, func() {
-			for _, a := range reps {
-				a.kill()
+	// replicas starts n allocators on one etcd; the load tool spreads two
+	// connections per replica over them.
+	replicas := func(n int) system {
+		return func() ([]string, []int, func()) {
+			e := fsyncEtcd(b)
+			var reps []*allocator
+			var addrs []string
+			pids := []int{e.Pid()}
+			for range n {
+				a := startAllocator(b, "--store=etcd:"+e.Endpoints()[0])
+				reps = append(reps, a)
+				addrs = append(addrs, a.grpcAddr)
+				pids = append(pids, a.cmd.Process.Pid)
 			}
-			_ = e.Stop()
+			return []string{"--addr=" + strings.Join(addrs, ","), "--conns=" + strconv.Itoa(2*n), "--pool=scale"}, pids, func() {
+				for _, a := range reps {
+					a.kill()
+				}
+				_ = e.Stop()
+			}
 		}
 	}
 	bolt := func() ([]string, []int, func()) {
@@ -111,12 +117,16 @@ func BenchmarkScaleOut(b *testing.B) {
 		return rep.Ops[0].PerSec, rep.Ops[0].P99, (cpu1 - cpu0) / time.Duration(rep.Ops[0].Calls)
 	}
 	for b.Loop() {
-		etcdRate, etcdP99, etcdCPU := run(threeReplicas)
+		etcdRate, etcdP99, etcdCPU := run(replicas(3))
+		oneRate, oneP99, oneCPU := run(replicas(1))
 		boltRate, boltP99, boltCPU := run(bolt)
 		ipRate, ipP99, ipCPU := run(ipAddress)
 		b.ReportMetric(etcdRate, "etcd3-allocs/s")
 		b.ReportMetric(float64(etcdP99)/1e6, "etcd3-p99-ms")
 		b.ReportMetric(float64(etcdCPU)/1e3, "etcd3-cpu-us/alloc")
+		b.ReportMetric(oneRate, "etcd1-allocs/s")
+		b.ReportMetric(float64(oneP99)/1e6, "etcd1-p99-ms")
+		b.ReportMetric(float64(oneCPU)/1e3, "etcd1-cpu-us/alloc")
 		b.ReportMetric(boltRate, "bolt-allocs/s")
 		b.ReportMetric(float64(boltP99)/1e6, "bolt-p99-ms")
 		b.ReportMetric(float64(boltCPU)/1e3, "bolt-cpu-us/alloc")
@@ -125,6 +135,9 @@ func BenchmarkScaleOut(b *testing.B) {
 		b.ReportMetric(float64(ipCPU)/1e3, "ipaddress-cpu-us/alloc")
 		b.ReportMetric(etcdRate/ipRate, "etcd3/ipaddress")
 		b.ReportMetric(etcdRate/boltRate, "etcd3/bolt")
+		// What one process on a local file reaches against the same
+		// peer: a ceiling for any set of replicas on this machine.
+		b.ReportMetric(boltRate/ipRate, "bolt/ipaddress")
 		// Server CPU per allocation, IPAddress over three replicas: how
 		// much more work the Kubernetes-native way does for the same
 		// allocation, whatever the cores it shares with the load tool.
