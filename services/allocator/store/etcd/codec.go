@@ -76,9 +76,12 @@ func encodeAlloc(a *store.Allocation) string {
 }
 
 func decodeAlloc(v []byte, rev int64) (store.Allocation, error) {
-	var av allocValue
-	if err := json.Unmarshal(v, &av); err != nil {
-		return store.Allocation{}, fmt.Errorf("decode allocation: %w", err)
+	av, ok := parseAllocValue(v)
+	if !ok {
+		av = allocValue{}
+		if err := json.Unmarshal(v, &av); err != nil {
+			return store.Allocation{}, fmt.Errorf("decode allocation: %w", err)
+		}
 	}
 	o := av.Owner
 	return store.Allocation{

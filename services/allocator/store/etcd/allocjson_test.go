@@ -1,0 +1,134 @@
+package etcd
+
+import (
+	"encoding/json"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+func sampleAllocs() []store.Allocation {
+	t := time.Date(2026, 11, 23, 16, 30, 1, 123456789, time.UTC)
+	return []store.Allocation{
+		{Pool: "scale", Address: netip.MustParseAddr("10.1.2.3"), CreateTime: t, RequestID: "req-1",
+			Owner: store.Owner{Cluster: "east", Kind: "Service", Namespace: "shop", Name: "web", UID: "4f6c"}},
+		{Pool: "v6", Address: netip.MustParseAddr("fd00::1:2"), CreateTime: t.Truncate(time.Second),
+			Owner: store.Owner{Kind: "Pod", Name: "p"}},
+		{Pool: "p", Address: netip.MustParseAddr("192.0.2.1")},
+	}
+}
+
+// The values the store writes take the direct path, and it reads them as
+// encoding/json does.
+func TestParseAllocValueReadsWhatEncodeWrites(t *testing.T) {
+	for _, a := range sampleAllocs() {
+		v := []byte(encodeAlloc(&a))
+		got, ok := parseAllocValue(v)
+		require.True(t, ok, "%s", v)
+		var want allocValue
+		require.NoError(t, json.Unmarshal(v, &want))
+		require.Equal(t, want, got)
+
+		dec, err := decodeAlloc(v, 7)
+		require.NoError(t, err)
+		a.Revision = 7
+		require.True(t, a.CreateTime.Equal(dec.CreateTime))
+		dec.CreateTime = a.CreateTime
+		require.Equal(t, a, dec)
+	}
+}
+
+// Values of another shape are left to encoding/json, and decodeAlloc still
+// reads them, or refuses them, as it does.
+func TestParseAllocValueLeavesOtherShapes(t *testing.T) {
+	valid := []string{
+		`{"pool":"p","address":"10.0.0.1","owner":{"name":"a\"b"},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{"pool":"p","address":"10.0.0.1","owner":{"name":"a\u0026b"},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{"pool":"p","address":"10.0.0.1","owner":{"name":"ünï"},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{ "pool":"p","address":"10.0.0.1","owner":{},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{"address":"10.0.0.1","pool":"p","owner":{},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{"Pool":"p","address":"10.0.0.1","owner":{},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{"pool":"p","pool":"q","address":"10.0.0.1","owner":{},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{"pool":"p","address":"10.0.0.1","owner":null,"create_time":"2026-01-02T03:04:05Z","extra":1}`,
+		`{"pool":"p","address":"10.0.0.1","owner":{},"create_time":"2026-01-02T03:04:05Z"}` + "\n",
+	}
+	for _, v := range valid {
+		_, ok := parseAllocValue([]byte(v))
+		require.False(t, ok, "%s", v)
+		var want allocValue
+		require.NoError(t, json.Unmarshal([]byte(v), &want), "%s", v)
+		got, err := decodeAlloc([]byte(v), 1)
+		require.NoError(t, err, "%s", v)
+		require.Equal(t, want.Pool, got.Pool)
+		require.Equal(t, want.Owner.Name, got.Owner.Name)
+	}
+	invalid := []string{
+		``,
+		`{`,
+		`{"pool":"p","address":"10.0.0.300","owner":{},"create_time":"2026-01-02T03:04:05Z"}`,
+		`{"pool":"p","address":"10.0.0.1","owner":{},"create_time":"yesterday"}`,
+		`{"pool":"p","address":"10.0.0.1","owner":{},"create_time":"2026-01-02T03:04:05Z"}}`,
+		`{"pool":"p","address":"10.0.0.1","owner":{"uid":"u","name":"n"}`,
+	}
+	for _, v := range invalid {
+		_, ok := parseAllocValue([]byte(v))
+		require.False(t, ok, "%s", v)
+		_, err := decodeAlloc([]byte(v), 1)
+		require.Error(t, err, "%s", v)
+	}
+}
+
+// FuzzParseAllocValue: whatever the bytes, the direct path either declines
+// or reads exactly what encoding/json reads, and never accepts what
+// encoding/json refuses.
+func FuzzParseAllocValue(f *testing.F) {
+	for _, a := range sampleAllocs() {
+		f.Add([]byte(encodeAlloc(&a)))
+	}
+	f.Add([]byte(`{"pool":"p","address":"","owner":{"cluster":"","uid":"x"},"create_time":"0001-01-01T00:00:00Z","request_id":""}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"owner":{}}`))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		got, ok := parseAllocValue(v)
+		if !ok {
+			return
+		}
+		var want allocValue
+		if err := json.Unmarshal(v, &want); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", v, err)
+		}
+		if !got.CreateTime.Equal(want.CreateTime) || got.CreateTime.Location().String() != want.CreateTime.Location().String() {
+			t.Fatalf("%q: time %v, encoding/json %v", v, got.CreateTime, want.CreateTime)
+		}
+		got.CreateTime, want.CreateTime = time.Time{}, time.Time{}
+		require.Equal(t, want, got, "%q", v)
+	})
+}
+
+// BenchmarkDecodeAlloc: one allocation value as a watch delivers it, read
+// directly and by encoding/json.
+//
+//	go test -run '^$' -bench DecodeAlloc -count 6 ./services/allocator/store/etcd/
+func BenchmarkDecodeAlloc(b *testing.B) {
+	a := sampleAllocs()[0]
+	v := []byte(encodeAlloc(&a))
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeAlloc(v, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var av allocValue
+			if err := json.Unmarshal(v, &av); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
