@@ -35,7 +35,9 @@ const (
 	// round): the commits that arrive while a transaction is in flight
 	// all go in the next one, and the replicas' transactions still reach
 	// etcd concurrently. Four in flight split the same commits into
-	// smaller transactions and cost etcd more CPU per allocation.
+	// smaller transactions and cost etcd more CPU per allocation. The
+	// price: under light load a commit that arrives while one is out
+	// waits for it, up to one more round trip.
 	combineSenders = 1
 	// combineMax bounds the commits of one transaction, below etcd's
 	// default --max-txn-ops of 128 (each nested transaction is one op of
