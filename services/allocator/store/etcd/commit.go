@@ -55,7 +55,6 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 	}
 	if len(first.reads) == 0 {
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(first.ops(0)...).Commit()
-
 		if err != nil {
 			return 0, s.commitError(ctx, err)
 		}
