@@ -1,12 +1,10 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +26,7 @@ import (
 	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/internal/telemetry"
 )
 
@@ -438,33 +437,20 @@ func TestIsOpenMethod(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range bytes.Split(bytes.TrimSpace(b.buf.Bytes()), []byte("\n")) {
+// jsonLines returns the JSON log lines of out.
+func jsonLines(out *servertest.Buffer) []map[string]any {
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var m map[string]any
-		if json.Unmarshal(l, &m) == nil {
-			out = append(out, m)
+		if json.Unmarshal([]byte(l), &m) == nil {
+			lines = append(lines, m)
 		}
 	}
-	return out
+	return lines
 }
 
 func TestAccessLogCarriesTraceID(t *testing.T) {
-	var out syncBuffer
+	var out servertest.Buffer
 	// Successful calls are logged at debug.
 	logger, err := telemetry.NewLogger(&out, "debug", "json")
 	require.NoError(t, err)
@@ -487,7 +473,7 @@ func TestAccessLogCarriesTraceID(t *testing.T) {
 	}, 3*time.Second, 10*time.Millisecond)
 
 	var access map[string]any
-	for _, l := range out.lines() {
+	for _, l := range jsonLines(&out) {
 		if l["msg"] == "finished call" && l["grpc.method"] == "EmptyCall" {
 			access = l
 		}
@@ -515,7 +501,7 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 }
 
 func TestAccessLogLevelsAndPrincipal(t *testing.T) {
-	var out syncBuffer
+	var out servertest.Buffer
 	logger, err := telemetry.NewLogger(&out, "info", "json")
 	require.NoError(t, err)
 	cfg := testConfig()
@@ -530,7 +516,7 @@ func TestAccessLogLevelsAndPrincipal(t *testing.T) {
 	require.Error(t, err)
 
 	var lines []map[string]any
-	for _, l := range out.lines() {
+	for _, l := range jsonLines(&out) {
 		if l["msg"] == "finished call" {
 			lines = append(lines, l)
 		}

@@ -1,13 +1,10 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +32,7 @@ import (
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/internal/proctest"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/services/importer/service"
 	"github.com/plexusnet/plexus/services/importer/sourcetest"
 )
@@ -98,24 +96,6 @@ func (e *env) namespace(t testing.TB, name string) {
 	require.NoError(t, err)
 }
 
-// syncBuffer collects the importer's logs, shown when a test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // importer is an importer running in-process.
 type importer struct {
 	api      importerv1.ImporterServiceClient
@@ -141,54 +121,23 @@ func (e *env) startImporter(t testing.TB, o service.Options, srcs ...*sourcetest
 	for _, s := range srcs {
 		o.Sources = append(o.Sources, s.Cluster()+"="+s.Addr())
 	}
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := config.New(config.Importer)
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ClusterName = "member"
 	cfg.AllocatorAddr = e.allocAddr
-	srv, err := server.New(*cfg, "importer", server.WithLogger(logger), server.WithoutSignalHandling(),
-		server.WithDrainDelay(0), server.WithReadinessInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	cleanup, err := service.Setup(ctx, &server.Runtime{Config: cfg, Server: srv, Logger: logger}, o)
-	if err != nil {
-		cancel()
-	}
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(t, <-done)
-			cleanup()
-		})
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("importer log:\n%s", tail(logs.String(), 20000))
-		}
+	svc := servertest.Start(t, cfg, "importer", func(ctx context.Context, rt *server.Runtime) (func(), error) {
+		return service.Setup(ctx, rt, o)
 	})
+	srv := svc.Server
 	conn, err := dial.New(srv.GRPCAddr(), dial.WithoutRetry())
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	im := &importer{api: importerv1.NewImporterServiceClient(conn), health: healthpb.NewHealthClient(conn),
-		registry: srv.Registry(), addr: srv.GRPCAddr(), stop: stop}
+		registry: srv.Registry(), addr: srv.GRPCAddr(), stop: svc.Stop}
 	require.Eventually(t, func() bool {
 		resp, err := im.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "plexus.importer.v1.ImporterService"})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	}, waitFor, tick, "the importer did not become SERVING")
 	return im
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "...\n" + s[len(s)-n:]
-	}
-	return s
 }
 
 // counter returns the sum of a counter's series whose labels include

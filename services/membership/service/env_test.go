@@ -1,11 +1,9 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,27 +48,8 @@ type env struct {
 	alloc     allocatorv1.AllocatorServiceClient
 	api       membershipv1.MembershipServiceClient
 	health    healthpb.HealthClient
-	logs      *syncBuffer
 	// addr is membership's gRPC address.
 	addr string
-}
-
-// syncBuffer collects a service's logs, shown when a test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func init() {
@@ -120,36 +99,19 @@ func startAllocator(tb testing.TB) string {
 }
 
 // startMembership runs membership in-process against the cluster and the
-// allocator, and returns a connection to it.
-func startMembership(tb testing.TB, restCfg *rest.Config, allocatorAddr string, opts service.Options) (*grpc.ClientConn, *syncBuffer, string) {
+// allocator, and returns a connection to it and its address.
+func startMembership(tb testing.TB, restCfg *rest.Config, allocatorAddr string, opts service.Options) (*grpc.ClientConn, string) {
 	tb.Helper()
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := loopback(config.Membership)
+	cfg := config.New(config.Membership)
 	cfg.ClusterName = clusterName
 	cfg.AllocatorAddr = allocatorAddr
-	srv, err := server.New(*cfg, "membership", server.WithLogger(logger), server.WithoutSignalHandling(),
-		server.WithDrainDelay(0), server.WithReadinessInterval(100*time.Millisecond))
-	require.NoError(tb, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	cleanup, err := service.Setup(ctx, &server.Runtime{Config: cfg, Server: srv, Logger: logger}, opts.WithRESTConfig(restCfg))
-	if err != nil {
-		cancel()
-	}
-	require.NoError(tb, err)
-	run(tb, srv, func() {
-		cancel()
-		cleanup()
-	})
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("membership log:\n%s", logs)
-		}
-	})
+	srv := servertest.Start(tb, cfg, "membership", func(ctx context.Context, rt *server.Runtime) (func(), error) {
+		return service.Setup(ctx, rt, opts.WithRESTConfig(restCfg))
+	}).Server
 	conn, err := dial.New(srv.GRPCAddr(), dial.WithoutRetry())
 	require.NoError(tb, err)
 	tb.Cleanup(func() { conn.Close() })
-	return conn, logs, srv.GRPCAddr()
+	return conn, srv.GRPCAddr()
 }
 
 func newEnv(tb testing.TB, cluster *kubetest.Cluster, allocatorAddr string, opts service.Options) *env {
@@ -164,11 +126,10 @@ func newEnv(tb testing.TB, cluster *kubetest.Cluster, allocatorAddr string, opts
 	require.NoError(tb, err)
 	tb.Cleanup(func() { aconn.Close() })
 	e.alloc = allocatorv1.NewAllocatorServiceClient(aconn)
-	conn, logs, addr := startMembership(tb, cluster.Config, allocatorAddr, opts)
+	conn, addr := startMembership(tb, cluster.Config, allocatorAddr, opts)
 	e.addr = addr
 	e.api = membershipv1.NewMembershipServiceClient(conn)
 	e.health = healthpb.NewHealthClient(conn)
-	e.logs = logs
 	return e
 }
 

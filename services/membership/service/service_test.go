@@ -30,6 +30,7 @@ import (
 	"github.com/plexusnet/plexus/clients/plexusctl/cmd"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/services/membership/service"
 )
 
@@ -701,7 +702,7 @@ func testPlexusctl(ctx context.Context, t *testing.T, e *env) {
 
 	// The watch runs until interrupted; its output is read while it runs.
 	wctx, cancel := context.WithCancel(ctx)
-	live := &syncBuffer{}
+	live := &servertest.Buffer{}
 	root := cmd.NewRoot(live)
 	root.SetArgs([]string{"--membership-addr", e.addr, "members", "watch", "-n", ns})
 	done := make(chan error, 1)

@@ -1,11 +1,9 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -33,6 +31,7 @@ import (
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubetest"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/services/repair/internal/repairtest"
 	rserver "github.com/plexusnet/plexus/services/repair/server"
 	"github.com/plexusnet/plexus/services/repair/service"
@@ -249,25 +248,7 @@ type repair struct {
 	grpcAddr string
 	httpAddr string
 	identity string
-	logs     *syncBuffer
 	stop     func()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // testOptions are the options of most scenarios: passes only on demand, a
@@ -287,55 +268,21 @@ func startRepair(t *testing.T, e *kubeEnv, allocAddr string, o service.Options) 
 	id := fmt.Sprintf("repair-%d", repairSeq.Add(1))
 	o = o.WithRESTConfig(e.cfg).WithIdentity(id)
 	cfg := config.New(config.Repair)
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ClusterName, cfg.AllocatorAddr = memberCluster, allocAddr
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, err := server.New(*cfg, "repair", server.WithLogger(logger), server.WithoutSignalHandling(),
-		server.WithDrainDelay(0), server.WithReadinessInterval(100*time.Millisecond))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	cleanup, err := service.Setup(ctx, &server.Runtime{Config: cfg, Server: srv, Logger: logger}, o)
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		_ = srv.Run(ctx)
-	}()
+	svc := servertest.Start(t, cfg, "repair", func(ctx context.Context, rt *server.Runtime) (func(), error) {
+		return service.Setup(ctx, rt, o)
+	})
+	srv := svc.Server
 	conn, err := dial.New(srv.GRPCAddr())
 	require.NoError(t, err)
-	r := &repair{client: repairv1.NewRepairServiceClient(conn), grpcAddr: srv.GRPCAddr(), httpAddr: srv.HTTPAddr(), identity: id, logs: logs}
-	var once sync.Once
-	r.stop = func() {
-		once.Do(func() {
-			cancel()
-			<-ran
-			cleanup()
-			conn.Close()
-		})
-	}
-	t.Cleanup(func() {
-		r.stop()
-		if t.Failed() {
-			t.Logf("logs of %s:\n%s", id, tail(logs.String(), 12000))
-		}
-	})
+	t.Cleanup(func() { conn.Close() })
+	r := &repair{client: repairv1.NewRepairServiceClient(conn), grpcAddr: srv.GRPCAddr(), httpAddr: srv.HTTPAddr(), identity: id, stop: svc.Stop}
 	// Serving means the informers synced.
 	require.Eventually(t, func() bool {
 		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rserver.ServiceName})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	}, 30*time.Second, 20*time.Millisecond, "repair never served")
 	return r
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "...\n" + s[len(s)-n:]
-	}
-	return s
 }
 
 // run runs a pass and returns its report with all its findings.
