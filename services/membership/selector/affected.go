@@ -50,35 +50,15 @@ func Affected(f Finder, prev, next *Workload) []ServiceKey {
 }
 
 // union merges two sorted lists without duplicates.
-func union(a, b []ServiceKey) []ServiceKey {
-	if len(a) == 0 {
-		return b
-	}
-	if len(b) == 0 {
-		return a
-	}
-	out := make([]ServiceKey, 0, len(a)+len(b))
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch c := compareAt(a, i, b, j); {
-		case c < 0:
-			out = append(out, a[i])
-			i++
-		case c > 0:
-			out = append(out, b[j])
-			j++
-		default:
-			out = append(out, a[i])
-			i++
-			j++
-		}
-	}
-	return out
-}
+func union(a, b []ServiceKey) []ServiceKey { return merge(a, b, true) }
 
 // symmetricDifference returns the keys of two sorted lists that are in
 // exactly one of them.
-func symmetricDifference(a, b []ServiceKey) []ServiceKey {
+func symmetricDifference(a, b []ServiceKey) []ServiceKey { return merge(a, b, false) }
+
+// merge merges two sorted lists without duplicates, keeping the keys in
+// both only when common is set. An empty result is nil.
+func merge(a, b []ServiceKey, common bool) []ServiceKey {
 	if len(a) == 0 {
 		return b
 	}
@@ -96,6 +76,9 @@ func symmetricDifference(a, b []ServiceKey) []ServiceKey {
 			out = append(out, b[j])
 			j++
 		default:
+			if common {
+				out = append(out, a[i])
+			}
 			i++
 			j++
 		}
