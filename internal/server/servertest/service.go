@@ -23,21 +23,24 @@ type Buffer struct {
 	buf bytes.Buffer
 }
 
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
+// Write appends p; it implements io.Writer.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
 }
 
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
-// Tail returns the last n bytes of the log, marked as cut when longer.
-func (l *Buffer) Tail(n int) string {
-	s := l.String()
+// Tail returns the last n bytes written, marked as cut when there were
+// more.
+func (b *Buffer) Tail(n int) string {
+	s := b.String()
 	if len(s) > n {
 		return "...\n" + s[len(s)-n:]
 	}
