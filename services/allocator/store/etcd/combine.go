@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -52,7 +53,7 @@ const (
 type combinedCommit struct {
 	ctx  context.Context // the caller's: once it is done, nobody waits
 	cmps []clientv3.Cmp
-	ops  func(slot int) []clientv3.Op // its writes, with the marker of slot
+	ops  func(slot int) []*pb.RequestOp // its writes, with the marker of slot
 	// reads and writes are the keys (an owner index range counting as
 	// one) the commit compares and writes.
 	reads, writes []string
@@ -72,12 +73,14 @@ type combiner struct {
 	mu      sync.Mutex
 	queue   []*combinedCommit
 	senders int
+	// read and written are take's sets of keys, kept between calls.
+	read, written map[string]bool
 }
 
 // commit waits for cmps/ops to be sent, combined with whatever else is
 // waiting, and returns its outcome. reads and writes are what it compares
 // and writes, the marker left out (planner.touched).
-func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops func(slot int) []clientv3.Op, reads, writes []string) combineResult {
+func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops func(slot int) []*pb.RequestOp, reads, writes []string) combineResult {
 	cc := &combinedCommit{ctx: ctx, cmps: cmps, ops: ops, reads: reads, writes: writes, done: make(chan combineResult, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, cc)
@@ -121,7 +124,12 @@ func (c *combiner) send() {
 // waits for should not land later. c.mu is held.
 func (c *combiner) take() []*combinedCommit {
 	var batch []*combinedCommit
-	read, written := map[string]bool{}, map[string]bool{}
+	if c.read == nil {
+		c.read, c.written = map[string]bool{}, map[string]bool{}
+	}
+	read, written := c.read, c.written
+	defer clear(read)
+	defer clear(written)
 	in := func(set map[string]bool) func(string) bool { return func(k string) bool { return set[k] } }
 	rest := c.queue[:0]
 	for _, cc := range c.queue {
@@ -155,7 +163,7 @@ func (c *combiner) sendBatch(batch []*combinedCommit) {
 	}
 	if len(batch) == 1 {
 		cc := batch[0]
-		resp, err := c.s.cli.Txn(ctx).If(cc.cmps...).Then(cc.ops(0)...).Commit()
+		resp, err := c.s.txn(ctx, cc.cmps, cc.ops(0))
 		if err != nil {
 			cc.done <- combineResult{err: err}
 			return
@@ -163,11 +171,11 @@ func (c *combiner) sendBatch(batch []*combinedCommit) {
 		cc.done <- combineResult{rev: resp.Header.Revision, succeeded: resp.Succeeded}
 		return
 	}
-	ops := make([]clientv3.Op, 0, len(batch))
+	ops := make([]*pb.RequestOp, len(batch))
 	for i, cc := range batch {
-		ops = append(ops, clientv3.OpTxn(cc.cmps, cc.ops(i), nil))
+		ops[i] = txnOp(cc.cmps, cc.ops(i))
 	}
-	resp, err := c.s.cli.Txn(ctx).Then(ops...).Commit()
+	resp, err := c.s.txn(ctx, nil, ops)
 	for i, cc := range batch {
 		switch {
 		case err != nil:

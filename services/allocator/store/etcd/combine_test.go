@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/plexusnet/plexus/internal/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -124,4 +125,35 @@ func TestCombinedCommits(t *testing.T) {
 	require.Equal(t, 1+workers*perWorker, sent, "every commit went through the combiner, and was observed once")
 	require.Less(t, len(observed), sent, "some transactions held several commits")
 	t.Logf("%d of %d successful commits shared a revision with another", shared, len(wins))
+}
+
+// TestTooManyOps: a batch beyond etcd's --max-txn-ops fails with an error
+// that names the flag, keeps etcd's own error recognisable, and writes
+// nothing.
+func TestTooManyOps(t *testing.T) {
+	e := kubetest.StartEtcd(t) // etcd's default --max-txn-ops of 128
+	s, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: freshPrefix()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/16"}}}}})
+	require.NoError(t, err)
+	before, err := s.Snapshot(ctx)
+	require.NoError(t, err)
+
+	var txn store.Txn
+	for i := range 60 {
+		a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}),
+			Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}}
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondAllocationAbsent, Pool: "p", Address: a.Address})
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: a})
+	}
+	_, err = s.Commit(ctx, txn)
+	require.ErrorIs(t, err, rpctypes.ErrTooManyOps)
+	require.ErrorContains(t, err, "--max-txn-ops")
+
+	after, err := s.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Empty(t, after.Allocations)
+	require.Equal(t, before.Revision, after.Revision)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -54,7 +55,7 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		}
 	}
 	if len(first.reads) == 0 {
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(first.ops(0)...).Commit()
+		resp, err := s.txn(ctx, cmps, first.ops(0))
 		if err != nil {
 			return 0, s.commitError(ctx, err)
 		}
@@ -75,7 +76,7 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		for _, key := range pl.reads {
 			guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", seen[key].modRev))
 		}
-		resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpTxn(cmps, pl.ops(0), nil)).Commit()
+		resp, err := s.txn(ctx, guards, []*pb.RequestOp{txnOp(cmps, pl.ops(0))})
 		if err != nil {
 			return 0, s.commitError(ctx, err)
 		}

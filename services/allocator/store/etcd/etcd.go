@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,6 +59,7 @@ type Config struct {
 // Store on the same endpoints and prefix and share its data.
 type Store struct {
 	cli     *clientv3.Client
+	kv      pb.KVClient // the client's, for commits (txn.go)
 	k       keys
 	logger  *slog.Logger
 	combine *combiner
@@ -112,7 +114,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
-	s := &Store{cli: cli, k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{})}
+	s := &Store{cli: cli, kv: clientv3.RetryKVClient(cli), k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{})}
 	s.combine = &combiner{s: s, observe: cfg.ObserveCombined}
 	return s, nil
 }

@@ -1,8 +1,10 @@
 package etcd
 
 import (
+	"slices"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -35,6 +37,10 @@ func (w write) covers(key string) bool {
 }
 
 func (p *plan) put(key, value string) {
+	if !slices.ContainsFunc(p.writes, func(w write) bool { return w.covers(key) }) {
+		p.writes = append(p.writes, write{key: key, value: value}) // the usual case: a key of its own
+		return
+	}
 	out := p.writes[:0:0]
 	for _, w := range p.writes {
 		switch {
@@ -74,16 +80,14 @@ func (p *plan) del(key, end string) {
 	p.writes = append(out, d)
 }
 
-func (p *plan) ops() []clientv3.Op {
-	ops := make([]clientv3.Op, len(p.writes))
+// ops returns the plan's writes as etcd ops, with room for extra more.
+func (p *plan) ops(extra int) []*pb.RequestOp {
+	ops := make([]*pb.RequestOp, len(p.writes), len(p.writes)+extra)
 	for i, w := range p.writes {
-		switch {
-		case !w.del:
-			ops[i] = clientv3.OpPut(w.key, w.value)
-		case w.end != "":
-			ops[i] = clientv3.OpDelete(w.key, clientv3.WithRange(w.end))
-		default:
-			ops[i] = clientv3.OpDelete(w.key)
+		if w.del {
+			ops[i] = deleteOp(w.key, w.end)
+		} else {
+			ops[i] = putOp(w.key, w.value)
 		}
 	}
 	return ops
@@ -147,6 +151,7 @@ func (pl *planner) set(key string, rec *store.Allocation) {
 // compares translates the conditions. A condition on a revision below 1
 // can never hold; ok=false says so, and the txn fails without asking etcd.
 func (pl *planner) compares(conds []store.Cond) (cmps []clientv3.Cmp, ok bool) {
+	cmps = make([]clientv3.Cmp, 0, len(conds))
 	for _, c := range conds {
 		switch c.Kind {
 		case store.CondPoolAbsent:
@@ -245,10 +250,10 @@ func (pl *planner) apply(ops []store.Op) {
 // it. Each combined commit puts its own marker in its own nested
 // transaction (etcd refuses one key put by two of them): a transaction
 // whose commits all failed writes nothing and takes no revision.
-func (pl *planner) ops(slot int) []clientv3.Op {
-	ops := append(pl.plan.ops(), clientv3.OpPut(pl.k.marker(slot), ""))
+func (pl *planner) ops(slot int) []*pb.RequestOp {
+	ops := append(pl.plan.ops(2), putOp(pl.k.marker(slot), ""))
 	if !pl.plan.putsUnder(pl.k.state()) {
-		ops = append(ops, clientv3.OpPut(pl.k.tick(), ""))
+		ops = append(ops, putOp(pl.k.tick(), ""))
 	}
 	return ops
 }
@@ -257,6 +262,8 @@ func (pl *planner) ops(slot int) []clientv3.Op {
 // index range counting as one key, for combining commits; ok=false when
 // it deletes a key range, which the lists cannot describe.
 func (pl *planner) touched(cmps []clientv3.Cmp) (reads, writes []string, ok bool) {
+	reads = make([]string, 0, len(pl.comparedRanges)+len(cmps))
+	writes = make([]string, 0, len(pl.writtenRanges)+len(pl.plan.writes))
 	reads = append(reads, pl.comparedRanges...)
 	for _, c := range cmps {
 		reads = append(reads, string(c.Key))
