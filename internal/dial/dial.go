@@ -223,11 +223,14 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 	dialTarget := target
 	if list != nil {
 		// A resolver of this connection's own that always answers the
-		// list; round robin (the service config) spreads over it.
+		// list; round robin (the service config) spreads over it. Each
+		// address is its own TLS server name, as a single target would
+		// be: without it TLS would verify every replica against the
+		// whole list.
 		r := manual.NewBuilderWithScheme("plexus-list")
 		addrs := make([]resolver.Address, len(list))
 		for i, a := range list {
-			addrs[i] = resolver.Address{Addr: a}
+			addrs[i] = resolver.Address{Addr: a, ServerName: a}
 		}
 		r.InitialState(resolver.State{Addresses: addrs})
 		dialOpts = append(dialOpts, grpc.WithResolvers(r))

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -20,6 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/testcerts"
+	"github.com/plexusnet/plexus/internal/tlsconf"
 )
 
 // flaky fails its first `failures` calls with UNAVAILABLE and remembers the
@@ -219,4 +222,24 @@ func TestAddressList(t *testing.T) {
 		}
 		return a.calls.Load() == before+10
 	}, 5*time.Second, 10*time.Millisecond, "with one replica gone every call goes to the other")
+}
+
+// TestAddressListOverTLS: each replica of a list is verified against its
+// own address, not against the list as one name.
+func TestAddressListOverTLS(t *testing.T) {
+	ca := testcerts.NewCA(t, "plexus")
+	certFile, keyFile := ca.Issue("server", testcerts.Loopback("allocator"))
+	srvTLS, err := tlsconf.Server(certFile, keyFile, "")
+	require.NoError(t, err)
+	var addrs []string
+	for range 2 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		s := grpc.NewServer(grpc.Creds(credentials.NewTLS(srvTLS)))
+		testpb.RegisterTestServiceServer(s, &flaky{})
+		go s.Serve(lis)
+		t.Cleanup(s.Stop)
+		addrs = append(addrs, lis.Addr().String())
+	}
+	require.NoError(t, call(t, strings.Join(addrs, ","), WithTLSFiles(ca.File, "", ""), WithoutRetry()))
 }
