@@ -15,6 +15,8 @@ SERVICES := allocator membership importer repair
 
 # make demo SECURE=1: mutual TLS and the policies of deploy/policy in the demo.
 SECURE ?=
+# make demo ALLOCATOR_STORE=etcd: two allocator replicas on etcd instead of one on bolt.
+ALLOCATOR_STORE ?= bolt
 # Where make certs writes the CA and the certificates.
 CERTS_DIR ?= .certs
 
@@ -76,12 +78,12 @@ certs: ## Create a local CA and mutual TLS certificates for the services and an 
 	$(GO) run ./clients/plexusctl certs --dir $(CERTS_DIR)
 
 .PHONY: demo
-demo: tools build kube-binaries ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies).
-	SECURE=$(SECURE) hack/demo.sh
+demo: tools build kube-binaries ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies; ALLOCATOR_STORE=etcd: two allocator replicas on etcd).
+	SECURE=$(SECURE) ALLOCATOR_STORE=$(ALLOCATOR_STORE) hack/demo.sh
 
 .PHONY: demo-up
 demo-up: tools build kube-binaries ## Like demo, but keep everything running for exploring.
-	SECURE=$(SECURE) hack/demo.sh --keep
+	SECURE=$(SECURE) ALLOCATOR_STORE=$(ALLOCATOR_STORE) hack/demo.sh --keep
 
 .PHONY: clean
 clean: ## Remove built binaries and demo state.

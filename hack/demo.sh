@@ -5,7 +5,9 @@
 # With SECURE=1 (`make demo SECURE=1`) every gRPC call is mutual TLS with
 # certificates from `plexusctl certs`, every service enforces its policy
 # from deploy/policy, and plexusctl and grpcurl use the operator's
-# certificate.
+# certificate. With ALLOCATOR_STORE=etcd (`make demo ALLOCATOR_STORE=etcd`)
+# two allocator replicas share the local clusters' etcd, and every client
+# is given both.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,6 +15,9 @@ KEEP=0
 [[ "${1:-}" == "--keep" ]] && KEEP=1
 SECURE="${SECURE:-}"
 [[ "$SECURE" == 0 ]] && SECURE=""
+ALLOCATOR_STORE="${ALLOCATOR_STORE:-bolt}"
+[[ "$ALLOCATOR_STORE" == bolt || "$ALLOCATOR_STORE" == etcd ]] ||
+  { echo "ALLOCATOR_STORE must be bolt or etcd, not $ALLOCATOR_STORE" >&2; exit 2; }
 
 ROOT="$PWD"
 BIN="$ROOT/bin"
@@ -108,16 +113,39 @@ if [[ -z "${OTEL_EXPORTER_OTLP_ENDPOINT:-}" ]]; then
 fi
 export OTEL_EXPORTER_OTLP_PROTOCOL="${OTEL_EXPORTER_OTLP_PROTOCOL:-grpc}" OTEL_BSP_SCHEDULE_DELAY="${OTEL_BSP_SCHEDULE_DELAY:-500}"
 
-step "Starting the allocator (embedded bolt store) and creating its pools"
-service_env allocator
-env "${SERVICE_ENV[@]}" plexus-allocator --store "bolt:$DEMO/allocator.db" >"$LOGS/allocator.log" 2>&1 &
-pids+=($!)
-wait_healthy allocator "$ALLOC"
+if [[ "$ALLOCATOR_STORE" == etcd ]]; then
+  step "Starting two allocator replicas on the local clusters' etcd and creating their pools"
+  say "both serve; each follows the other's commits through an etcd watch. The other services,"
+  say "plexusctl and this script are given both addresses (PLEXUS_ALLOCATOR_ADDR) and use either."
+  ALLOC2=127.0.0.1:7411
+  service_env allocator
+  env "${SERVICE_ENV[@]}" plexus-allocator --store "etcd:$ETCD_ENDPOINT" --etcd-prefix /plexus-demo/ \
+    >"$LOGS/allocator.log" 2>&1 &
+  pids+=($!)
+  env "${SERVICE_ENV[@]}" plexus-allocator --store "etcd:$ETCD_ENDPOINT" --etcd-prefix /plexus-demo/ \
+    --grpc-addr "$ALLOC2" --http-addr 127.0.0.1:9411 >"$LOGS/allocator-2.log" 2>&1 &
+  pids+=($!)
+  wait_healthy allocator "$ALLOC"
+  wait_healthy allocator "$ALLOC2"
+  export PLEXUS_ALLOCATOR_ADDR="$ALLOC,$ALLOC2"
+else
+  step "Starting the allocator (embedded bolt store) and creating its pools"
+  service_env allocator
+  env "${SERVICE_ENV[@]}" plexus-allocator --store "bolt:$DEMO/allocator.db" >"$LOGS/allocator.log" 2>&1 &
+  pids+=($!)
+  wait_healthy allocator "$ALLOC"
+fi
 say "a pool of clusterset VIPs and a pool for external workloads. The VIPs are carved from the"
 say "statically assigned low band of cluster b's Service range (10.97.0.0/16), so the derived"
 say "Service can carry the VIP as its cluster IP; the first 16 addresses stay reserved:"
 run plexusctl pool create vips --cidr 10.97.0.0/24 --reserved 10.97.0.0/28
 run plexusctl pool create workloads --cidr 10.200.0.0/24
+if [[ "$ALLOCATOR_STORE" == etcd ]]; then
+  say "each replica serves the pools, whichever replica created them:"
+  for a in "$ALLOC" "$ALLOC2"; do
+    run plexusctl --allocator-addr "$a" pool get vips
+  done
+fi
 
 step "Starting membership for cluster a, the importer for cluster b, and repair"
 service_env membership
@@ -220,6 +248,9 @@ run plexusctl alloc list workloads
 step "Summary"
 say "verified:"
 say "  - 4 services healthy; grpcurl works through reflection"
+if [[ "$ALLOCATOR_STORE" == etcd ]]; then
+  say "  - two allocator replicas on etcd ($ALLOC, $ALLOC2) served the same pools to every client"
+fi
 if [[ -n "$SECURE" ]]; then
   say "  - mutual TLS on every call, with the certificates in $CERTS and the policies in deploy/policy;"
   say "    a service's certificate was refused a method its policy does not give it"
