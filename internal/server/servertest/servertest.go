@@ -18,9 +18,16 @@ const StopTimeout = 10 * time.Second
 func Serve(tb testing.TB, srv *server.Server) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(run(ctx, cancel, tb, srv))
+}
+
+// run runs srv until ctx ends. The stop it returns cancels ctx and waits
+// for srv to drain, failing the test if it did not stop cleanly within
+// StopTimeout; call it once.
+func run(ctx context.Context, cancel context.CancelFunc, tb testing.TB, srv *server.Server) (stop func()) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	tb.Cleanup(func() {
+	return func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -30,5 +37,5 @@ func Serve(tb testing.TB, srv *server.Server) {
 		case <-time.After(StopTimeout):
 			tb.Errorf("server at %s did not stop within %s", srv.GRPCAddr(), StopTimeout)
 		}
-	})
+	}
 }

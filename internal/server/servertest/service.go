@@ -81,21 +81,12 @@ func Start(tb testing.TB, cfg *config.Common, name string, setup SetupFunc) *Ser
 		cancel()
 		tb.Fatalf("setting %s up: %v", name, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	stop := run(ctx, cancel, tb, srv)
 	var once sync.Once
 	s := &Service{Server: srv, Logs: logs}
 	s.stop = func() {
 		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					tb.Errorf("%s at %s: %v", name, srv.GRPCAddr(), err)
-				}
-			case <-time.After(StopTimeout):
-				tb.Errorf("%s at %s did not stop within %s", name, srv.GRPCAddr(), StopTimeout)
-			}
+			stop()
 			cleanup()
 		})
 	}

@@ -28,7 +28,8 @@ type write struct {
 	value string
 }
 
-// covers reports whether the delete w removes key.
+// covers reports whether w writes key: a put of key, or a delete of key
+// or of a range holding it.
 func (w write) covers(key string) bool {
 	if w.end == "" {
 		return key == w.key
@@ -38,7 +39,9 @@ func (w write) covers(key string) bool {
 
 func (p *plan) put(key, value string) {
 	if !slices.ContainsFunc(p.writes, func(w write) bool { return w.covers(key) }) {
-		p.writes = append(p.writes, write{key: key, value: value}) // the usual case: a key of its own
+		// The usual case, a key the plan has not written: nothing to
+		// replace or split.
+		p.writes = append(p.writes, write{key: key, value: value})
 		return
 	}
 	out := p.writes[:0:0]
