@@ -143,7 +143,7 @@ func (c *Common) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file of the cluster this instance talks to; in-cluster config when empty")
 	fs.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "name of the cluster this instance serves, as the rest of the fleet knows it")
 	if c.callsAllocator {
-		fs.StringVar(&c.AllocatorAddr, "allocator-addr", c.AllocatorAddr, "gRPC target of the allocator (host:port or dns:///name:port)")
+		fs.StringVar(&c.AllocatorAddr, "allocator-addr", c.AllocatorAddr, "gRPC target of the allocator: host:port, a comma-separated list of replicas, or dns:///name:port")
 	}
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
