@@ -20,6 +20,10 @@ var (
 	ErrRequestIDReused    = errors.New("request_id was used for a different request")
 	ErrFamilyMismatch     = errors.New("address family does not match the pool")
 	ErrConflict           = errors.New("concurrent change, try again")
+	// ErrStoreUnavailable and ErrBehind refuse a read that could not be
+	// made as fresh as the store (see Service.Sync).
+	ErrStoreUnavailable = errors.New("store unavailable")
+	ErrBehind           = errors.New("replica behind the store")
 )
 
 // FieldError is bad input in one request field. Reason is a stable

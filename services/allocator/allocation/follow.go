@@ -7,7 +7,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -41,10 +46,11 @@ func (s *Service) Follow(ctx context.Context) {
 			from, err = s.apply(events, from)
 		}
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, errors.Is(err, store.ErrClosed):
 			return
 		case errors.Is(err, store.ErrCompacted):
 			s.logger.Warn("store history compacted under the follower; rebuilding from a snapshot", "revision", from)
+			s.rebuilds.Add(1)
 			rev, rerr := s.rebuild(ctx)
 			if rerr != nil {
 				s.logger.Error("rebuild from snapshot", "err", rerr)
@@ -54,6 +60,7 @@ func (s *Service) Follow(ctx context.Context) {
 			from = rev
 		case err != nil:
 			s.logger.Warn("store watch ended; resuming", "revision", from, "err", err)
+			s.watchRestarts.Add(1)
 			sleep(ctx, followRetry)
 		}
 	}
@@ -80,7 +87,7 @@ func (s *Service) apply(events <-chan store.Event, from int64) (int64, error) {
 }
 
 func (s *Service) applyEvent(ev store.Event) {
-	s.followed.Store(ev.Revision)
+	s.followed.advance(ev.Revision)
 	switch ev.Type {
 	case store.EventPutPool:
 		s.applyPutPool(*ev.Pool)
@@ -226,6 +233,7 @@ func (s *Service) rebuild(ctx context.Context) (int64, error) {
 		s.scatter(ps)
 	}
 	s.pools = fresh.pools
+	s.followed.advance(fresh.rev)
 	return fresh.rev, nil
 }
 
@@ -267,27 +275,122 @@ func randomAddr(p netip.Prefix) netip.Addr {
 	return a
 }
 
-// catchUpLimit bounds how long catchUp waits for the follower.
-const catchUpLimit = 2 * time.Second
+// syncLimit bounds how long Sync waits for the follower.
+const syncLimit = 2 * time.Second
 
-// catchUp waits until the follower has applied every commit the store held
-// when it was called (or until catchUpLimit, or ctx, ends the wait), so an
-// answer built from the in-memory state afterwards includes every commit
-// acknowledged before the call, by any replica.
-func (s *Service) catchUp(ctx context.Context) {
-	r, ok := unwrap(s.store).(interface {
-		Revision(context.Context) (int64, error)
-	})
+// Sync waits until the in-memory state holds every commit the store held
+// when it was called, by any replica, so that a read made after it
+// includes every change acknowledged before it: a replica's answers are
+// then as fresh as the store's. It does nothing for a Service that does
+// not follow its store (all commits are its own). It fails when the store
+// cannot tell its revision (ErrStoreUnavailable) or the follower does not
+// reach it within syncLimit (ErrBehind): the caller is better served by
+// another replica than by an answer that may be stale.
+func (s *Service) Sync(ctx context.Context) error {
+	if !s.follow {
+		return nil
+	}
+	r, ok := unwrap(s.store).(revisioner)
 	if !ok {
-		return
+		return nil
 	}
-	rev, err := r.Revision(ctx)
+	ctx, span := tracer.Start(ctx, "allocation.Sync")
+	defer span.End()
+	err := s.sync(ctx, r)
 	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// revisioner is a store shared by replicas: it tells the revision of the
+// latest commit by any of them.
+type revisioner interface {
+	Revision(context.Context) (int64, error)
+}
+
+func (s *Service) sync(ctx context.Context, r revisioner) error {
+	rev, err := r.Revision(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("read the store's revision: %w: %w", ErrStoreUnavailable, err)
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("plexus.store.revision", rev))
+	return s.applied(ctx, rev)
+}
+
+// applied waits until the in-memory state holds every commit up to rev
+// (at once for a Service alone on its store, which makes every commit
+// itself), or fails with ErrBehind after syncLimit.
+func (s *Service) applied(ctx context.Context, rev int64) error {
+	if !s.follow {
+		return nil
+	}
+	err := s.followed.wait(ctx, rev, syncLimit)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("applied revision %d, the store is at %d: %w", s.followed.load(), rev, ErrBehind)
+	}
+	return nil
+}
+
+// progress is the revision the follower has applied, with a wait for it
+// to reach a given one.
+type progress struct {
+	mu  sync.Mutex
+	rev int64
+	// moved is closed (and cleared) when rev moves; made by the first
+	// waiter, so advancing costs nothing while nobody waits.
+	moved chan struct{}
+}
+
+func (p *progress) advance(rev int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rev <= p.rev {
 		return
 	}
-	deadline := time.Now().Add(catchUpLimit)
-	for s.followed.Load() < rev && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
+	p.rev = rev
+	if p.moved != nil {
+		close(p.moved)
+		p.moved = nil
+	}
+}
+
+func (p *progress) load() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rev
+}
+
+// wait returns nil once rev is reached, or an error when ctx ends or limit
+// passes first.
+func (p *progress) wait(ctx context.Context, rev int64, limit time.Duration) error {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		p.mu.Lock()
+		if p.rev >= rev {
+			p.mu.Unlock()
+			return nil
+		}
+		if p.moved == nil {
+			p.moved = make(chan struct{})
+		}
+		moved := p.moved
+		p.mu.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return context.DeadlineExceeded
+		}
 	}
 }
 

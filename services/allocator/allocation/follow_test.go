@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/plexusnet/plexus/internal/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
+	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
 
@@ -22,19 +24,35 @@ import (
 // own client, following the store as the allocator does with --store etcd.
 func replicas(t *testing.T, n int) []*allocation.Service {
 	t.Helper()
+	out, _ := replicasOf(t, n, nil)
+	return out
+}
+
+// replicasOf is replicas with each store passed through wrap (when not
+// nil) and the stores returned too.
+func replicasOf(t *testing.T, n int, wrap func(i int, st store.Store) store.Store) ([]*allocation.Service, []*etcd.Store) {
+	t.Helper()
 	e := kubetest.StartEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	var out []*allocation.Service
-	for range n {
+	var (
+		out    []*allocation.Service
+		stores []*etcd.Store
+	)
+	for i := range n {
 		st, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: "/plexus-test/"})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = st.Close() })
-		svc, err := allocation.New(ctx, st, allocation.WithFollow())
+		stores = append(stores, st)
+		var use store.Store = st
+		if wrap != nil {
+			use = wrap(i, st)
+		}
+		svc, err := allocation.New(ctx, allocation.Traced(use), allocation.WithFollow())
 		require.NoError(t, err)
 		out = append(out, svc)
 	}
-	return out
+	return out, stores
 }
 
 // allocations lists every allocation a replica knows of, as address →
@@ -80,6 +98,17 @@ func TestReplicasFollowEachOther(t *testing.T) {
 	z, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("z"), Address: x.Address})
 	require.NoError(t, err, "the released address is free again on the other replica")
 	require.Equal(t, x.Address, z.Address)
+
+	// A pool deleted through b is gone from a.
+	_, err = b.CreatePool(ctx, "gone", allocation.PoolSpec{CIDRs: []string{"10.0.9.0/29"}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, err := a.GetPool("gone"); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	_, err = b.DeletePool(ctx, "gone", "", false, false)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := a.GetPool("gone")
+		return errors.Is(err, allocation.ErrPoolNotFound)
+	}, 10*time.Second, 10*time.Millisecond)
 
 	// A pool update through a reaches b.
 	_, _, err = a.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29", "10.0.1.0/29"}}, allocation.UpdateMask{CIDRs: true}, "", false)
@@ -156,5 +185,158 @@ func TestReplicasNeverHandOutAnAddressTwice(t *testing.T) {
 		v, err := svc.GetPool("p")
 		require.NoError(t, err)
 		require.Zero(t, v.Stats.Allocated, "the index agrees")
+	}
+}
+
+// cutWatch is a store whose first watch ends with an error once cut is
+// closed, as a watch does when etcd's connection breaks.
+type cutWatch struct {
+	*etcd.Store
+	cut     chan struct{}
+	watches atomic.Int32
+}
+
+func (c *cutWatch) Watch(ctx context.Context, from int64) (<-chan store.Event, error) {
+	if c.watches.Add(1) > 1 {
+		return c.Store.Watch(ctx, from)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	in, err := c.Store.Watch(wctx, from)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	out := make(chan store.Event)
+	go func() {
+		defer close(out)
+		defer cancel()
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			case <-c.cut:
+				select {
+				case out <- store.Event{Err: errors.New("connection to etcd lost")}:
+				case <-ctx.Done():
+				}
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// TestFollowerRebuildsAfterCompaction: b's watch breaks, and while it is
+// down a allocates, deletes a pool, and etcd's history is compacted past
+// where b stopped. b's follower cannot resume the watch, takes a new
+// snapshot instead, and serves what a wrote; the counters tell both.
+func TestFollowerRebuildsAfterCompaction(t *testing.T) {
+	ctx := context.Background()
+	cut := &cutWatch{cut: make(chan struct{})}
+	rs, stores := replicasOf(t, 2, func(i int, st store.Store) store.Store {
+		if i == 0 {
+			return st
+		}
+		cut.Store = st.(*etcd.Store)
+		return cut
+	})
+	a, b := rs[0], rs[1]
+	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	require.NoError(t, err)
+	_, err = a.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.0.1.0/29"}})
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(ctx))
+	_, err = b.GetPool("q")
+	require.NoError(t, err)
+
+	close(cut.cut)
+	require.Eventually(t, func() bool { return b.Counters().WatchRestarts == 1 }, 10*time.Second, time.Millisecond)
+	x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	_, err = a.DeletePool(ctx, "q", "", false, false)
+	require.NoError(t, err)
+	rev, err := stores[0].Revision(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stores[0].Compact(ctx, rev))
+	require.Zero(t, b.Counters().Rebuilds, "b was not watching while a wrote")
+
+	require.Eventually(t, func() bool { return b.Counters().Rebuilds == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, b.Sync(ctx))
+	require.Equal(t, map[netip.Addr]string{x.Address: "x"}, allocations(t, b, "p"))
+	_, err = b.GetPool("q")
+	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	n := b.Counters()
+	require.GreaterOrEqual(t, n.Revision, rev)
+	require.Equal(t, uint64(1), n.WatchRestarts)
+
+	// b follows again from its snapshot: a's next allocation reaches it,
+	// and b does not hand the same address out.
+	y, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(ctx))
+	require.Equal(t, map[netip.Addr]string{x.Address: "x", y.Address: "y"}, allocations(t, b, "p"))
+	z, _, err := b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("z")})
+	require.NoError(t, err)
+	require.NotContains(t, []netip.Addr{x.Address, y.Address}, z.Address)
+}
+
+// pairWithPool starts two replicas and creates pool p with cidr through
+// the first; the second serves it once Sync returns.
+func pairWithPool(t *testing.T, cidr string) (a, b *allocation.Service) {
+	t.Helper()
+	rs := replicas(t, 2)
+	a, b = rs[0], rs[1]
+	_, err := a.CreatePool(context.Background(), "p", allocation.PoolSpec{CIDRs: []string{cidr}})
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(context.Background()))
+	_, err = b.GetPool("p")
+	require.NoError(t, err, "a pool created through the other replica")
+	return a, b
+}
+
+// TestSyncReadsWhatAnyReplicaCommitted: after Sync, a replica's reads hold
+// every commit acknowledged by another replica before it, at once, not
+// eventually.
+func TestSyncReadsWhatAnyReplicaCommitted(t *testing.T) {
+	ctx := context.Background()
+	a, b := pairWithPool(t, "10.0.0.0/24")
+	for i := range 50 {
+		got, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner(fmt.Sprint("o", i))})
+		require.NoError(t, err)
+		require.NoError(t, b.Sync(ctx))
+		seen, err := b.GetAllocation("p", got.Address)
+		require.NoError(t, err, "allocation %d, acknowledged by a", i)
+		require.Equal(t, got.Revision, seen.Revision)
+
+		_, _, err = a.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: got.Address})
+		require.NoError(t, err)
+		require.NoError(t, b.Sync(ctx))
+		_, err = b.GetAllocation("p", got.Address)
+		require.ErrorIs(t, err, allocation.ErrAllocationNotFound, "release %d, acknowledged by a", i)
+	}
+}
+
+// TestRetryOnAnotherReplica: a request retried with the same request id
+// on another replica, right after the first replica committed it, gets the
+// first answer, not an error because the other replica has not applied the
+// commit yet.
+func TestRetryOnAnotherReplica(t *testing.T) {
+	ctx := context.Background()
+	a, b := pairWithPool(t, "10.0.0.0/24")
+	for i := range 100 {
+		req := allocation.Request{Pool: "p", Owner: owner(fmt.Sprint("o", i)), RequestID: fmt.Sprint("req-", i)}
+		first, _, err := a.Allocate(ctx, req)
+		require.NoError(t, err)
+		again, created, err := b.Allocate(ctx, req)
+		require.NoError(t, err, "retry %d", i)
+		require.False(t, created)
+		require.Equal(t, first.Address, again.Address)
 	}
 }

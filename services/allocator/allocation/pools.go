@@ -209,7 +209,7 @@ func (s *Service) CreatePool(ctx context.Context, id string, spec PoolSpec) (Poo
 	if _, err := s.overlapping(id, rec.CIDRs, rec.AllowOverlap); err != nil {
 		return PoolView{}, err
 	}
-	rev, err := s.store.Commit(ctx, store.Txn{
+	rev, err := s.commit(ctx, store.Txn{
 		Conds: []store.Cond{{Kind: store.CondPoolAbsent, Pool: id}},
 		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &rec}},
 	})
@@ -358,7 +358,7 @@ func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask
 		sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
 		return PoolView{}, nil, fmt.Errorf("update pool %s: %d allocations (first %s) would fall outside its CIDRs; use force: %w", id, len(outside), outside[0].Address, ErrCIDRInUse)
 	}
-	rev, err := s.store.Commit(ctx, store.Txn{
+	rev, err := s.commit(ctx, store.Txn{
 		Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}},
 		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &next}},
 	})
@@ -396,7 +396,7 @@ func (s *Service) DeletePool(ctx context.Context, id, etag string, force, allowM
 	if n > 0 && !force {
 		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
 	}
-	_, err = s.store.Commit(ctx, store.Txn{
+	_, err = s.commit(ctx, store.Txn{
 		Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}},
 		Ops:   []store.Op{{Kind: store.OpDeletePool, PoolID: id}},
 	})

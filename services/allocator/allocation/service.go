@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/google/btree"
 	"log/slog"
 	"net/netip"
 	"sort"
@@ -21,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/btree"
 
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -39,7 +40,10 @@ type Service struct {
 	// rebuilt at, followed the last revision the follower applied.
 	follow   bool
 	rev      int64
-	followed atomic.Int64
+	followed progress
+
+	// counters are read by Counters (metrics).
+	conflicts, watchRestarts, rebuilds atomic.Uint64
 }
 
 // Option configures a Service.
@@ -89,7 +93,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Service, error) 
 		return nil, err
 	}
 	s.pools, s.rev = l.pools, l.rev
-	s.followed.Store(l.rev)
+	s.followed.advance(l.rev)
 	for _, ps := range s.pools {
 		s.scatter(ps)
 	}
@@ -294,7 +298,7 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: req.RequestID})
 		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: req.RequestID, Allocations: []string{allocKey(req.Pool, addr)}}})
 	}
-	rev, cerr := s.store.Commit(ctx, txn)
+	rev, cerr := s.commit(ctx, txn)
 
 	ps.mu.Lock()
 	delete(ps.pending, key)
@@ -347,7 +351,7 @@ func (s *Service) rebind(ctx context.Context, ps *poolState, old store.Allocatio
 	ps.releasing[old.Address] = ch
 	ps.mu.Unlock()
 	r := rec
-	rev, err := s.store.Commit(ctx, store.Txn{
+	rev, err := s.commit(ctx, store.Txn{
 		Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: old.Pool, Address: old.Address, Revision: old.Revision}},
 		Ops:   []store.Op{{Kind: store.OpPutAllocation, Allocation: &r}},
 	})
@@ -416,6 +420,11 @@ func (s *Service) replay(ctx context.Context, id string, reqs []Request) ([]stor
 	}
 	if len(rec.Allocations) != len(reqs) {
 		return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
+	}
+	// Answered through another replica maybe, a moment ago: its
+	// allocations are here once this replica has applied that commit.
+	if err := s.applied(ctx, rec.Revision); err != nil {
+		return nil, false, fmt.Errorf("request %q: %w", id, err)
 	}
 	out := make([]store.Allocation, len(reqs))
 	for i, k := range rec.Allocations {
@@ -566,7 +575,7 @@ func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID strin
 	}
 	// The pools stay locked during the commit: a batch is rare and large,
 	// and holding the locks keeps all-or-nothing simple.
-	rev, err := s.store.Commit(ctx, txn)
+	rev, err := s.commit(ctx, txn)
 	if err != nil {
 		rollback()
 		unlock()
@@ -645,7 +654,9 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (store.Alloca
 			// ago. Look again once this replica has applied every commit
 			// the store had, so "not found" is never a stale answer.
 			caughtUp = true
-			s.catchUp(ctx)
+			if err := s.Sync(ctx); err != nil {
+				return store.Allocation{}, false, err
+			}
 			continue
 		}
 		return rec, ok, err
@@ -697,7 +708,7 @@ func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseReq
 	ps.releasing[rec.Address] = ch
 	ps.mu.Unlock()
 
-	_, err := s.store.Commit(ctx, txn)
+	_, err := s.commit(ctx, txn)
 
 	ps.mu.Lock()
 	delete(ps.releasing, rec.Address)
@@ -718,6 +729,47 @@ func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseReq
 		return store.Allocation{}, false, fmt.Errorf("release %s: %w", rec.Address, err)
 	}
 	return rec, true, nil
+}
+
+// commit commits txn to the store, counting the commits that lose their
+// transaction to a concurrent writer. A Service alone on its store knows
+// each commit it makes; a follower learns of its own through the watch,
+// in order with the other replicas'.
+func (s *Service) commit(ctx context.Context, txn store.Txn) (int64, error) {
+	rev, err := s.store.Commit(ctx, txn)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		s.conflicts.Add(1)
+	case err == nil && !s.follow:
+		// Alone on the store, every commit is this Service's own.
+		s.followed.advance(rev)
+	}
+	return rev, err
+}
+
+// Counters are running totals of the Service, for metrics.
+type Counters struct {
+	// Conflicts counts store commits that lost their transaction: to
+	// another replica, or to a concurrent request of this one.
+	Conflicts uint64
+	// WatchRestarts counts the follower's store watches that ended with
+	// an error and were started again; Rebuilds, the snapshots it took
+	// because the history it needed was compacted away.
+	WatchRestarts, Rebuilds uint64
+	// Revision is the store revision up to which the in-memory state
+	// holds every commit: the last one the follower applied, or alone
+	// on the store the last one made.
+	Revision int64
+}
+
+// Counters returns the Service's running totals.
+func (s *Service) Counters() Counters {
+	return Counters{
+		Conflicts:     s.conflicts.Load(),
+		WatchRestarts: s.watchRestarts.Load(),
+		Rebuilds:      s.rebuilds.Load(),
+		Revision:      s.followed.load(),
+	}
 }
 
 // conflictRetries is how often Allocate tries again after losing its

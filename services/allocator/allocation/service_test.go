@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,4 +292,43 @@ func TestOwnerRecreatedGetsAddressWithNewEtag(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, old.Address, out[0].Address)
 	require.Equal(t, "uid-web-0", out[0].Owner.UID, "a batch hands it over too")
+}
+
+// losing is a store that fails the next `lose` commits with ErrConflict,
+// as if another writer had got there first, and writes nothing for them.
+type losing struct {
+	*memory.Store
+	lose atomic.Int32
+}
+
+func (l *losing) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	if l.lose.Add(-1) >= 0 {
+		return 0, store.ErrConflict
+	}
+	return l.Store.Commit(ctx, txn)
+}
+
+// TestLostTransactionsAreCounted: an allocation whose commit loses is
+// tried again, and every lost commit is counted, whether the request
+// then succeeds or gives up.
+func TestLostTransactionsAreCounted(t *testing.T) {
+	ctx := context.Background()
+	st := &losing{Store: memory.New()}
+	svc, _ := newService(t, st)
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	require.NoError(t, err)
+	require.Zero(t, svc.Counters().Conflicts)
+
+	st.lose.Store(2)
+	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err, "tried again after losing twice")
+	require.Equal(t, uint64(2), svc.Counters().Conflicts)
+
+	st.lose.Store(100)
+	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
+	require.ErrorIs(t, err, allocation.ErrConflict, "gives up after its retries")
+	n := svc.Counters()
+	require.Equal(t, uint64(2+4), n.Conflicts, "one try and three retries alone on the store")
+	require.Zero(t, n.WatchRestarts)
+	require.Zero(t, n.Rebuilds)
 }

@@ -208,20 +208,13 @@ func TestReplicasSurviveKills(t *testing.T) {
 	h.mu.Unlock()
 	for i := range replicas {
 		require.Eventually(t, func() bool {
+			list, err := listAll(ctx, rs.client(i), "p")
+			if err != nil {
+				return false
+			}
 			got := map[string]string{}
-			req := &allocatorv1.ListAllocationsRequest{Pool: "pools/p", PageSize: 1000}
-			for {
-				resp, err := rs.client(i).ListAllocations(ctx, req)
-				if err != nil {
-					return false
-				}
-				for _, a := range resp.GetAllocations() {
-					got[a.GetAddress()] = a.GetOwner().GetName()
-				}
-				if resp.GetNextPageToken() == "" {
-					break
-				}
-				req.PageToken = resp.GetNextPageToken()
+			for _, a := range list {
+				got[a.GetAddress()] = a.GetOwner().GetName()
 			}
 			for addr, owner := range want {
 				if got[addr] != owner {

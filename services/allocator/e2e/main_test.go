@@ -260,3 +260,20 @@ func callCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// listAll returns every allocation of pool that c lists, page by page.
+func listAll(ctx context.Context, c allocatorv1.AllocatorServiceClient, pool string) ([]*allocatorv1.Allocation, error) {
+	var out []*allocatorv1.Allocation
+	req := &allocatorv1.ListAllocationsRequest{Pool: "pools/" + pool, PageSize: 1000}
+	for {
+		resp, err := c.ListAllocations(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetAllocations()...)
+		if resp.GetNextPageToken() == "" {
+			return out, nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}

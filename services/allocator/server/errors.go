@@ -31,6 +31,8 @@ var errorTable = apierr.Table{
 	{Err: allocation.ErrRevisionTooOld, Code: codes.OutOfRange, Reason: "REVISION_TOO_OLD"},
 	{Err: allocation.ErrRequestIDReused, Code: codes.InvalidArgument, Reason: "REQUEST_ID_REUSED"},
 	{Err: allocation.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
+	{Err: allocation.ErrStoreUnavailable, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE"},
+	{Err: allocation.ErrBehind, Code: codes.Unavailable, Reason: "REPLICA_BEHIND"},
 }
 
 // mapError turns a domain error into a status error. Bad input becomes

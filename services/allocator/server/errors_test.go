@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"slices"
 	"sort"
 	"strings"
@@ -456,6 +457,24 @@ func errorCases() []errCase {
 			setup: withPool("p", poolV4("10.0.0.0/24"), pod("w", "0"), pod("w", "1"), pod("w", "2"), pod("w", "3"), pod("w", "4"), pod("w", "5")),
 			call:  firstWatchError("pools/p", 1),
 			code:  codes.OutOfRange, reason: "REVISION_TOO_OLD",
+		},
+		{
+			name: "read while the shared store cannot be reached",
+			opts: []envOption{withSharedStore(func(context.Context) (int64, error) { return 0, errors.New("connection refused") })},
+			call: func(ctx context.Context, cl client) error {
+				_, err := cl.ListPools(ctx, &allocatorv1.ListPoolsRequest{})
+				return err
+			},
+			code: codes.Unavailable, reason: "STORE_UNAVAILABLE",
+		},
+		{
+			name: "read while this replica has not applied the store's latest commit",
+			opts: []envOption{withSharedStore(func(context.Context) (int64, error) { return 1 << 40, nil })},
+			call: func(ctx context.Context, cl client) error {
+				_, err := cl.GetAllocation(ctx, &allocatorv1.GetAllocationRequest{Name: "pools/p/allocations/10.0.0.1"})
+				return err
+			},
+			code: codes.Unavailable, reason: "REPLICA_BEHIND",
 		},
 		{
 			name: "negative start revision",

@@ -22,6 +22,7 @@ import (
 	"github.com/plexusnet/plexus/internal/server/servertest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
+	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
@@ -35,7 +36,8 @@ type env struct {
 }
 
 type envOptions struct {
-	history int
+	history  int
+	revision func(context.Context) (int64, error)
 }
 
 type envOption func(*envOptions)
@@ -43,6 +45,22 @@ type envOption func(*envOptions)
 // withHistory keeps only n events for watches, so a test can make a
 // revision too old.
 func withHistory(n int) envOption { return func(o *envOptions) { o.history = n } }
+
+// withSharedStore serves as a replica that shares its store with others:
+// the service follows the store, and revision stands for the store's
+// answer to "what is the latest commit of any replica".
+func withSharedStore(revision func(context.Context) (int64, error)) envOption {
+	return func(o *envOptions) { o.revision = revision }
+}
+
+// sharedStore is a memory store that tells a revision, as the etcd store
+// does.
+type sharedStore struct {
+	*memory.Store
+	revision func(context.Context) (int64, error)
+}
+
+func (s sharedStore) Revision(ctx context.Context) (int64, error) { return s.revision(ctx) }
 
 func quietLogger() *slog.Logger {
 	if testing.Verbose() {
@@ -68,7 +86,15 @@ func start(t *testing.T, opts ...envOption) *env {
 	require.NoError(t, err)
 
 	st := memory.New(memory.WithHistory(o.history))
-	svc, err := allocation.New(context.Background(), allocation.Traced(st), allocation.WithLogger(logger))
+	var backing store.Store = st
+	svcOpts := []allocation.Option{allocation.WithLogger(logger)}
+	if o.revision != nil {
+		backing = sharedStore{Store: st, revision: o.revision}
+		svcOpts = append(svcOpts, allocation.WithFollow())
+	}
+	followCtx, stopFollowing := context.WithCancel(context.Background())
+	t.Cleanup(stopFollowing)
+	svc, err := allocation.New(followCtx, allocation.Traced(backing), svcOpts...)
 	require.NoError(t, err)
 	allocserver.New(svc, allocserver.NewMetrics(srv.Registry(), svc)).Register(srv.GRPC())
 

@@ -38,10 +38,20 @@ var (
 	allocatedDesc  = prometheus.NewDesc("plexus_allocator_pool_allocated", "Addresses allocated in a pool.", []string{"pool"}, nil)
 	freeDesc       = prometheus.NewDesc("plexus_allocator_pool_free", "Addresses a pool can still hand out.", []string{"pool"}, nil)
 	outOfRangeDesc = prometheus.NewDesc("plexus_allocator_pool_out_of_range", "Allocations outside their pool's CIDRs.", []string{"pool"}, nil)
+
+	conflictsDesc = prometheus.NewDesc("plexus_allocator_store_conflicts_total",
+		"Store commits that lost their transaction to a concurrent writer (another replica, or a concurrent request); the request was tried again or answered ABORTED.", nil, nil)
+	watchRestartsDesc = prometheus.NewDesc("plexus_allocator_follow_watch_restarts_total",
+		"Store watches of the follower (etcd store) that ended with an error and were started again.", nil, nil)
+	rebuildsDesc = prometheus.NewDesc("plexus_allocator_follow_rebuilds_total",
+		"Snapshots the follower (etcd store) took because the history it needed had been compacted away.", nil, nil)
+	revisionDesc = prometheus.NewDesc("plexus_allocator_store_revision",
+		"Store revision up to which this replica's in-memory state holds every commit (of every replica, on etcd); a replica that stays below the others is behind.", nil, nil)
 )
 
-// poolCollector reads pool statistics at scrape time, so the gauges are
-// never stale and cost nothing between scrapes.
+// poolCollector reads pool statistics and the service's counters at
+// scrape time, so the gauges are never stale and cost nothing between
+// scrapes.
 type poolCollector struct{ svc *allocation.Service }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -49,9 +59,18 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- allocatedDesc
 	ch <- freeDesc
 	ch <- outOfRangeDesc
+	ch <- conflictsDesc
+	ch <- watchRestartsDesc
+	ch <- rebuildsDesc
+	ch <- revisionDesc
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.svc.Counters()
+	ch <- prometheus.MustNewConstMetric(conflictsDesc, prometheus.CounterValue, float64(n.Conflicts))
+	ch <- prometheus.MustNewConstMetric(watchRestartsDesc, prometheus.CounterValue, float64(n.WatchRestarts))
+	ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(n.Rebuilds))
+	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(n.Revision))
 	for _, id := range c.svc.Pools() {
 		v, err := c.svc.GetPool(id)
 		if err != nil {

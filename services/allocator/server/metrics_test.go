@@ -1,9 +1,11 @@
 package server_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -57,6 +59,27 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 1.0, sample(t, m, `plexus_allocator_errors_total{reason="POOL_EXHAUSTED"}`))
 	require.Equal(t, 2.0, sample(t, m, `plexus_allocator_errors_total{reason="OWNER_MISMATCH"}`))
 
+	// Alone on its store the allocator loses no transaction, follows
+	// nothing, and its state holds its last commit (2 pools and 7
+	// allocations).
+	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_store_conflicts_total`))
+	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_follow_watch_restarts_total`))
+	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_follow_rebuilds_total`))
+	require.Equal(t, 9.0, sample(t, m, `plexus_allocator_store_revision`))
+
 	// The shared runtime's per-RPC metrics carry the allocator's methods.
 	require.Equal(t, 7.0, sample(t, m, `grpc_server_handled_total{grpc_code="OK",grpc_method="Allocate",grpc_service="plexus.allocator.v1.AllocatorService",grpc_type="unary"}`))
+}
+
+// TestFollowerRevisionMetric: a replica sharing its store exposes the
+// revision its state has reached through the watch.
+func TestFollowerRevisionMetric(t *testing.T) {
+	e := start(t, withSharedStore(func(context.Context) (int64, error) { return 0, nil }))
+	revision := func() float64 {
+		return sample(t, httpGet(t, "http://"+e.httpAddr+"/metrics"), "plexus_allocator_store_revision")
+	}
+	require.Equal(t, 0.0, revision())
+	e.createPool(t, "p", poolV4("10.0.0.0/29"))
+	e.allocate(t, "p", pod("ns", "a"))
+	require.Eventually(t, func() bool { return revision() == 2 }, 10*time.Second, 10*time.Millisecond)
 }

@@ -201,6 +201,9 @@ func (s *Server) GetPool(ctx context.Context, req *allocatorv1.GetPoolRequest) (
 		return nil, s.fail(err)
 	}
 	annotate(ctx, attribute.String("plexus.pool", id))
+	if err := s.svc.Sync(ctx); err != nil {
+		return nil, s.fail(err)
+	}
 	v, err := s.svc.GetPool(id)
 	if err != nil {
 		return nil, s.fail(err)
@@ -217,6 +220,9 @@ func (s *Server) ListPools(ctx context.Context, req *allocatorv1.ListPoolsReques
 	var after string
 	if err := pagination.Decode(req.GetPageToken(), &after); err != nil {
 		return nil, s.fail(&allocation.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: err.Error()})
+	}
+	if err := s.svc.Sync(ctx); err != nil {
+		return nil, s.fail(err)
 	}
 	views, next := s.svc.ListPools(after, size)
 	resp := &allocatorv1.ListPoolsResponse{}
@@ -352,6 +358,9 @@ func (s *Server) GetAllocation(ctx context.Context, req *allocatorv1.GetAllocati
 		return nil, s.fail(err)
 	}
 	annotate(ctx, attribute.String("plexus.pool", id), attribute.String("plexus.address", addr.String()))
+	if err := s.svc.Sync(ctx); err != nil {
+		return nil, s.fail(err)
+	}
 	a, err := s.svc.GetAllocation(id, addr)
 	if err != nil {
 		return nil, s.fail(err)
@@ -388,6 +397,9 @@ func (s *Server) ListAllocations(ctx context.Context, req *allocatorv1.ListAlloc
 		after = allocation.Cursor{Pool: pos.Pool, Address: addr}
 	}
 	f := allocation.Filter{Cluster: req.GetOwnerCluster(), Kind: req.GetOwnerKind(), Namespace: req.GetOwnerNamespace(), Name: req.GetOwnerName(), UID: req.GetOwnerUid()}
+	if err := s.svc.Sync(ctx); err != nil {
+		return nil, s.fail(err)
+	}
 	out, next, err := s.svc.ListAllocations(id, f, after, size)
 	if err != nil {
 		return nil, s.fail(err)
