@@ -340,3 +340,79 @@ func TestRetryOnAnotherReplica(t *testing.T) {
 		require.Equal(t, first.Address, again.Address)
 	}
 }
+
+// TestNegativeAnswersAreFresh: a replica refuses a request only on a state
+// as fresh as the store. Right after another replica created a pool,
+// released an address or deleted a pool, this one does not say the pool
+// is missing, the address taken or the pool still there.
+func TestNegativeAnswersAreFresh(t *testing.T) {
+	ctx := context.Background()
+	a, b := pairWithPool(t, "10.0.0.0/24")
+	for i := range 30 {
+		id := fmt.Sprint("q", i)
+		cidr := fmt.Sprintf("10.1.%d.0/29", i)
+		_, err := a.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{cidr}})
+		require.NoError(t, err)
+		x, _, err := b.Allocate(ctx, allocation.Request{Pool: id, Owner: owner("x")})
+		require.NoError(t, err, "round %d: allocate in the pool just created through a", i)
+
+		_, _, err = b.Release(ctx, allocation.ReleaseRequest{Pool: id, Address: x.Address})
+		require.NoError(t, err)
+		y, _, err := a.Allocate(ctx, allocation.Request{Pool: id, Owner: owner("y"), Address: x.Address})
+		require.NoError(t, err, "round %d: the address b has just released", i)
+
+		rebound, _, err := a.Allocate(ctx, allocation.Request{Pool: id, Owner: store.Owner{Cluster: "a", Kind: "Pod", Namespace: "default", Name: "y", UID: "uid-y2"}})
+		require.NoError(t, err)
+		require.Equal(t, y.Address, rebound.Address)
+		_, _, err = b.Release(ctx, allocation.ReleaseRequest{Pool: id, Address: y.Address, Etag: allocation.Etag(rebound.Revision), OwnerUID: "uid-y2"})
+		require.NoError(t, err, "round %d: release with the etag and uid of a's rebind", i)
+
+		_, err = a.DeletePool(ctx, id, "", false, false)
+		require.NoError(t, err)
+		_, err = b.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{cidr}})
+		require.NoError(t, err, "round %d: create again the pool a has just deleted", i)
+		_, err = b.DeletePool(ctx, id, "", false, false)
+		require.NoError(t, err)
+	}
+}
+
+// TestPoolChangesSeeOtherReplicasAllocations: a pool that holds an
+// allocation made through another replica is neither deleted nor stripped
+// of the CIDR that holds it without force, however soon the change
+// follows the allocation.
+func TestPoolChangesSeeOtherReplicasAllocations(t *testing.T) {
+	ctx := context.Background()
+	a, b := pairWithPool(t, "10.0.0.0/24")
+	for i := range 30 {
+		id := fmt.Sprint("q", i)
+		held, other := fmt.Sprintf("10.1.%d.0/29", i), fmt.Sprintf("10.2.%d.0/29", i)
+		_, err := b.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{held}})
+		require.NoError(t, err)
+		require.NoError(t, a.Sync(ctx))
+		x, _, err := a.Allocate(ctx, allocation.Request{Pool: id, Owner: owner("x")})
+		require.NoError(t, err)
+
+		update := func() {
+			_, _, err := b.UpdatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{other}}, allocation.UpdateMask{CIDRs: true}, "", false)
+			require.ErrorIs(t, err, allocation.ErrCIDRInUse, "round %d", i)
+		}
+		del := func() {
+			_, err := b.DeletePool(ctx, id, "", false, false)
+			require.ErrorIs(t, err, allocation.ErrPoolNotEmpty, "round %d", i)
+		}
+		// Whichever comes first meets a replica that may not have
+		// applied the allocation yet.
+		if i%2 == 0 {
+			update()
+			del()
+		} else {
+			del()
+			update()
+		}
+
+		require.NoError(t, a.Sync(ctx))
+		got, err := a.GetAllocation(id, x.Address)
+		require.NoError(t, err, "round %d: the allocation is still there", i)
+		require.Equal(t, x.Revision, got.Revision)
+	}
+}

@@ -185,6 +185,12 @@ func (s *Service) overlapping(self string, cidrs []string, allow bool) (string, 
 
 // CreatePool creates a pool.
 func (s *Service) CreatePool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
+	var v PoolView
+	err := s.fresh(ctx, func() (err error) { v, err = s.createPool(ctx, id, spec); return err })
+	return v, err
+}
+
+func (s *Service) createPool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
 	if err := ValidatePoolID("pool_id", id); err != nil {
 		return PoolView{}, err
 	}
@@ -298,6 +304,22 @@ type UpdateMask struct {
 // UpdatePool changes a pool. Removing a CIDR that holds allocations needs
 // force; the allocations left outside are returned.
 func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
+	// Whether a CIDR still holds allocations is decided here, and the
+	// store cannot check it: decide on every allocation acknowledged so
+	// far, by any replica. (One committed concurrently with the update is
+	// left outside the pool's CIDRs, where repair reports it.)
+	if err := s.Sync(ctx); err != nil {
+		return PoolView{}, nil, err
+	}
+	var (
+		v       PoolView
+		outside []store.Allocation
+	)
+	err := s.fresh(ctx, func() (err error) { v, outside, err = s.updatePool(ctx, id, spec, mask, etag, force); return err })
+	return v, outside, err
+}
+
+func (s *Service) updatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
 	ps, err := s.pool(id)
 	if err != nil {
 		return PoolView{}, nil, err
@@ -378,11 +400,17 @@ func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask
 
 // DeletePool deletes a pool; with force its allocations go with it.
 func (s *Service) DeletePool(ctx context.Context, id, etag string, force, allowMissing bool) (int, error) {
+	var n int
+	err := s.fresh(ctx, func() (err error) { n, err = s.deletePool(ctx, id, etag, force); return err })
+	if allowMissing && errors.Is(err, ErrPoolNotFound) {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (s *Service) deletePool(ctx context.Context, id, etag string, force bool) (int, error) {
 	ps, err := s.pool(id)
 	if err != nil {
-		if allowMissing && errors.Is(err, ErrPoolNotFound) {
-			return 0, nil
-		}
 		return 0, err
 	}
 	s.mu.Lock()
@@ -396,10 +424,13 @@ func (s *Service) DeletePool(ctx context.Context, id, etag string, force, allowM
 	if n > 0 && !force {
 		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
 	}
-	_, err = s.commit(ctx, store.Txn{
-		Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}},
-		Ops:   []store.Op{{Kind: store.OpDeletePool, PoolID: id}},
-	})
+	conds := []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}}
+	if !force {
+		// This replica may not have applied an allocation that another
+		// one has just made: the store checks too.
+		conds = append(conds, store.Cond{Kind: store.CondPoolEmpty, Pool: id})
+	}
+	_, err = s.commit(ctx, store.Txn{Conds: conds, Ops: []store.Op{{Kind: store.OpDeletePool, PoolID: id}}})
 	if errors.Is(err, store.ErrConflict) {
 		return 0, fmt.Errorf("delete pool %s: %w", id, ErrEtagMismatch)
 	}

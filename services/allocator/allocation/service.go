@@ -225,16 +225,16 @@ func (s *Service) Allocate(ctx context.Context, req Request) (store.Allocation, 
 			return got[0], false, nil
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		a, created, err := s.allocateOnce(ctx, req)
-		if errors.Is(err, ErrConflict) && attempt < s.conflictRetries() {
-			if err := s.backoff(ctx, attempt); err != nil {
-				return store.Allocation{}, false, err
-			}
-			continue
-		}
-		return a, created, err
-	}
+	var (
+		a       store.Allocation
+		created bool
+	)
+	err := s.fresh(ctx, func() error {
+		var err error
+		a, created, err = retry(ctx, s, func() (store.Allocation, bool, error) { return s.allocateOnce(ctx, req) })
+		return err
+	})
+	return a, created, err
 }
 
 func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocation, bool, error) {
@@ -475,16 +475,16 @@ func (s *Service) BatchAllocate(ctx context.Context, reqs []Request, requestID s
 			return got, err
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		out, err := s.batchOnce(ctx, reqs, requestID)
-		if errors.Is(err, ErrConflict) && attempt < s.conflictRetries() {
-			if err := s.backoff(ctx, attempt); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		return out, err
-	}
+	var out []store.Allocation
+	err := s.fresh(ctx, func() error {
+		var err error
+		out, _, err = retry(ctx, s, func() ([]store.Allocation, bool, error) {
+			out, err := s.batchOnce(ctx, reqs, requestID)
+			return out, false, err
+		})
+		return err
+	})
+	return out, err
 }
 
 func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID string) ([]store.Allocation, error) {
@@ -636,34 +636,28 @@ type ReleaseRequest struct {
 // Release frees an allocation if its guards hold. It returns the released
 // allocation, or ok=false when there was none and AllowMissing is set.
 func (s *Service) Release(ctx context.Context, req ReleaseRequest) (store.Allocation, bool, error) {
-	ps, err := s.pool(req.Pool)
-	if err != nil {
-		if req.AllowMissing && errors.Is(err, ErrPoolNotFound) {
-			return store.Allocation{}, false, nil
+	var rec store.Allocation
+	err := s.fresh(ctx, func() error {
+		ps, err := s.pool(req.Pool)
+		if err != nil {
+			return err
 		}
-		return store.Allocation{}, false, err
-	}
-	caughtUp := false
-	for {
-		rec, ok, err := s.releaseOnce(ctx, ps, req)
-		if errors.Is(err, ErrConflict) {
-			continue // a concurrent release of the same address finished
-		}
-		if !ok && !caughtUp && (err == nil || errors.Is(err, ErrAllocationNotFound)) && s.follow {
-			// Not here: maybe allocated through another replica a moment
-			// ago. Look again once this replica has applied every commit
-			// the store had, so "not found" is never a stale answer.
-			caughtUp = true
-			if err := s.Sync(ctx); err != nil {
-				return store.Allocation{}, false, err
+		for {
+			rec, err = s.releaseOnce(ctx, ps, req)
+			if !errors.Is(err, ErrConflict) {
+				return err
 			}
-			continue
+			// A concurrent release of the same address finished: look
+			// again.
 		}
-		return rec, ok, err
+	})
+	if req.AllowMissing && (errors.Is(err, ErrPoolNotFound) || errors.Is(err, ErrAllocationNotFound)) {
+		return store.Allocation{}, false, nil
 	}
+	return rec, err == nil, err
 }
 
-func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseRequest) (store.Allocation, bool, error) {
+func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseRequest) (store.Allocation, error) {
 	now := s.now()
 	ps.mu.Lock()
 	var a *store.Allocation
@@ -674,25 +668,22 @@ func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseReq
 	}
 	if a == nil {
 		ps.mu.Unlock()
-		if req.AllowMissing {
-			return store.Allocation{}, false, nil
-		}
-		return store.Allocation{}, false, fmt.Errorf("release in pool %s: %w", req.Pool, ErrAllocationNotFound)
+		return store.Allocation{}, fmt.Errorf("release in pool %s: %w", req.Pool, ErrAllocationNotFound)
 	}
 	if ch, busy := ps.releasing[a.Address]; busy {
 		ps.mu.Unlock()
 		if err := wait(ctx, ch); err != nil {
-			return store.Allocation{}, false, err
+			return store.Allocation{}, err
 		}
-		return store.Allocation{}, false, ErrConflict
+		return store.Allocation{}, ErrConflict
 	}
 	if req.Etag != "" && req.Etag != Etag(a.Revision) {
 		ps.mu.Unlock()
-		return store.Allocation{}, false, fmt.Errorf("release %s: etag is %s, not %s: %w", a.Address, Etag(a.Revision), req.Etag, ErrEtagMismatch)
+		return store.Allocation{}, fmt.Errorf("release %s: etag is %s, not %s: %w", a.Address, Etag(a.Revision), req.Etag, ErrEtagMismatch)
 	}
 	if req.OwnerUID != "" && req.OwnerUID != a.Owner.UID {
 		ps.mu.Unlock()
-		return store.Allocation{}, false, fmt.Errorf("release %s: held by uid %q, not %q: %w", a.Address, a.Owner.UID, req.OwnerUID, ErrOwnerMismatch)
+		return store.Allocation{}, fmt.Errorf("release %s: held by uid %q, not %q: %w", a.Address, a.Owner.UID, req.OwnerUID, ErrOwnerMismatch)
 	}
 	rec := *a
 	txn := store.Txn{
@@ -724,11 +715,11 @@ func (s *Service) releaseOnce(ctx context.Context, ps *poolState, req ReleaseReq
 	close(ch)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return store.Allocation{}, false, fmt.Errorf("release %s: changed concurrently: %w", rec.Address, ErrEtagMismatch)
+			return store.Allocation{}, fmt.Errorf("release %s: changed concurrently: %w", rec.Address, ErrEtagMismatch)
 		}
-		return store.Allocation{}, false, fmt.Errorf("release %s: %w", rec.Address, err)
+		return store.Allocation{}, fmt.Errorf("release %s: %w", rec.Address, err)
 	}
-	return rec, true, nil
+	return rec, nil
 }
 
 // commit commits txn to the store, counting the commits that lose their
@@ -770,6 +761,55 @@ func (s *Service) Counters() Counters {
 		Rebuilds:      s.rebuilds.Load(),
 		Revision:      s.followed.load(),
 	}
+}
+
+// retry runs once, and again after a backoff while it loses its
+// transaction (ErrConflict), up to conflictRetries times.
+func retry[T any](ctx context.Context, s *Service, once func() (T, bool, error)) (T, bool, error) {
+	for attempt := 0; ; attempt++ {
+		v, ok, err := once()
+		if errors.Is(err, ErrConflict) && attempt < s.conflictRetries() {
+			if err := s.backoff(ctx, attempt); err != nil {
+				return v, false, err
+			}
+			continue
+		}
+		return v, ok, err
+	}
+}
+
+// fresh runs op and, when the Service follows a shared store and op
+// failed in a way that a state behind the store explains (a pool,
+// allocation or free address that another replica has just created,
+// changed or released), runs it once more after Sync. A replica thus
+// refuses a request only on a state as fresh as the store, as it answers
+// reads.
+func (s *Service) fresh(ctx context.Context, op func() error) error {
+	err := op()
+	if err == nil || !s.follow || !staleable(err) {
+		return err
+	}
+	if serr := s.Sync(ctx); serr != nil {
+		return serr
+	}
+	return op()
+}
+
+// staleErrors are the refusals that may come from a state behind the
+// store.
+var staleErrors = []error{
+	ErrPoolNotFound, ErrPoolExists, ErrPoolOverlap, ErrPoolNotEmpty, ErrCIDRInUse,
+	ErrAllocationNotFound, ErrEtagMismatch, ErrOwnerMismatch, ErrConflict,
+	ipam.ErrInUse, ipam.ErrExhausted, ipam.ErrInReuseDelay,
+}
+
+func staleable(err error) bool {
+	for _, e := range staleErrors {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // conflictRetries is how often Allocate tries again after losing its

@@ -123,6 +123,9 @@ const (
 	// CondRequestAbsent holds when no request with id RequestID is
 	// recorded.
 	CondRequestAbsent
+	// CondPoolEmpty holds when Pool holds no allocation (whether or not
+	// the pool exists).
+	CondPoolEmpty
 )
 
 // Cond is one condition of a transaction.
@@ -277,7 +280,7 @@ func (t Txn) Validate() error {
 
 func (c Cond) validate() error {
 	switch c.Kind {
-	case CondPoolAbsent, CondPoolRevision:
+	case CondPoolAbsent, CondPoolRevision, CondPoolEmpty:
 		return validID("pool", c.Pool)
 	case CondAllocationAbsent, CondAllocationRevision:
 		if err := validID("pool", c.Pool); err != nil {

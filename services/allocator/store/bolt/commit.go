@@ -238,6 +238,10 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 		return err == nil && a.Revision == c.Revision, err
 	case store.CondOwnerAbsent:
 		return w.ownerAbsent(c.Pool, c.OwnerKey)
+	case store.CondPoolEmpty:
+		prefix := poolPrefix(c.Pool)
+		k, _ := w.allocs.Cursor().Seek(prefix)
+		return !bytes.HasPrefix(k, prefix), nil
 	case store.CondRequestAbsent:
 		return w.requests.Get([]byte(c.RequestID)) == nil, nil
 	}

@@ -120,8 +120,10 @@ type planner struct {
 	wiped map[string]bool // pools deleted earlier in the txn
 	plan  plan
 	// comparedRanges and writtenRanges are the owner index ranges the txn
-	// compares or writes into, for touched.
+	// compares or writes into, for touched; comparesPool is set when it
+	// compares a pool's whole allocation range.
 	comparedRanges, writtenRanges []string
+	comparesPool                  bool
 }
 
 func newPlanner(k keys, read func(string) *store.Allocation) *planner {
@@ -184,6 +186,9 @@ func (pl *planner) compares(conds []store.Cond) (cmps []clientv3.Cmp, ok bool) {
 			pl.comparedRanges = append(pl.comparedRanges, pl.k.ownerPrefix(c.Pool, c.OwnerKey))
 		case store.CondRequestAbsent:
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.request(c.RequestID)), "=", 0))
+		case store.CondPoolEmpty:
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.poolAllocs(c.Pool)), "=", 0).WithPrefix())
+			pl.comparesPool = true
 		}
 	}
 	return cmps, true
@@ -263,8 +268,12 @@ func (pl *planner) ops(slot int) []*pb.RequestOp {
 
 // touched lists the keys the txn compares (reads) and writes, an owner
 // index range counting as one key, for combining commits; ok=false when
-// it deletes a key range, which the lists cannot describe.
+// it deletes a key range or compares a pool's allocation range, which the
+// lists cannot describe.
 func (pl *planner) touched(cmps []clientv3.Cmp) (reads, writes []string, ok bool) {
+	if pl.comparesPool {
+		return nil, nil, false
+	}
 	reads = make([]string, 0, len(pl.comparedRanges)+len(cmps))
 	writes = make([]string, 0, len(pl.writtenRanges)+len(pl.plan.writes))
 	reads = append(reads, pl.comparedRanges...)

@@ -165,6 +165,8 @@ func (s *Store) holds(c store.Cond) bool {
 		return ok && a.Revision == c.Revision
 	case store.CondOwnerAbsent:
 		return ps == nil || len(ps.owners[c.OwnerKey]) == 0
+	case store.CondPoolEmpty:
+		return ps == nil || len(ps.allocs) == 0
 	case store.CondRequestAbsent:
 		_, ok := s.requests[c.RequestID]
 		return !ok

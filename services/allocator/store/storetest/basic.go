@@ -88,6 +88,9 @@ func testConditions(t *testing.T, s store.Store) {
 		{"owner absent: other pool", ownerAbsent("q", a.Owner), true},
 		{"request absent: recorded", store.Cond{Kind: store.CondRequestAbsent, RequestID: "req-1"}, false},
 		{"request absent: unknown", store.Cond{Kind: store.CondRequestAbsent, RequestID: "req-2"}, true},
+		{"pool empty: holds an allocation", store.Cond{Kind: store.CondPoolEmpty, Pool: "p"}, false},
+		{"pool empty: missing pool", store.Cond{Kind: store.CondPoolEmpty, Pool: "q"}, true},
+		{"pool empty: prefix of a pool that holds one", store.Cond{Kind: store.CondPoolEmpty, Pool: "pp"}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -173,7 +173,7 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 	slices.Sort(revs)
 
 	var (
-		got    []int64
+		got    = []int64{} // not nil: the watch may end before its first event
 		endErr error
 	)
 	timeout := time.After(eventWait)
