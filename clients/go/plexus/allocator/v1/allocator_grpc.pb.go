@@ -45,8 +45,13 @@ const (
 // POOL_NOT_EMPTY, CIDR_IN_USE, ADDRESS_IN_USE, ADDRESS_OUT_OF_RANGE,
 // ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, INVALID_ADDRESS,
 // ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH, REVISION_TOO_OLD,
-// REQUEST_ID_REUSED. Bad input also carries google.rpc.BadRequest field
-// violations.
+// REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE, REPLICA_BEHIND.
+// Bad input also carries google.rpc.BadRequest field violations.
+//
+// Replicas on one etcd store answer alike: a read, or a refusal, comes from
+// a state that holds every change acknowledged before the call, by any
+// replica. A replica that cannot ensure that answers UNAVAILABLE
+// (STORE_UNAVAILABLE, REPLICA_BEHIND), and the call may go to another.
 type AllocatorServiceClient interface {
 	// CreatePool creates a pool of one address family. Pools of one allocator
 	// may not overlap unless the pool allows it (POOL_OVERLAP).
@@ -228,8 +233,13 @@ type AllocatorService_WatchAllocationsClient = grpc.ServerStreamingClient[WatchA
 // POOL_NOT_EMPTY, CIDR_IN_USE, ADDRESS_IN_USE, ADDRESS_OUT_OF_RANGE,
 // ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, INVALID_ADDRESS,
 // ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH, REVISION_TOO_OLD,
-// REQUEST_ID_REUSED. Bad input also carries google.rpc.BadRequest field
-// violations.
+// REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE, REPLICA_BEHIND.
+// Bad input also carries google.rpc.BadRequest field violations.
+//
+// Replicas on one etcd store answer alike: a read, or a refusal, comes from
+// a state that holds every change acknowledged before the call, by any
+// replica. A replica that cannot ensure that answers UNAVAILABLE
+// (STORE_UNAVAILABLE, REPLICA_BEHIND), and the call may go to another.
 type AllocatorServiceServer interface {
 	// CreatePool creates a pool of one address family. Pools of one allocator
 	// may not overlap unless the pool allows it (POOL_OVERLAP).
