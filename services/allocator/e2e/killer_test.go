@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/dial"
@@ -92,8 +94,10 @@ func (h *history) releasing(owner string) {
 // same request_id until it is answered. No address is ever held by two
 // owners, no retry gets a second address, no acknowledged allocation is
 // lost, in the end the replicas agree with each other and with what the
-// clients were told, and the recorded allocate/release history is
-// linearizable (porcupine, with the model in linearizable_test.go).
+// clients were told, and the recorded history of allocations, releases
+// and reads (a quarter of the allocations and releases is read back
+// through another replica) is linearizable (porcupine, with the model in
+// linearizable_test.go).
 func TestReplicasSurviveKills(t *testing.T) {
 	const (
 		replicas = 3
@@ -137,6 +141,24 @@ func TestReplicasSurviveKills(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// read asks a replica other than the one the client tried first who
+	// holds addr, and records the answer.
+	read := func(c int, addr string) {
+		var holder string
+		start := lin.now()
+		call(c+1, func(cl allocatorv1.AllocatorServiceClient) error {
+			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+			defer ccancel()
+			resp, err := cl.GetAllocation(cctx, &allocatorv1.GetAllocationRequest{Name: "pools/p/allocations/" + addr})
+			if status.Code(err) == codes.NotFound {
+				holder = ""
+				return nil
+			}
+			holder = resp.GetAllocation().GetOwner().GetName()
+			return err
+		})
+		lin.add(c, linOp{get: true, owner: holder, addr: addr}, start)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := range clients {
@@ -162,6 +184,9 @@ func TestReplicasSurviveKills(t *testing.T) {
 						return err
 					})
 					lin.add(c, linOp{release: true, owner: r.owner, addr: r.addr}, start)
+					if rng.IntN(4) == 0 {
+						read(c, r.addr)
+					}
 					continue
 				}
 				owner := fmt.Sprintf("c%d-%d", c, n)
@@ -184,6 +209,9 @@ func TestReplicasSurviveKills(t *testing.T) {
 				lin.add(c, linOp{owner: owner, addr: addr}, start)
 				h.allocated(t, owner, addr)
 				held = append(held, holding{owner, addr})
+				if rng.IntN(4) == 0 {
+					read(c, addr)
+				}
 			}
 		})
 	}

@@ -20,6 +20,8 @@ import (
 //     addr is then held by owner.
 //   - Release(owner) of the address it holds frees it; releasing an owner
 //     that holds nothing is allowed (allow_missing) and changes nothing.
+//   - Get(addr) → owner returns the address's holder ("" when it is free)
+//     and changes nothing.
 //
 // Addresses are independent of each other, so the history is partitioned by
 // address and each partition's state is just its holder. (The coupling
@@ -28,9 +30,11 @@ import (
 
 // linOp is one operation of the recorded history.
 type linOp struct {
-	release bool
-	owner   string
-	addr    string // returned by Allocate; the address released by Release
+	release, get bool
+	// owner is the allocating or releasing owner; for a Get, the holder
+	// it returned ("" for none).
+	owner string
+	addr  string // returned by Allocate; released by Release; read by Get
 }
 
 var allocatorModel = porcupine.Model{
@@ -53,6 +57,9 @@ var allocatorModel = porcupine.Model{
 	Init: func() any { return "" }, // holder of the partition's address
 	Step: func(state, input, _ any) (bool, any) {
 		holder, op := state.(string), input.(linOp)
+		if op.get {
+			return holder == op.owner, holder
+		}
 		if op.release {
 			if holder == op.owner {
 				return true, ""
@@ -63,7 +70,12 @@ var allocatorModel = porcupine.Model{
 	},
 	DescribeOperation: func(input, _ any) string {
 		op := input.(linOp)
-		if op.release {
+		switch {
+		case op.get && op.owner == "":
+			return fmt.Sprintf("get(%s) → free", op.addr)
+		case op.get:
+			return fmt.Sprintf("get(%s) → %s", op.addr, op.owner)
+		case op.release:
 			return fmt.Sprintf("release(%s) %s", op.owner, op.addr)
 		}
 		return fmt.Sprintf("allocate(%s) → %s", op.owner, op.addr)
@@ -116,7 +128,7 @@ func (h *linHistory) check(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, porcupine.Ok, res, "the allocate/release history of %d operations is linearizable", len(ops))
+	require.Equal(t, porcupine.Ok, res, "the allocate/release/get history of %d operations is linearizable", len(ops))
 	t.Logf("linearizability: %d operations checked: %s", len(ops), res)
 }
 
@@ -125,6 +137,9 @@ func (h *linHistory) check(t *testing.T) {
 func TestLinearizabilityModel(t *testing.T) {
 	op := func(client int, release bool, owner, addr string, call, ret int64) porcupine.Operation {
 		return porcupine.Operation{ClientId: client, Input: linOp{release: release, owner: owner, addr: addr}, Call: call, Return: ret}
+	}
+	get := func(client int, addr, holder string, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Input: linOp{get: true, owner: holder, addr: addr}, Call: call, Return: ret}
 	}
 	for _, tc := range []struct {
 		name string
@@ -148,6 +163,18 @@ func TestLinearizabilityModel(t *testing.T) {
 		}},
 		{"different addresses do not interfere", true, []porcupine.Operation{
 			op(0, false, "a", "10.0.0.1", 0, 3), op(1, false, "b", "10.0.0.2", 1, 2),
+		}},
+		{"a read after the allocation sees it", true, []porcupine.Operation{
+			op(0, false, "a", "10.0.0.1", 0, 1), get(1, "10.0.0.1", "a", 2, 3),
+		}},
+		{"a read after the allocation misses it", false, []porcupine.Operation{
+			op(0, false, "a", "10.0.0.1", 0, 1), get(1, "10.0.0.1", "", 2, 3),
+		}},
+		{"a read after the release still sees the holder", false, []porcupine.Operation{
+			op(0, false, "a", "10.0.0.1", 0, 1), op(0, true, "a", "10.0.0.1", 2, 3), get(1, "10.0.0.1", "a", 4, 5),
+		}},
+		{"a read concurrent with the release may see either", true, []porcupine.Operation{
+			op(0, false, "a", "10.0.0.1", 0, 1), op(0, true, "a", "10.0.0.1", 2, 5), get(1, "10.0.0.1", "a", 3, 4), get(2, "10.0.0.1", "", 3, 4),
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
