@@ -37,6 +37,9 @@ import (
 const (
 	modeAllocate        = "allocate"
 	modeAllocateRelease = "allocate-release"
+	// modeAllocateGet reads each allocation back through the next
+	// connection (another replica when --addr lists several).
+	modeAllocateGet = "allocate-get"
 	modeBatch           = "batch"
 	// modeIPAddress is the peer: the Kubernetes-native way of claiming
 	// an address, one networking.k8s.io/v1 IPAddress object per
@@ -71,7 +74,7 @@ func (c *loadConfig) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.warmup, "warmup", 0, "run this long before measuring")
 	fs.StringVar(&c.pool, "pool", "load", "pool to allocate from; created with --cidr when missing")
 	fs.StringVar(&c.cidr, "cidr", "10.0.0.0/8", "CIDR of the pool when it has to be created")
-	fs.StringVar(&c.mode, "mode", modeAllocate, "allocate (fresh owners), allocate-release (allocate, then release it guarded by etag), batch (BatchAllocate of --batch-size fresh owners) "+
+	fs.StringVar(&c.mode, "mode", modeAllocate, "allocate (fresh owners), allocate-release (allocate, then release it guarded by etag), allocate-get (allocate, then read it back through the next connection: another replica when --addr lists several), batch (BatchAllocate of --batch-size fresh owners) "+
 		"or ipaddress (the Kubernetes way, for comparison: create one IPAddress object per allocation on the kube-apiserver of --kubeconfig)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster of the ipaddress mode")
 	fs.IntVar(&c.batchSize, "batch-size", 1000, "addresses per BatchAllocate in batch mode")
@@ -94,13 +97,13 @@ func (c *loadConfig) validate() error {
 		errs = append(errs, errors.New("--duration must be positive"))
 	}
 	switch c.mode {
-	case modeAllocate, modeAllocateRelease, modeBatch:
+	case modeAllocate, modeAllocateRelease, modeAllocateGet, modeBatch:
 	case modeIPAddress:
 		if c.kubeconfig == "" {
 			errs = append(errs, errors.New("--mode ipaddress needs --kubeconfig"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--mode %q: want allocate, allocate-release, batch or ipaddress", c.mode))
+		errs = append(errs, fmt.Errorf("--mode %q: want allocate, allocate-release, allocate-get, batch or ipaddress", c.mode))
 	}
 	if c.mode == modeBatch && c.batchSize <= 0 {
 		errs = append(errs, errors.New("--batch-size must be positive"))
@@ -252,6 +255,7 @@ func load(ctx context.Context, cfg loadConfig, t target) (*report, error) {
 		}
 		if t.kube == nil {
 			c.client = allocatorv1.NewAllocatorServiceClient(t.conns[i%len(t.conns)])
+			c.reader = allocatorv1.NewAllocatorServiceClient(t.conns[(i+1)%len(t.conns)])
 		}
 		wg.Add(1)
 		go func() {
@@ -307,6 +311,8 @@ func ensurePool(ctx context.Context, c allocatorv1.AllocatorServiceClient, cfg l
 type loadClient struct {
 	cfg    loadConfig
 	client allocatorv1.AllocatorServiceClient
+	// reader is the client of the next connection (allocate-get).
+	reader allocatorv1.AllocatorServiceClient
 	rec    *recorder
 	prefix string
 	kube   kubernetes.Interface
@@ -337,7 +343,7 @@ func (c *loadClient) step(ctx context.Context, n int, record bool) {
 	}
 	pool := "pools/" + c.cfg.pool
 	switch c.cfg.mode {
-	case modeAllocate, modeAllocateRelease:
+	case modeAllocate, modeAllocateRelease, modeAllocateGet:
 		var a *allocatorv1.Allocation
 		ok := call("Allocate", func(ctx context.Context) error {
 			resp, err := c.client.Allocate(ctx, &allocatorv1.AllocateRequest{Pool: pool, Owner: c.owner(n, 0)})
@@ -350,9 +356,18 @@ func (c *loadClient) step(ctx context.Context, n int, record bool) {
 		if record {
 			c.rec.addresses++
 		}
-		if c.cfg.mode == modeAllocateRelease {
+		switch c.cfg.mode {
+		case modeAllocateRelease:
 			call("Release", func(ctx context.Context) error {
 				_, err := c.client.Release(ctx, &allocatorv1.ReleaseRequest{Name: a.GetName(), Etag: a.GetEtag(), OwnerUid: a.GetOwner().GetUid()})
+				return err
+			})
+		case modeAllocateGet:
+			call("GetAllocation", func(ctx context.Context) error {
+				resp, err := c.reader.GetAllocation(ctx, &allocatorv1.GetAllocationRequest{Name: a.GetName()})
+				if err == nil && resp.GetAllocation().GetEtag() != a.GetEtag() {
+					err = fmt.Errorf("read %s back at etag %s, allocated at %s", a.GetName(), resp.GetAllocation().GetEtag(), a.GetEtag())
+				}
 				return err
 			})
 		}

@@ -70,6 +70,15 @@ func TestLoadModes(t *testing.T) {
 	require.Equal(t, 100, rep.Ops[1].Calls)
 	require.Empty(t, rep.Ops[0].Errors)
 
+	// allocate-get reads every allocation back through the other
+	// connection, at the etag it was allocated at.
+	rep = loadJSON(t, "--addr", addr, "--clients=4", "--conns=2", "--requests=100", "--mode=allocate-get", "--pool=a")
+	require.Len(t, rep.Ops, 2)
+	require.Equal(t, "Allocate", rep.Ops[0].Method)
+	require.Equal(t, "GetAllocation", rep.Ops[1].Method)
+	require.Equal(t, 100, rep.Ops[1].Calls)
+	require.Empty(t, rep.Ops[1].Errors)
+
 	rep = loadJSON(t, "--addr", addr, "--clients=2", "--requests=6", "--mode=batch", "--batch-size=50", "--pool=a")
 	require.Len(t, rep.Ops, 1)
 	require.Equal(t, "BatchAllocate", rep.Ops[0].Method)
