@@ -137,6 +137,13 @@ func (e *Elector) Valid() error {
 	if le == nil {
 		return nil // no election: the only replica
 	}
+	// A leader that wakes from a pause finds another holder when it next
+	// tries to renew; its term ends only when the renew deadline runs out.
+	// Check says nothing meanwhile (it passes on any replica that is not
+	// the holder), so that case is refused here.
+	if !le.IsLeader() {
+		return fmt.Errorf("%w: the lease is held by %s", ErrNotLeading, le.GetLeader())
+	}
 	// Check fails once the lease was last renewed more than
 	// LeaseDuration+tolerance ago; a negative tolerance moves that to
 	// the renew deadline, past which a healthy leader steps down.

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -9,6 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/plexusnet/plexus/internal/kubetest"
 )
 
 func TestConfigFlagsAndValidate(t *testing.T) {
@@ -79,4 +86,58 @@ func TestValidWithoutElection(t *testing.T) {
 	require.NoError(t, e.Valid(), "the only replica leads while its term lasts")
 	end()
 	require.ErrorIs(t, e.Valid(), ErrNotLeading)
+}
+
+// TestDeposedLeaderStopsWriting: a leader that finds, when it next renews,
+// that another replica has taken its Lease over (as after a long pause)
+// refuses writes at once, although its term only ends when the renew
+// deadline runs out.
+func TestDeposedLeaderStopsWriting(t *testing.T) {
+	cluster := kubetest.StartAPIServer(t, kubetest.StartEtcd(t))
+	client := cluster.Clientset
+	e, err := NewElector("old", "plexus_deposed_test_leader", "help", prometheus.NewRegistry())
+	require.NoError(t, err)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: "default", Name: "deposed"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "old"},
+	}
+	// A long renew deadline: without the check the old leader would keep
+	// writing for all of it.
+	cfg := Config{LeaderElect: true, LeaseDuration: 6 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: 100 * time.Millisecond,
+		LeaseNamespace: "default", LeaseName: "deposed"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	terms := make(chan context.Context, 1)
+	go e.Run(ctx, lock, cfg, func(term context.Context) {
+		e.Start(term)
+		terms <- term
+		<-term.Done()
+	}, slog.New(slog.DiscardHandler))
+	var term context.Context
+	select {
+	case term = <-terms:
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "never led")
+	}
+	require.NoError(t, e.Valid())
+
+	// Another replica holds the Lease now, renewed a moment ago.
+	// (The old leader keeps renewing meanwhile: retry on its updates.)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := client.CoordinationV1().Leases("default").Get(ctx, "deposed", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity = ptr.To("new")
+		lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+		_, err = client.CoordinationV1().Leases("default").Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	}))
+
+	require.Eventually(t, func() bool { return e.Valid() != nil }, 2*time.Second, 10*time.Millisecond,
+		"writes refused once the old leader has seen the new holder")
+	require.ErrorIs(t, e.Valid(), ErrNotLeading)
+	require.NoError(t, term.Err(), "refused well before the renew deadline ends the term")
 }
