@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -475,6 +476,42 @@ func TestSlices(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"orphan@u1/7", "fails@u2/8"}, deleted)
 	require.Len(t, rec.Events, 2, "an Event for each deletion (done or failed), none for the young slice")
+}
+
+// TestGuardStopsWrites: a pass whose guard fails after its decision (the
+// leader's lease is no longer fresh) sends no release and no slice
+// deletion; the leak and the slice are left for a later pass.
+func TestGuardStopsWrites(t *testing.T) {
+	alloc := repairtest.StartAllocator(t)
+	createPool(t, alloc, "p", "10.0.0.0/28")
+	view := repairtest.NewView()
+	a := allocate(t, alloc, "p", pod("gone", "uid-gone"), "")
+	view.SetSlices(decide.Slice{Namespace: "a", Name: "orphan", UID: "u1", ResourceVersion: "7", ManagedBy: decide.ImporterManagedBy,
+		ServiceName: "derived-x", CreateTime: time.Now().Add(-time.Hour)})
+	var stale atomic.Bool
+	r := newRunner(t, quickConfig(), alloc, view,
+		pass.WithGuard(func() error {
+			if stale.Load() {
+				return errors.New("lease not renewed within the renew deadline")
+			}
+			return nil
+		}),
+		pass.WithBeforeAct(func(context.Context, *decide.Output) { stale.Store(true) }))
+
+	res := run(t, r, false)
+	require.Zero(t, res.Report.GetReleased())
+	require.NotNil(t, get(t, alloc, a.GetName()), "the leak is still allocated")
+	require.Empty(t, view.Deleted(), "no slice deletion was sent")
+	leak := findingOf(res, repairv1.FindingKind_FINDING_KIND_LEAK, a.GetAddress())
+	require.NotNil(t, leak)
+	require.Equal(t, repairv1.Action_ACTION_RELEASE_FAILED, leak.GetAction(), leak.GetMessage())
+
+	// Fresh again: the next pass acts.
+	stale.Store(false)
+	r = newRunner(t, quickConfig(), alloc, view, pass.WithGuard(func() error { return nil }))
+	res = run(t, r, false)
+	require.EqualValues(t, 1, res.Report.GetReleased())
+	require.Len(t, view.Deleted(), 1)
 }
 
 // TestReportAndEvents checks the report's counts, the metrics, and the

@@ -86,6 +86,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // releases and deletions of every pass.
 func WithBeforeAct(h Hook) Option { return func(r *Runner) { r.beforeAct = h } }
 
+// WithGuard sets a check made before every release and slice deletion: a
+// write is not sent while it fails (a leader whose lease is no longer
+// fresh, see leader.Elector.Valid). The pass's context ending is checked
+// anyway.
+func WithGuard(g func() error) Option { return func(r *Runner) { r.guard = g } }
+
 // WithPageSize sets the page size of the allocator lists.
 func WithPageSize(n int32) Option { return func(r *Runner) { r.pageSize = n } }
 
@@ -125,6 +131,7 @@ type Runner struct {
 	tracer         trace.Tracer
 	metrics        *metrics
 	beforeAct      Hook
+	guard          func() error
 	pageSize       int32
 	releaseWorkers int
 
@@ -153,6 +160,7 @@ func New(cfg decide.Config, alloc Allocator, view View, opts ...Option) (*Runner
 		pageSize:       DefaultPageSize,
 		releaseWorkers: DefaultReleaseWorkers,
 		sem:            make(chan struct{}, 1),
+		guard:          func() error { return nil },
 	}
 	for _, o := range opts {
 		o(r)
@@ -458,9 +466,10 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 		})
 	}
 	for _, rel := range out.Releases {
-		// Once the context ends (leadership lost, shutdown) nothing more
-		// is started; ApplyReleaseResults marks the rest as failed.
-		if ctx.Err() != nil {
+		// Once the context ends or the guard fails (leadership lost,
+		// shutdown) nothing more is started; ApplyReleaseResults marks
+		// the rest as failed.
+		if r.mayWrite(ctx) != nil {
 			break
 		}
 		work <- rel
@@ -476,7 +485,7 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 		sliceErrs = make(map[decide.SliceRef]error, len(out.SliceDeletes))
 	}
 	for _, ref := range out.SliceDeletes {
-		err := ctx.Err()
+		err := r.mayWrite(ctx)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, callTimeout)
 			err = r.view.DeleteSlice(cctx, ref)
@@ -492,10 +501,21 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 	return sliceErrs
 }
 
+// mayWrite tells whether a write may be sent now.
+func (r *Runner) mayWrite(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.guard()
+}
+
 // releaseOne performs one guarded release. A refusal because the
 // allocation changed hands or is gone wraps decide.ErrChangedHands.
 func (r *Runner) releaseOne(ctx context.Context, rel decide.Release) error {
 	name := rel.Pool + "/allocations/" + rel.Address.String()
+	if err := r.mayWrite(ctx); err != nil {
+		return fmt.Errorf("release %s not sent: %w", name, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	_, err := r.alloc.Release(ctx, &allocatorv1.ReleaseRequest{Name: name, Etag: rel.Etag, OwnerUid: rel.OwnerUID})

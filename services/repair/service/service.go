@@ -130,17 +130,20 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events(metav1.NamespaceAll)})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "plexus-repair", Host: identity})
 
-	runner, err := pass.New(o.decideConfig(view.Scopes()), allocatorv1.NewAllocatorServiceClient(allocConn), view,
-		pass.WithLogger(rt.Logger.With("component", "pass")),
-		pass.WithRecorder(recorder),
-		pass.WithRegisterer(rt.Server.Registerer()),
-		pass.WithBeforeAct(o.beforeAct))
+	elector, err := leader.NewElector(identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registerer())
 	if err != nil {
 		broadcaster.Shutdown()
 		closeAll()
 		return nil, err
 	}
-	elector, err := leader.NewElector(identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registerer())
+	runner, err := pass.New(o.decideConfig(view.Scopes()), allocatorv1.NewAllocatorServiceClient(allocConn), view,
+		pass.WithLogger(rt.Logger.With("component", "pass")),
+		pass.WithRecorder(recorder),
+		pass.WithRegisterer(rt.Server.Registerer()),
+		pass.WithBeforeAct(o.beforeAct),
+		// The term's context ends only when a renew round has failed;
+		// a leader whose lease is no longer fresh stops writing first.
+		pass.WithGuard(elector.Valid))
 	if err != nil {
 		broadcaster.Shutdown()
 		closeAll()
