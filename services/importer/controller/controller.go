@@ -194,6 +194,9 @@ func (c *Controller) Run(term context.Context) error {
 	}
 	c.queue, c.termStart = q, time.Now()
 	c.mu.Unlock()
+	// Each term asks the allocator again (once per service: it answers
+	// an owner that holds its VIPs with those VIPs).
+	c.vips.reset()
 	defer func() {
 		c.mu.Lock()
 		c.queue, c.termStart = nil, time.Time{}

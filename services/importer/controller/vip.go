@@ -69,6 +69,15 @@ func (v *vipCache) peek(key exports.Key) []string {
 	return v.cache[key]
 }
 
+// reset forgets every service: the cache holds what this replica learnt
+// while it led, and another leader may since have removed an import whose
+// VIPs repair then released and the allocator handed to another service.
+func (v *vipCache) reset() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	clear(v.cache)
+}
+
 // forget drops a service that is no longer imported, so a later import
 // asks the allocator again (repair may have released the old VIPs).
 func (v *vipCache) forget(key exports.Key) {
