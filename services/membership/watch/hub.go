@@ -161,13 +161,10 @@ type entry[V any] struct {
 	trace    map[string]string
 }
 
-// record is one change in the history, with what the Service was before it,
-// so a resuming subscriber's filter can be applied to the state it last saw.
+// record is one change in the history.
 type record struct {
-	key          Key
-	rev          uint64
-	prevPresent  bool
-	prevExported bool
+	key Key
+	rev uint64
 }
 
 // New returns an empty Hub with a new epoch.
@@ -253,7 +250,7 @@ func (h *Hub[V]) Publish(c Change[V]) uint64 {
 		e.value = c.Value
 	}
 	h.last[c.Key] = e
-	h.remember(record{key: c.Key, rev: h.rev, prevPresent: prevPresent, prevExported: prevExported})
+	h.remember(record{key: c.Key, rev: h.rev})
 	for s := range h.subs {
 		if !s.offer(e, prevPresent, prevExported, now) {
 			delete(h.subs, s)
@@ -305,38 +302,37 @@ func (h *Hub[V]) Subscribe(f Filter, from Position) *Subscription[V] {
 
 // resume queues for s what it missed since from, and reports whether that
 // was possible. The caller holds h.mu.
+//
+// Every Service changed after from is sent as it is now: an Upsert when it
+// matches the filter, otherwise a Delete (unless the filter's namespace
+// rules it out). What the subscriber saw of it cannot be told from the
+// history: its queue coalesced changes and sent them in the order of their
+// latest revision, so an event it received may be newer than its position
+// (a Service changed at 2 and again at 5 went out after another changed at
+// 3). A Delete of a Service it does not have changes nothing for it.
 func (h *Hub[V]) resume(s *Subscription[V], from Position, now time.Time) bool {
 	if from.Revision == 0 || from.Epoch != h.opts.epoch || from.Revision > h.rev || from.Revision < h.floor {
 		return false
 	}
-	type seen struct {
-		present, exported bool
-	}
-	// The first record of a Service after the position tells what the
-	// subscriber last saw of it.
-	then := map[Key]seen{}
+	changed := map[Key]bool{}
 	n := len(h.ring)
 	for i := range h.count {
 		r := h.ring[(h.head+i)%n]
-		if r.rev <= from.Revision {
-			continue
-		}
-		if _, ok := then[r.key]; !ok {
-			then[r.key] = seen{present: r.prevPresent, exported: r.prevExported}
+		if r.rev > from.Revision {
+			changed[r.key] = true
 		}
 	}
-	if len(then) > h.opts.maxPending {
+	if len(changed) > h.opts.maxPending {
 		return false
 	}
-	latest := make([]*entry[V], 0, len(then))
-	for k := range then {
+	latest := make([]*entry[V], 0, len(changed))
+	for k := range changed {
 		latest = append(latest, h.last[k])
 	}
 	slices.SortFunc(latest, func(a, b *entry[V]) int { return cmp.Compare(a.rev, b.rev) })
 	s.resumed = true
 	for _, e := range latest {
-		was := then[e.key]
-		s.offer(e, was.present, was.exported, now)
+		s.offer(e, true, true, now)
 	}
 	return true
 }

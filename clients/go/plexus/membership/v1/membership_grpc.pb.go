@@ -73,9 +73,10 @@ type MembershipServiceClient interface {
 	// WatchServices streams endpoint sets: a snapshot (between SNAPSHOT_START
 	// and SNAPSHOT_END) followed by one event per changed Service. Events of a
 	// burst are coalesced: each carries the latest full set. A client that
-	// reconnects with its last revision and epoch gets only what it missed,
-	// or a fresh snapshot when that is no longer possible (server restarted,
-	// history too short). A consumer that falls hopelessly behind is
+	// reconnects with its last revision and epoch gets every Service changed
+	// since, as it is now (a DELETE may name a Service the client does not
+	// have), or a fresh snapshot when that is no longer possible (server
+	// restarted, history too short). A consumer that falls hopelessly behind is
 	// disconnected with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) and resumes.
 	WatchServices(ctx context.Context, in *WatchServicesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchServicesResponse], error)
 }
@@ -221,9 +222,10 @@ type MembershipServiceServer interface {
 	// WatchServices streams endpoint sets: a snapshot (between SNAPSHOT_START
 	// and SNAPSHOT_END) followed by one event per changed Service. Events of a
 	// burst are coalesced: each carries the latest full set. A client that
-	// reconnects with its last revision and epoch gets only what it missed,
-	// or a fresh snapshot when that is no longer possible (server restarted,
-	// history too short). A consumer that falls hopelessly behind is
+	// reconnects with its last revision and epoch gets every Service changed
+	// since, as it is now (a DELETE may name a Service the client does not
+	// have), or a fresh snapshot when that is no longer possible (server
+	// restarted, history too short). A consumer that falls hopelessly behind is
 	// disconnected with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) and resumes.
 	WatchServices(*WatchServicesRequest, grpc.ServerStreamingServer[WatchServicesResponse]) error
 	mustEmbedUnimplementedMembershipServiceServer()
