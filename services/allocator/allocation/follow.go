@@ -87,7 +87,10 @@ func (s *Service) apply(events <-chan store.Event, from int64) (int64, error) {
 }
 
 func (s *Service) applyEvent(ev store.Event) {
-	s.followed.advance(ev.Revision)
+	if ev.Last {
+		// Only once the whole commit is in: Sync's waiters read next.
+		defer s.followed.advance(ev.Revision)
+	}
 	switch ev.Type {
 	case store.EventPutPool:
 		s.applyPutPool(*ev.Pool)

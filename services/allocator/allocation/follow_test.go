@@ -416,3 +416,65 @@ func TestPoolChangesSeeOtherReplicasAllocations(t *testing.T) {
 		require.Equal(t, x.Revision, got.Revision)
 	}
 }
+
+// slowSecond delays every event after the first of its revision, so a
+// replica applies a commit of several allocations slowly.
+type slowSecond struct{ *etcd.Store }
+
+func (s slowSecond) Watch(ctx context.Context, from int64) (<-chan store.Event, error) {
+	in, err := s.Store.Watch(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan store.Event)
+	go func() {
+		defer close(out)
+		var last int64
+		for ev := range in {
+			if ev.Revision != 0 && ev.Revision == last {
+				time.Sleep(300 * time.Millisecond)
+			}
+			last = ev.Revision
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// TestWholeCommitsApplied: a replica has applied a revision only once it
+// has applied every allocation of its commit, so neither a read after
+// Sync nor a request_id retried there sees half of a batch.
+func TestWholeCommitsApplied(t *testing.T) {
+	ctx := context.Background()
+	rs, _ := replicasOf(t, 2, func(i int, st store.Store) store.Store {
+		if i == 1 {
+			return slowSecond{st.(*etcd.Store)}
+		}
+		return st
+	})
+	a, b := rs[0], rs[1]
+	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(ctx))
+	for i := range 3 {
+		reqs := []allocation.Request{{Pool: "p", Owner: owner(fmt.Sprint("x", i))}, {Pool: "p", Owner: owner(fmt.Sprint("y", i))}}
+		first, err := a.BatchAllocate(ctx, reqs, fmt.Sprint("batch-", i))
+		require.NoError(t, err)
+		if i%2 == 0 {
+			again, err := b.BatchAllocate(ctx, reqs, fmt.Sprint("batch-", i))
+			require.NoError(t, err, "batch %d retried on b", i)
+			require.Equal(t, first, again)
+			continue
+		}
+		require.NoError(t, b.Sync(ctx))
+		for _, want := range first {
+			got, err := b.GetAllocation("p", want.Address)
+			require.NoError(t, err, "batch %d read on b after Sync", i)
+			require.Equal(t, want.Revision, got.Revision)
+		}
+	}
+}

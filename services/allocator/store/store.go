@@ -219,6 +219,11 @@ type Event struct {
 	Pool       *Pool
 	Allocation *Allocation
 	Quarantine *Quarantine
+	// Last is set on the last event of its revision: a watcher that has
+	// applied it has applied the whole commit. (A commit whose changes
+	// make no event, such as one that only records a request, sends
+	// none.)
+	Last bool
 	// Err is set on the last event of a watch that ended for a reason
 	// other than its context: the store closed, the watcher fell too far
 	// behind, or history was compacted (ErrCompacted). Type is zero then.

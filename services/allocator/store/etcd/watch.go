@@ -191,9 +191,11 @@ func (w *watcher) send(e store.Event) bool {
 	}
 }
 
-// deliver converts and sends the events of one etcd response; false means
-// the watcher must stop.
+// deliver converts and sends the events of one etcd response (which holds
+// whole revisions: the watch does not ask etcd to fragment them); false
+// means the watcher must stop.
 func (w *watcher) deliver(evs []*clientv3.Event) bool {
+	out := make([]store.Event, 0, len(evs))
 	for _, ev := range evs {
 		if ev.Kv.ModRevision <= w.from {
 			continue
@@ -206,10 +208,13 @@ func (w *watcher) deliver(evs []*clientv3.Event) bool {
 			w.end(fmt.Errorf("watch at revision %d: %w", w.seen, err))
 			return false
 		}
-		if !ok {
-			continue
+		if ok {
+			out = append(out, e)
 		}
-		if !w.send(e) {
+	}
+	for i := range out {
+		out[i].Last = i == len(out)-1 || out[i+1].Revision != out[i].Revision
+		if !w.send(out[i]) {
 			return false
 		}
 	}

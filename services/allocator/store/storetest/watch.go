@@ -40,12 +40,24 @@ func history(t *testing.T, s store.Store) ([]int64, [][]string) {
 	}
 }
 
+// requireLastOfRevision checks that exactly the last event of each
+// revision in evs (whole revisions, in order) is marked Last.
+func requireLastOfRevision(t *testing.T, evs []store.Event) {
+	t.Helper()
+	for i, ev := range evs {
+		last := i == len(evs)-1 || evs[i+1].Revision != ev.Revision
+		require.Equal(t, last, ev.Last, "event %d (%s) of revision %d", i, describe(ev), ev.Revision)
+	}
+}
+
 func testWatchFromZero(t *testing.T, s store.Store) {
 	_, want := history(t, s)
 	ch, err := s.Watch(t.Context(), 0)
 	require.NoError(t, err)
 	all := slices.Concat(want...)
-	require.Equal(t, all, describeAll(receive(t, ch, len(all))))
+	got := receive(t, ch, len(all))
+	require.Equal(t, all, describeAll(got))
+	requireLastOfRevision(t, got)
 	requireQuiet(t, ch)
 
 	rev := commit(t, s, txn(putAlloc(newAlloc("p", "10.0.0.9", "web-9"))))
@@ -73,6 +85,7 @@ func testWatchFromRevision(t *testing.T, s store.Store) {
 	for _, c := range []<-chan store.Event{ch, current} {
 		evs := receive(t, c, 2)
 		require.Equal(t, []int64{rev, rev}, []int64{evs[0].Revision, evs[1].Revision})
+		require.Equal(t, []bool{false, true}, []bool{evs[0].Last, evs[1].Last}, "only the commit's last event is marked")
 		require.Equal(t, store.EventDeleteAllocation, evs[0].Type)
 		require.Equal(t, store.EventDeletePool, evs[1].Type)
 	}

@@ -71,7 +71,8 @@ func (l *Log) Append(events []store.Event) {
 		return
 	}
 	n := uint64(len(l.ring))
-	for _, ev := range events {
+	for i, ev := range events {
+		ev.Last = i == len(events)-1 || events[i+1].Revision != ev.Revision
 		if l.head-l.tail == n {
 			// Losing any event of a revision makes the whole revision
 			// unwatchable.
