@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/internal/kubetest"
@@ -477,4 +478,71 @@ func TestWholeCommitsApplied(t *testing.T) {
 			require.Equal(t, want.Revision, got.Revision)
 		}
 	}
+}
+
+// lateReturn holds one armed commit's answer back for a second after it
+// landed, as a slow network might.
+type lateReturn struct {
+	*etcd.Store
+	armed  atomic.Bool
+	landed chan struct{}
+}
+
+func (l *lateReturn) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	rev, err := l.Store.Commit(ctx, txn)
+	if l.armed.CompareAndSwap(true, false) {
+		close(l.landed)
+		time.Sleep(time.Second)
+	}
+	return rev, err
+}
+
+// TestLateCommitAnswerDoesNotResurrect: while a's commit answer is on its
+// way, a's follower applies that commit and a release of it made through
+// b. a must not put the allocation back: the address is free, and the
+// owner asking again gets a new one.
+func TestLateCommitAnswerDoesNotResurrect(t *testing.T) {
+	ctx := context.Background()
+	late := &lateReturn{landed: make(chan struct{})}
+	rs, stores := replicasOf(t, 2, func(i int, st store.Store) store.Store {
+		if i == 0 {
+			late.Store = st.(*etcd.Store)
+			return late
+		}
+		return st
+	})
+	a, b := rs[0], rs[1]
+	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(ctx))
+
+	late.armed.Store(true)
+	done := make(chan store.Allocation)
+	go func() {
+		x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+		assert.NoError(t, err)
+		done <- x
+	}()
+	<-late.landed
+	require.NoError(t, b.Sync(ctx))
+	list, _, err := b.ListAllocations("p", allocation.Filter{}, allocation.Cursor{}, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	addr := list[0].Address
+	_, _, err = b.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: addr})
+	require.NoError(t, err)
+	require.NoError(t, a.Sync(ctx))
+	require.Equal(t, addr, (<-done).Address)
+
+	snap, err := stores[0].Snapshot(ctx)
+	require.NoError(t, err)
+	require.Empty(t, snap.Allocations)
+	_, err = a.GetAllocation("p", addr)
+	require.ErrorIs(t, err, allocation.ErrAllocationNotFound, "released through b")
+	again, created, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	require.True(t, created, "x holds nothing since the release")
+	y, _, err := b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), Address: addr})
+	require.NoError(t, err)
+	require.NotEqual(t, y.Address, again.Address)
 }

@@ -191,6 +191,21 @@ func (ps *poolState) put(a *store.Allocation) {
 	ps.byOwner[a.Owner.Key()] = a.Address
 }
 
+// installOwn records an allocation this Service has just committed. A
+// follower may have applied that commit already, and commits after it too
+// (a release through another replica, say): the state is then the
+// follower's, and putting the record back would resurrect what is gone.
+// The caller holds ps.mu.
+func (s *Service) installOwn(ps *poolState, a *store.Allocation) {
+	if s.follow && s.followed.load() >= a.Revision {
+		return
+	}
+	if cur := ps.allocs[a.Address]; cur != nil && cur.Revision > a.Revision {
+		return
+	}
+	ps.put(a)
+}
+
 // remove forgets a released allocation; the caller holds ps.mu.
 func (ps *poolState) remove(a store.Allocation) {
 	delete(ps.allocs, a.Address)
@@ -319,7 +334,7 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 		p.err = cerr
 	} else {
 		rec.Revision = rev
-		ps.put(&rec)
+		s.installOwn(ps, &rec)
 		p.alloc = rec
 	}
 	ps.mu.Unlock()
@@ -359,7 +374,7 @@ func (s *Service) rebind(ctx context.Context, ps *poolState, old store.Allocatio
 	delete(ps.releasing, old.Address)
 	if err == nil {
 		rec.Revision = rev
-		ps.allocs[old.Address] = &rec
+		s.installOwn(ps, &rec)
 	}
 	ps.mu.Unlock()
 	close(ch)
@@ -587,8 +602,7 @@ func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID strin
 	for _, i := range fresh {
 		out[i].Revision = rev
 		a := out[i]
-		ps := states[a.Pool]
-		ps.put(&a)
+		s.installOwn(states[a.Pool], &a)
 	}
 	unlock()
 	return out, nil
