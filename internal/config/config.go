@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -196,8 +197,8 @@ func (c *Common) Validate() error {
 	if c.MaxConcurrentStreams == 0 {
 		add("--max-concurrent-streams: must be positive")
 	}
-	if c.RateLimit < 0 {
-		add("--rate-limit: must not be negative, got %g", c.RateLimit)
+	if !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 0) { // !(x >= 0) also refuses NaN
+		add("--rate-limit: must be a finite number, not negative, got %g", c.RateLimit)
 	}
 	if c.MaxInflight < 0 {
 		add("--max-inflight: must not be negative, got %d", c.MaxInflight)

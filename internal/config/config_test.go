@@ -127,6 +127,8 @@ func TestValidate(t *testing.T) {
 		{name: "cert without key", args: []string{"--tls-cert=c.pem"}, want: "--tls-key"},
 		{name: "mtls without cert", args: []string{"--tls-client-ca=ca.pem"}, want: "mutual TLS"},
 		{name: "negative rate", args: []string{"--rate-limit=-1"}, want: "--rate-limit"},
+		{name: "rate not a number", args: []string{"--rate-limit=nan"}, want: "--rate-limit"},
+		{name: "infinite rate", args: []string{"--rate-limit=+Inf"}, want: "--rate-limit"},
 		{name: "zero drain timeout", args: []string{"--drain-timeout=0s"}, want: "--drain-timeout"},
 		{name: "zero message size", args: []string{"--max-recv-msg-size=0"}, want: "--max-recv-msg-size"},
 	}
