@@ -231,7 +231,10 @@ func drainStreams(draining context.Context) grpc.StreamServerInterceptor {
 		})
 		defer stop()
 		err := handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
-		if err != nil && drained.Load() {
+		// Whatever the handler made of its context ending (a watch
+		// returns nil), the client must learn that the stream did not
+		// end by itself.
+		if drained.Load() {
 			return apierr.New(codes.Unavailable, ReasonServerDraining, "server is shutting down; reconnect", nil)
 		}
 		return err

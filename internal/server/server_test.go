@@ -406,6 +406,30 @@ func TestDrainInProcess(t *testing.T) {
 	require.Equal(t, codes.Unavailable, status.Code(<-slow))
 }
 
+// TestDrainEndsStreamsThatReturnNil: a stream handler that returns nil
+// when its context ends (as membership's watch does) still ends with
+// UNAVAILABLE on a drain, not with a clean end of stream.
+func TestDrainEndsStreamsThatReturnNil(t *testing.T) {
+	cfg := testConfig()
+	cfg.DrainTimeout = time.Second
+	returnsNil := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		_ = handler(srv, ss) // sends until its context ends
+		return nil
+	}
+	r := start(t, cfg, server.WithStreamInterceptors(returnsNil))
+	c := connect(t, r.srv.GRPCAddr())
+	stream, err := c.StreamingOutputCall(callCtx(t), &testpb.StreamingOutputCallRequest{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	require.NoError(t, err)
+	require.NoError(t, r.stop())
+	for err == nil {
+		_, err = stream.Recv()
+	}
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Equal(t, server.ReasonServerDraining, apierr.Reason(err))
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	cfg := testConfig()
 	cfg.LogFormat = "yaml"
