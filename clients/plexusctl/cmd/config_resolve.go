@@ -79,6 +79,9 @@ func contextToken(cf *configFile, c *namedContext) (string, error) {
 // PersistentPreRunE), where Changed tells a flag given on the command line
 // from a default.
 func (g *globals) resolve(cmd *cobra.Command, _ []string) error {
+	if err := checkFormat(g.output); err != nil {
+		return fmt.Errorf("--output: %w", err)
+	}
 	if isOffline(cmd) {
 		return nil
 	}

@@ -23,6 +23,16 @@ type table struct {
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
 
+// checkFormat refuses an unknown --output before a command calls anything:
+// a write must not be made and then reported as failed.
+func checkFormat(format string) error {
+	switch format {
+	case "json", "yaml", "table", "":
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q (table, json or yaml)", format)
+}
+
 // render writes msg in the chosen format; tbl builds the table form.
 func render(w io.Writer, format string, msg proto.Message, tbl func() *table) error {
 	switch format {
@@ -53,5 +63,5 @@ func render(w io.Writer, format string, msg proto.Message, tbl func() *table) er
 		}
 		return tw.Flush()
 	}
-	return fmt.Errorf("unknown output format %q (table, json or yaml)", format)
+	return checkFormat(format)
 }

@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -60,14 +61,20 @@ func statusCmd(g *globals) *cobra.Command {
 		Long: "Ask every service's grpc.health.v1 service (at --allocator-addr, --membership-addr, --importer-addr, --repair-addr). " +
 			"Exits non-zero when a service is not SERVING.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// All four at once, each within --timeout: one that hangs
+			// does not use up the others' time.
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
-			var all []serviceStatus
+			names := []string{"allocator", "membership", "importer", "repair"}
+			all := make([]serviceStatus, len(names))
+			var wg sync.WaitGroup
+			for i, n := range names {
+				wg.Go(func() { all[i] = g.checkService(ctx, n) })
+			}
+			wg.Wait()
 			list := &structpb.ListValue{}
 			healthy := true
-			for _, n := range []string{"allocator", "membership", "importer", "repair"} {
-				st := g.checkService(ctx, n)
-				all = append(all, st)
+			for _, st := range all {
 				healthy = healthy && st.status == healthpb.HealthCheckResponse_SERVING.String()
 				item, _ := structpb.NewStruct(map[string]any{"service": st.name, "address": st.addr, "status": st.status,
 					"version": st.version, "leader": st.leader, "error": st.err})

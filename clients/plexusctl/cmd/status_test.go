@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -52,4 +53,56 @@ func TestStatus(t *testing.T) {
 	out, err = run()
 	require.ErrorIs(t, err, errNotHealthy)
 	require.Contains(t, out, "NOT_SERVING")
+}
+
+// TestStatusHungService: a service that accepts connections and never
+// answers is reported UNREACHABLE within --timeout, and the others are
+// still asked in full.
+func TestStatusHungService(t *testing.T) {
+	cfg := config.New(config.Importer)
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	srv, err := server.New(*cfg, "importer", server.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), server.WithoutSignalHandling())
+	require.NoError(t, err)
+	for _, name := range serviceNames {
+		srv.SetServing(name, true)
+	}
+	servertest.Serve(t, srv)
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { silent.Close() })
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+
+	var out bytes.Buffer
+	root := NewRoot(&out)
+	root.SetArgs([]string{"status", "-o", "json", "--timeout", "2s",
+		"--allocator-addr", silent.Addr().String(), "--membership-addr", srv.GRPCAddr(),
+		"--importer-addr", srv.GRPCAddr(), "--repair-addr", srv.GRPCAddr()})
+	require.ErrorIs(t, root.Execute(), errNotHealthy)
+	var got []map[string]string
+	require.NoError(t, json.Unmarshal(out.Bytes(), &got), out.String())
+	require.Len(t, got, 4)
+	require.Equal(t, "UNREACHABLE", got[0]["status"], got[0])
+	for _, s := range got[1:] {
+		require.Equal(t, "SERVING", s["status"], s)
+	}
+}
+
+// TestUnknownOutputFormatCallsNothing: a mistyped --output is refused
+// before the command calls anything, so a write is never made and then
+// reported as failed.
+func TestUnknownOutputFormatCallsNothing(t *testing.T) {
+	root := NewRoot(io.Discard)
+	// Nothing listens on the address: a call would fail differently.
+	root.SetArgs([]string{"pool", "create", "vips", "--cidr", "10.112.0.0/16", "-o", "jsn", "--allocator-addr", "127.0.0.1:1", "--timeout", "2s"})
+	err := root.Execute()
+	require.ErrorContains(t, err, "--output")
+	require.ErrorContains(t, err, `"jsn"`)
 }
