@@ -291,7 +291,12 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 		case <-ctx.Done():
 			return store.Allocation{}, false, ctx.Err()
 		}
-		if p.err != nil {
+		switch {
+		case errors.Is(p.err, context.Canceled), errors.Is(p.err, context.DeadlineExceeded):
+			// The first request gave up, which says nothing about this
+			// one: try again, with this request's own context.
+			return store.Allocation{}, false, ErrConflict
+		case p.err != nil:
 			return store.Allocation{}, false, p.err
 		}
 		return p.alloc, false, nil

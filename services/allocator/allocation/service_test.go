@@ -332,3 +332,53 @@ func TestLostTransactionsAreCounted(t *testing.T) {
 	require.Zero(t, n.WatchRestarts)
 	require.Zero(t, n.Rebuilds)
 }
+
+// gatedCommit holds every commit until gate opens or the commit's context
+// ends, and tells when a commit has entered.
+type gatedCommit struct {
+	store.Store
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g *gatedCommit) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	g.entered <- struct{}{}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return g.Store.Commit(ctx, txn)
+}
+
+// TestWaiterDoesNotInheritCancellation: a request for an owner whose
+// allocation is already in flight waits for it; when the first request
+// gives up, the second, whose own context is live, still gets an address.
+func TestWaiterDoesNotInheritCancellation(t *testing.T) {
+	ctx := context.Background()
+	st := &gatedCommit{Store: memory.New(), gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	close(st.gate)
+	svc, _ := newService(t, st)
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	<-st.entered
+	st.gate = make(chan struct{})
+
+	ctx1, cancel1 := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := svc.Allocate(ctx1, allocation.Request{Pool: "p", Owner: owner("x")})
+		first <- err
+	}()
+	<-st.entered
+	second := make(chan error, 1)
+	go func() {
+		_, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+		second <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the second request waits on the first
+	cancel1()
+	require.ErrorIs(t, <-first, context.Canceled)
+	close(st.gate)
+	require.NoError(t, <-second, "the second request's own context was never canceled")
+}
