@@ -157,6 +157,7 @@ func (s *Service) applyPutPool(p store.Pool) {
 			s.logger.Warn("restore allocation in updated pool", "pool", p.ID, "address", addr, "err", err)
 		}
 	}
+	fresh.index.CopyQuarantine(ps.index)
 	ps.rec, ps.index = p, fresh.index
 	s.scatter(ps)
 }

@@ -546,3 +546,25 @@ func TestLateCommitAnswerDoesNotResurrect(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, y.Address, again.Address)
 }
+
+// TestFollowedPoolUpdateKeepsReuseDelay: a replica that follows another's
+// pool update keeps the released addresses in their reuse delay.
+func TestFollowedPoolUpdateKeepsReuseDelay(t *testing.T) {
+	ctx := context.Background()
+	rs := replicas(t, 2)
+	a, b := rs[0], rs[1]
+	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}, ReuseDelay: time.Hour})
+	require.NoError(t, err)
+	x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	_, _, err = a.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: x.Address})
+	require.NoError(t, err)
+	_, _, err = a.UpdatePool(ctx, "p", allocation.PoolSpec{Labels: map[string]string{"k": "v"}}, allocation.UpdateMask{Labels: true}, "", false)
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(ctx))
+	v, err := b.GetPool("p")
+	require.NoError(t, err)
+	require.Equal(t, "v", v.Labels["k"], "b has applied the update")
+	_, _, err = b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), Address: x.Address})
+	require.ErrorIs(t, err, ipam.ErrInReuseDelay)
+}

@@ -392,6 +392,7 @@ func (s *Service) updatePool(ctx context.Context, id string, spec PoolSpec, mask
 	}
 	next.Revision = rev
 	ps.rec = next
+	fresh.index.CopyQuarantine(ps.index)
 	ps.index = fresh.index
 	s.scatter(ps)
 	sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })

@@ -382,3 +382,20 @@ func TestWaiterDoesNotInheritCancellation(t *testing.T) {
 	close(st.gate)
 	require.NoError(t, <-second, "the second request's own context was never canceled")
 }
+
+// TestPoolUpdateKeepsReuseDelay: released addresses stay out of reach for
+// their reuse delay across a pool update, here one that changes labels only.
+func TestPoolUpdateKeepsReuseDelay(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}, ReuseDelay: time.Hour})
+	require.NoError(t, err)
+	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address})
+	require.NoError(t, err)
+	_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{Labels: map[string]string{"k": "v"}}, allocation.UpdateMask{Labels: true}, "", false)
+	require.NoError(t, err)
+	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), Address: a.Address})
+	require.ErrorIs(t, err, ipam.ErrInReuseDelay)
+}

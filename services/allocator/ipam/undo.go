@@ -44,5 +44,17 @@ func (p *Pool) Quarantine(a netip.Addr, until time.Time) error {
 	return nil
 }
 
+// CopyQuarantine quarantines in p each address that waits out its reuse
+// delay in from, until the same time, for a pool rebuilt with new
+// settings; addresses p cannot hold (outside its CIDRs, reserved, taken)
+// are skipped.
+func (p *Pool) CopyQuarantine(from *Pool) {
+	for _, it := range from.quarantine.items {
+		if seq, ok := from.quarantine.seq[it.addr]; ok && seq == it.seq {
+			_ = p.Quarantine(it.addr, it.until)
+		}
+	}
+}
+
 // Is4 reports whether the pool hands out IPv4 addresses.
 func (p *Pool) Is4() bool { return p.is4 }

@@ -49,3 +49,17 @@ func TestQuarantineAtStartup(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ma("10.0.0.1"), a)
 }
+
+func TestCopyQuarantine(t *testing.T) {
+	src := newPool(t, Config{CIDRs: []netip.Prefix{mp("10.0.0.0/29"), mp("10.0.1.0/30")}, ReuseDelay: time.Hour})
+	for _, a := range []string{"10.0.0.1", "10.0.1.1"} {
+		require.NoError(t, src.AllocateAddr(ma(a), t0))
+		require.NoError(t, src.Release(ma(a), t0))
+	}
+	// Rebuilt without 10.0.1.0/30.
+	p := newPool(t, Config{CIDRs: []netip.Prefix{mp("10.0.0.0/29")}, ReuseDelay: time.Hour})
+	p.CopyQuarantine(src)
+	require.Equal(t, uint64(1), p.Stats().Quarantined, "10.0.1.1 is outside the new CIDRs")
+	require.ErrorIs(t, p.AllocateAddr(ma("10.0.0.1"), t0.Add(time.Minute)), ErrInReuseDelay)
+	require.NoError(t, p.AllocateAddr(ma("10.0.0.1"), t0.Add(time.Hour)), "free once the original delay has passed")
+}
