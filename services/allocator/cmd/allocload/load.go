@@ -40,7 +40,7 @@ const (
 	// modeAllocateGet reads each allocation back through the next
 	// connection (another replica when --addr lists several).
 	modeAllocateGet = "allocate-get"
-	modeBatch           = "batch"
+	modeBatch       = "batch"
 	// modeIPAddress is the peer: the Kubernetes-native way of claiming
 	// an address, one networking.k8s.io/v1 IPAddress object per
 	// allocation, created on the kube-apiserver of --kubeconfig.
