@@ -345,10 +345,11 @@ func (s *Service) allocateOnce(ctx context.Context, req Request) (store.Allocati
 	ps.mu.Unlock()
 	close(p.done)
 	if cerr != nil {
-		if req.RequestID != "" && errors.Is(cerr, ErrConflict) {
-			// Another request with this id may have won: answer with its
-			// result.
-			if got, ok, err := s.replay(ctx, req.RequestID, []Request{req}); err == nil && ok {
+		if errors.Is(cerr, ErrConflict) {
+			if got, ok, err := s.wonBy(ctx, req.RequestID, []Request{req}); err != nil || ok {
+				if err != nil {
+					return store.Allocation{}, false, err
+				}
 				return got[0], false, nil
 			}
 		}
@@ -458,6 +459,23 @@ func (s *Service) replay(ctx context.Context, id string, reqs []Request) ([]stor
 		out[i] = a
 	}
 	return out, true, nil
+}
+
+// wonBy answers requests whose commit lost its transaction, in case
+// another request with the same id won it: with that request's result,
+// with ErrRequestIDReused when it asked for something else, or ok=false.
+func (s *Service) wonBy(ctx context.Context, id string, reqs []Request) ([]store.Allocation, bool, error) {
+	if id == "" {
+		return nil, false, nil
+	}
+	got, ok, err := s.replay(ctx, id, reqs)
+	switch {
+	case errors.Is(err, ErrRequestIDReused):
+		return nil, false, err
+	case err != nil || !ok:
+		return nil, false, nil // lost to something else: the caller retries
+	}
+	return got, true, nil
 }
 
 func (s *Service) getByKey(key string) (store.Allocation, error) {
@@ -600,6 +618,9 @@ func (s *Service) batchOnce(ctx context.Context, reqs []Request, requestID strin
 		rollback()
 		unlock()
 		if errors.Is(err, store.ErrConflict) {
+			if got, ok, err := s.wonBy(ctx, requestID, reqs); err != nil || ok {
+				return got, err
+			}
 			return nil, fmt.Errorf("batch allocate: %w", ErrConflict)
 		}
 		return nil, fmt.Errorf("batch allocate: %w", err)

@@ -399,3 +399,59 @@ func TestPoolUpdateKeepsReuseDelay(t *testing.T) {
 	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), Address: a.Address})
 	require.ErrorIs(t, err, ipam.ErrInReuseDelay)
 }
+
+// askedStore tells when a request id has been looked up.
+type askedStore struct {
+	*gatedCommit
+	asked chan struct{}
+}
+
+func (a askedStore) GetRequest(ctx context.Context, id string) (store.Request, bool, error) {
+	r, ok, err := a.gatedCommit.GetRequest(ctx, id)
+	a.asked <- struct{}{}
+	return r, ok, err
+}
+
+// TestRequestIDRaceAnswersReused: two different requests under one
+// request id race past the look-up of the id; the one whose commit loses
+// is told REQUEST_ID_REUSED, for an Allocate and for a BatchAllocate, not
+// ABORTED after every retry.
+func TestRequestIDRaceAnswersReused(t *testing.T) {
+	ctx := context.Background()
+	for _, batch := range []bool{false, true} {
+		gated := &gatedCommit{Store: memory.New(), gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+		st := askedStore{gatedCommit: gated, asked: make(chan struct{}, 64)}
+		close(gated.gate)
+		svc, _ := newService(t, st)
+		_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+		require.NoError(t, err)
+		<-gated.entered
+		gated.gate = make(chan struct{})
+		errs := make(chan error, 2)
+		start := func(name string) {
+			go func() {
+				req := allocation.Request{Pool: "p", Owner: owner(name)}
+				if batch {
+					_, err := svc.BatchAllocate(ctx, []allocation.Request{req}, "same-id")
+					errs <- err
+					return
+				}
+				req.RequestID = "same-id"
+				_, _, err := svc.Allocate(ctx, req)
+				errs <- err
+			}()
+		}
+		start("x")
+		<-st.asked
+		<-gated.entered // x's commit waits at the gate
+		start("y")
+		<-st.asked // y found no record of the id
+		close(gated.gate)
+		first, second := <-errs, <-errs
+		if first != nil {
+			first, second = second, first
+		}
+		require.NoError(t, first, "batch=%v: one wins", batch)
+		require.ErrorIs(t, second, allocation.ErrRequestIDReused, "batch=%v", batch)
+	}
+}
