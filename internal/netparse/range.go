@@ -1,6 +1,9 @@
 package netparse
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // Range is an inclusive span of addresses of one family. The zero Range is
 // not valid.
@@ -63,4 +66,48 @@ func (r Range) String() string {
 	default:
 		return r.First.String() + "-" + r.Last.String()
 	}
+}
+
+// Subtract returns the parts of the ranges in from that no range in by
+// covers, sorted by address, IPv4 before IPv6. Ranges of different
+// families never cut each other. Invalid ranges in either list are
+// ignored.
+func Subtract(from, by []Range) []Range {
+	var out []Range
+	for _, r := range from {
+		if !r.IsValid() {
+			continue
+		}
+		pieces := []Range{r}
+		for _, b := range by {
+			if !b.IsValid() || b.First.Is4() != r.First.Is4() {
+				continue
+			}
+			next := pieces[:0:0]
+			for _, p := range pieces {
+				if b.Last.Less(p.First) || p.Last.Less(b.First) {
+					next = append(next, p)
+					continue
+				}
+				if p.First.Less(b.First) {
+					next = append(next, Range{First: p.First, Last: b.First.Prev()})
+				}
+				if b.Last.Less(p.Last) {
+					next = append(next, Range{First: b.Last.Next(), Last: p.Last})
+				}
+			}
+			pieces = next
+		}
+		out = append(out, pieces...)
+	}
+	slices.SortFunc(out, func(a, b Range) int {
+		if a.First.Is4() != b.First.Is4() {
+			if a.First.Is4() {
+				return -1
+			}
+			return 1
+		}
+		return a.First.Compare(b.First)
+	})
+	return out
 }

@@ -103,6 +103,10 @@ type Stats struct {
 	OutOfRange uint64
 }
 
+// MaxPoolCIDRs is the most CIDRs a pool holds. It bounds the conditions
+// of a pool update's transaction (one per range the update removes).
+const MaxPoolCIDRs = 32
+
 // normalize parses the spec strictly and returns canonical text forms.
 func (p PoolSpec) normalize() (PoolSpec, error) {
 	out := p
@@ -110,6 +114,9 @@ func (p PoolSpec) normalize() (PoolSpec, error) {
 	out.Reserved = nil
 	if len(p.CIDRs) == 0 {
 		return out, invalid("pool.cidrs", "REQUIRED", "at least one CIDR is required")
+	}
+	if len(p.CIDRs) > MaxPoolCIDRs {
+		return out, invalid("pool.cidrs", "TOO_MANY_CIDRS", "%d CIDRs, at most %d", len(p.CIDRs), MaxPoolCIDRs)
 	}
 	var fam int
 	for i, c := range p.CIDRs {
@@ -185,6 +192,12 @@ func (s *Service) overlapping(self string, cidrs []string, allow bool) (string, 
 
 // CreatePool creates a pool.
 func (s *Service) CreatePool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
+	// Check the new pool against every pool created so far, through any
+	// replica (and this one's own, which its follower may not have
+	// applied yet).
+	if err := s.Sync(ctx); err != nil {
+		return PoolView{}, err
+	}
 	var v PoolView
 	err := s.fresh(ctx, func() (err error) { v, err = s.createPool(ctx, id, spec); return err })
 	return v, err
@@ -216,10 +229,15 @@ func (s *Service) createPool(ctx context.Context, id string, spec PoolSpec) (Poo
 		return PoolView{}, err
 	}
 	rev, err := s.commit(ctx, store.Txn{
-		Conds: []store.Cond{{Kind: store.CondPoolAbsent, Pool: id}},
+		Conds: append([]store.Cond{{Kind: store.CondPoolAbsent, Pool: id}}, s.poolsSeen()...),
 		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &rec}},
 	})
 	if errors.Is(err, store.ErrConflict) {
+		if s.follow {
+			// Another replica created this pool, or another one, since
+			// the overlap check's view: fresh decides again.
+			return PoolView{}, fmt.Errorf("create pool %s: the pools changed meanwhile: %w", id, ErrConflict)
+		}
 		return PoolView{}, fmt.Errorf("pool %q: %w", id, ErrPoolExists)
 	}
 	if err != nil {
@@ -304,10 +322,9 @@ type UpdateMask struct {
 // UpdatePool changes a pool. Removing a CIDR that holds allocations needs
 // force; the allocations left outside are returned.
 func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
-	// Whether a CIDR still holds allocations is decided here, and the
-	// store cannot check it: decide on every allocation acknowledged so
-	// far, by any replica. (One committed concurrently with the update is
-	// left outside the pool's CIDRs, where repair reports it.)
+	// Whether a CIDR still holds allocations is decided on every
+	// allocation acknowledged so far, by any replica; the store checks
+	// again for those committed meanwhile.
 	if err := s.Sync(ctx); err != nil {
 		return PoolView{}, nil, err
 	}
@@ -380,12 +397,19 @@ func (s *Service) updatePool(ctx context.Context, id string, spec PoolSpec, mask
 		sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
 		return PoolView{}, nil, fmt.Errorf("update pool %s: %d allocations (first %s) would fall outside its CIDRs; use force: %w", id, len(outside), outside[0].Address, ErrCIDRInUse)
 	}
-	rev, err := s.commit(ctx, store.Txn{
-		Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}},
-		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &next}},
-	})
+	conds := []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}}
+	if mask.CIDRs || mask.AllowOverlap {
+		conds = append(conds, s.poolsSeen()...)
+	}
+	if !force {
+		// The allocations checked above are those committed so far; one
+		// committed meanwhile (through another replica, or in flight
+		// here) in a range the update removes fails the update.
+		conds = append(conds, removedFree(id, ps.index.CIDRs(), fresh.index.CIDRs())...)
+	}
+	rev, err := s.commit(ctx, store.Txn{Conds: conds, Ops: []store.Op{{Kind: store.OpPutPool, Pool: &next}}})
 	if errors.Is(err, store.ErrConflict) {
-		return PoolView{}, nil, fmt.Errorf("update pool %s: %w", id, ErrEtagMismatch)
+		return PoolView{}, nil, fmt.Errorf("update pool %s: the pool or its allocations changed meanwhile: %w", id, ErrConflict)
 	}
 	if err != nil {
 		return PoolView{}, nil, fmt.Errorf("update pool %s: %w", id, err)
@@ -397,6 +421,35 @@ func (s *Service) updatePool(ctx context.Context, id string, spec PoolSpec, mask
 	s.scatter(ps)
 	sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
 	return ps.view(), outside, nil
+}
+
+// poolsSeen is the condition that no pool changed after the revision up
+// to which this replica has applied every commit: an overlap check made
+// on its pools then holds in the store too. Alone on its store, the
+// Service makes every pool change itself, under s.mu, and needs none. The
+// caller holds s.mu, which the follower takes to apply a pool change.
+func (s *Service) poolsSeen() []store.Cond {
+	if !s.follow {
+		return nil
+	}
+	return []store.Cond{{Kind: store.CondPoolsUnchangedSince, Revision: s.followed.load()}}
+}
+
+// removedFree is the condition that pool holds no allocation in the
+// ranges that from covers and to does not.
+func removedFree(pool string, from, to []netip.Prefix) []store.Cond {
+	rs := func(ps []netip.Prefix) []netparse.Range {
+		out := make([]netparse.Range, len(ps))
+		for i, p := range ps {
+			out[i] = netparse.PrefixRange(p)
+		}
+		return out
+	}
+	var conds []store.Cond
+	for _, r := range netparse.Subtract(rs(from), rs(to)) {
+		conds = append(conds, store.Cond{Kind: store.CondRangeFree, Pool: pool, Address: r.First, Last: r.Last})
+	}
+	return conds
 }
 
 // DeletePool deletes a pool; with force its allocations go with it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
+	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 )
 
@@ -240,6 +242,17 @@ func errorCases() []errCase {
 			name: "malformed reserved range",
 			call: createPool("p", &allocatorv1.Pool{Cidrs: []string{"10.0.0.0/24"}, Reserved: []string{"10.0.0.9-10.0.0.1"}}),
 			code: codes.InvalidArgument, reason: "INVALID_RANGE", field: "pool.reserved[0]",
+		},
+		{
+			name: "more CIDRs than a pool holds",
+			call: func(ctx context.Context, cl client) error {
+				cidrs := make([]string, allocation.MaxPoolCIDRs+1)
+				for i := range cidrs {
+					cidrs[i] = fmt.Sprintf("10.%d.0.0/16", i)
+				}
+				return createPool("p", poolV4(cidrs...))(ctx, cl)
+			},
+			code: codes.InvalidArgument, reason: "TOO_MANY_CIDRS", field: "pool.cidrs",
 		},
 		{
 			name: "pool without CIDRs",

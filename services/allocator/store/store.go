@@ -126,6 +126,15 @@ const (
 	// CondPoolEmpty holds when Pool holds no allocation (whether or not
 	// the pool exists).
 	CondPoolEmpty
+	// CondPoolsUnchangedSince holds when no pool that exists was created
+	// or changed by a commit after Revision (0 or more). A replica that
+	// checked a new pool against the others as of Revision commits it
+	// with this condition, so no pool created meanwhile through another
+	// replica can overlap it.
+	CondPoolsUnchangedSince
+	// CondRangeFree holds when Pool holds no allocation of an address
+	// from Address to Last, both included (one family, Address <= Last).
+	CondRangeFree
 )
 
 // Cond is one condition of a transaction.
@@ -136,6 +145,8 @@ type Cond struct {
 	OwnerKey  string
 	RequestID string
 	Revision  int64
+	// Last ends the range of CondRangeFree.
+	Last netip.Addr
 }
 
 // OpKind is the kind of a transaction operation.
@@ -299,6 +310,25 @@ func (c Cond) validate() error {
 		return validOwnerKey(c.OwnerKey)
 	case CondRequestAbsent:
 		return validID("request id", c.RequestID)
+	case CondPoolsUnchangedSince:
+		if c.Revision < 0 {
+			return fmt.Errorf("revision %d below 0", c.Revision)
+		}
+		return nil
+	case CondRangeFree:
+		if err := validID("pool", c.Pool); err != nil {
+			return err
+		}
+		if err := validAddr(c.Address); err != nil {
+			return err
+		}
+		if err := validAddr(c.Last); err != nil {
+			return err
+		}
+		if c.Address.Is4() != c.Last.Is4() || c.Last.Less(c.Address) {
+			return fmt.Errorf("range %s-%s is not in order or mixes families", c.Address, c.Last)
+		}
+		return nil
 	default:
 		return fmt.Errorf("unknown condition kind %d", c.Kind)
 	}

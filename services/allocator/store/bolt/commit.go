@@ -244,8 +244,30 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 		return !bytes.HasPrefix(k, prefix), nil
 	case store.CondRequestAbsent:
 		return w.requests.Get([]byte(c.RequestID)) == nil, nil
+	case store.CondPoolsUnchangedSince:
+		return w.poolsUnchangedSince(c.Revision)
+	case store.CondRangeFree:
+		// Keys sort by address within a pool and family.
+		k, _ := w.allocs.Cursor().Seek(addrKey(c.Pool, c.Address))
+		return k == nil || bytes.Compare(k, addrKey(c.Pool, c.Last)) > 0, nil
 	}
 	return false, fmt.Errorf("unknown condition kind %d", c.Kind)
+}
+
+// poolsUnchangedSince reports whether every pool was last written at
+// revision rev or before.
+func (w *writer) poolsUnchangedSince(rev int64) (bool, error) {
+	c := w.pools.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		p, err := decodePool(string(k), v)
+		if err != nil {
+			return false, err
+		}
+		if p.Revision > rev {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // ownerAbsent looks the owner up in the hashed index and confirms each

@@ -42,8 +42,11 @@
 // # Commits
 //
 // A store.Txn is one etcd transaction. Conditions become compares: absent
-// is CreateRevision == 0, a revision is ModRevision == rev, and "owner
-// absent" is CreateRevision == 0 over the owner's key range. The writes
+// is CreateRevision == 0, a revision is ModRevision == rev, "owner
+// absent" is CreateRevision == 0 over the owner's key range, "range free"
+// the same over the allocation keys of the addresses (they sort as the
+// addresses do), and "pools unchanged since rev" is ModRevision < rev+1
+// over state/pools/. The writes
 // are the net effect of the ops on each key (etcd refuses a transaction
 // that writes a key twice), plus the commit marker, so every commit takes
 // exactly one revision, and the tick when the commit puts nothing else

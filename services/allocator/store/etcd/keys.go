@@ -42,6 +42,7 @@ func (k keys) markers() string          { return k.prefix + keyMarkers }
 func (k keys) tick() string             { return k.prefix + keyTick }
 func (k keys) state() string            { return k.prefix + keyState }
 func (k keys) pool(id string) string    { return k.prefix + keyPools + id }
+func (k keys) pools() string            { return k.prefix + keyPools }
 func (k keys) request(id string) string { return k.prefix + keyRequests + id }
 
 func (k keys) alloc(pool string, a netip.Addr) string {

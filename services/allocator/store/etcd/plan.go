@@ -120,10 +120,10 @@ type planner struct {
 	wiped map[string]bool // pools deleted earlier in the txn
 	plan  plan
 	// comparedRanges and writtenRanges are the owner index ranges the txn
-	// compares or writes into, for touched; comparesPool is set when it
-	// compares a pool's whole allocation range.
+	// compares or writes into, for touched; comparesRange is set when it
+	// compares a range of pools or allocations.
 	comparedRanges, writtenRanges []string
-	comparesPool                  bool
+	comparesRange                 bool
 }
 
 func newPlanner(k keys, read func(string) *store.Allocation) *planner {
@@ -188,7 +188,17 @@ func (pl *planner) compares(conds []store.Cond) (cmps []clientv3.Cmp, ok bool) {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.request(c.RequestID)), "=", 0))
 		case store.CondPoolEmpty:
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.poolAllocs(c.Pool)), "=", 0).WithPrefix())
-			pl.comparesPool = true
+			pl.comparesRange = true
+		case store.CondPoolsUnchangedSince:
+			// Over a range, every key must hold: no pool key was written
+			// after the revision. A deleted pool has no key to compare.
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pl.k.pools()), "<", c.Revision+1).WithPrefix())
+			pl.comparesRange = true
+		case store.CondRangeFree:
+			// Address keys of one family sort as the addresses do.
+			end := pl.k.alloc(c.Pool, c.Last) + "\x00"
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pl.k.alloc(c.Pool, c.Address)), "=", 0).WithRange(end))
+			pl.comparesRange = true
 		}
 	}
 	return cmps, true
@@ -268,10 +278,10 @@ func (pl *planner) ops(slot int) []*pb.RequestOp {
 
 // touched lists the keys the txn compares (reads) and writes, an owner
 // index range counting as one key, for combining commits; ok=false when
-// it deletes a key range or compares a pool's allocation range, which the
-// lists cannot describe.
+// it deletes a key range or compares a range of pools or allocations,
+// which the lists cannot describe.
 func (pl *planner) touched(cmps []clientv3.Cmp) (reads, writes []string, ok bool) {
-	if pl.comparesPool {
+	if pl.comparesRange {
 		return nil, nil, false
 	}
 	reads = make([]string, 0, len(pl.comparedRanges)+len(cmps))

@@ -147,6 +147,23 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 func (s *Store) holds(c store.Cond) bool {
 	ps := s.pools[c.Pool]
 	switch c.Kind {
+	case store.CondPoolsUnchangedSince:
+		for _, ps := range s.pools {
+			if ps.pool != nil && ps.pool.Revision > c.Revision {
+				return false
+			}
+		}
+		return true
+	case store.CondRangeFree:
+		if ps == nil {
+			return true
+		}
+		for a := range ps.allocs {
+			if a.Is4() == c.Address.Is4() && !a.Less(c.Address) && !c.Last.Less(a) {
+				return false
+			}
+		}
+		return true
 	case store.CondPoolAbsent:
 		return ps == nil || ps.pool == nil
 	case store.CondPoolRevision:

@@ -386,6 +386,11 @@ func testInvalidTxn(t *testing.T, s store.Store) {
 		{"unknown op", txn(store.Op{Kind: 99})},
 		{"unknown condition", store.Txn{Conds: []store.Cond{{Kind: 99, Pool: "p"}}, Ops: []store.Op{delPool("p")}}},
 		{"condition without address", store.Txn{Conds: []store.Cond{{Kind: store.CondAllocationAbsent, Pool: "p"}}, Ops: []store.Op{delPool("p")}}},
+		{"pools unchanged since a negative revision", store.Txn{Conds: []store.Cond{poolsUnchangedSince(-1)}, Ops: []store.Op{delPool("p")}}},
+		{"range without an end", store.Txn{Conds: []store.Cond{{Kind: store.CondRangeFree, Pool: "p", Address: addr}}, Ops: []store.Op{delPool("p")}}},
+		{"range out of order", store.Txn{Conds: []store.Cond{rangeFree("p", "10.0.0.2", "10.0.0.1")}, Ops: []store.Op{delPool("p")}}},
+		{"range of two families", store.Txn{Conds: []store.Cond{rangeFree("p", "10.0.0.1", "fd00::1")}, Ops: []store.Op{delPool("p")}}},
+		{"range without a pool", store.Txn{Conds: []store.Cond{rangeFree("", "10.0.0.1", "10.0.0.2")}, Ops: []store.Op{delPool("p")}}},
 	}
 	before := snapshot(t, s)
 	for _, tc := range tests {

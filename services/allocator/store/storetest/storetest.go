@@ -62,6 +62,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"EmptyStore", testEmptyStore},
 		{"RoundTrip", testRoundTrip},
 		{"Conditions", testConditions},
+		{"PoolsUnchangedSince", testPoolsUnchangedSince},
+		{"RangeFree", testRangeFree},
 		{"FailedConditionWritesNothing", testFailedConditionWritesNothing},
 		{"RevisionsIncreaseByOne", testRevisionsIncreaseByOne},
 		{"AllocationEtag", testAllocationEtag},

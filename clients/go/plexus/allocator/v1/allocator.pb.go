@@ -147,7 +147,7 @@ type Pool struct {
 	// CIDRs the pool hands addresses out of, all of one family, for example
 	// "10.96.0.0/12" or "fd00:10::/64". Host bits must be zero. The network and
 	// broadcast addresses of IPv4 CIDRs (other than /31 and /32) are never
-	// handed out.
+	// handed out. At most 32 (TOO_MANY_CIDRS).
 	Cidrs []string `protobuf:"bytes,2,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
 	// Reserved ranges that are never handed out: CIDRs ("10.96.0.0/28"),
 	// single addresses or inclusive ranges ("10.96.0.1-10.96.0.9").

@@ -43,9 +43,10 @@ const (
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: POOL_NOT_FOUND, POOL_ALREADY_EXISTS, POOL_EXHAUSTED, POOL_OVERLAP,
 // POOL_NOT_EMPTY, CIDR_IN_USE, ADDRESS_IN_USE, ADDRESS_OUT_OF_RANGE,
-// ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, INVALID_ADDRESS,
-// ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH, REVISION_TOO_OLD,
-// REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE, REPLICA_BEHIND.
+// ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, TOO_MANY_CIDRS,
+// INVALID_ADDRESS, ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH,
+// REVISION_TOO_OLD, REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE,
+// REPLICA_BEHIND.
 // Bad input also carries google.rpc.BadRequest field violations.
 //
 // Replicas on one etcd store answer alike: a read, or a refusal, comes from
@@ -63,7 +64,10 @@ type AllocatorServiceClient interface {
 	// UpdatePool grows or changes a pool without downtime. Removing a CIDR
 	// that still holds allocations is refused (FAILED_PRECONDITION,
 	// CIDR_IN_USE) unless forced; a forced shrink leaves out-of-range
-	// allocations that repair reports.
+	// allocations that repair reports. An update that races a change of the
+	// pool, of the pools it may overlap or an allocation in a range it
+	// removes, and loses twice, is refused (ABORTED, CONCURRENT_CHANGE): try
+	// it again.
 	UpdatePool(ctx context.Context, in *UpdatePoolRequest, opts ...grpc.CallOption) (*UpdatePoolResponse, error)
 	// DeletePool deletes a pool. It is refused while allocations exist
 	// (FAILED_PRECONDITION, POOL_NOT_EMPTY) unless forced, in which case the
@@ -231,9 +235,10 @@ type AllocatorService_WatchAllocationsClient = grpc.ServerStreamingClient[WatchA
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: POOL_NOT_FOUND, POOL_ALREADY_EXISTS, POOL_EXHAUSTED, POOL_OVERLAP,
 // POOL_NOT_EMPTY, CIDR_IN_USE, ADDRESS_IN_USE, ADDRESS_OUT_OF_RANGE,
-// ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, INVALID_ADDRESS,
-// ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH, REVISION_TOO_OLD,
-// REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE, REPLICA_BEHIND.
+// ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, TOO_MANY_CIDRS,
+// INVALID_ADDRESS, ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH,
+// REVISION_TOO_OLD, REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE,
+// REPLICA_BEHIND.
 // Bad input also carries google.rpc.BadRequest field violations.
 //
 // Replicas on one etcd store answer alike: a read, or a refusal, comes from
@@ -251,7 +256,10 @@ type AllocatorServiceServer interface {
 	// UpdatePool grows or changes a pool without downtime. Removing a CIDR
 	// that still holds allocations is refused (FAILED_PRECONDITION,
 	// CIDR_IN_USE) unless forced; a forced shrink leaves out-of-range
-	// allocations that repair reports.
+	// allocations that repair reports. An update that races a change of the
+	// pool, of the pools it may overlap or an allocation in a range it
+	// removes, and loses twice, is refused (ABORTED, CONCURRENT_CHANGE): try
+	// it again.
 	UpdatePool(context.Context, *UpdatePoolRequest) (*UpdatePoolResponse, error)
 	// DeletePool deletes a pool. It is refused while allocations exist
 	// (FAILED_PRECONDITION, POOL_NOT_EMPTY) unless forced, in which case the
