@@ -5,8 +5,8 @@
 //   - is created without blocking (grpc.NewClient), so a service starts even
 //     when the service it calls is down, and connects in the background;
 //   - retries calls that fail with UNAVAILABLE, with exponential backoff,
-//     through a gRPC service config (Plexus' creating calls carry a
-//     request_id, so a retried call is answered with the first result);
+//     through a gRPC service config, except the Plexus methods that are
+//     not safe to repeat (see idempotency.go);
 //   - keeps idle connections alive with pings, so a silently dropped
 //     connection is noticed before the next call;
 //   - traces calls with OpenTelemetry and propagates the trace context;
@@ -245,8 +245,9 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 
 // serviceConfig renders the JSON service config: round robin over every
 // address the name resolves to (allocator and membership replicas are all
-// active), retries on UNAVAILABLE, and retry throttling so a struggling
-// server is not buried under retries.
+// active), retries on UNAVAILABLE but for the methods notRetried names,
+// and retry throttling so a struggling server is not buried under
+// retries.
 func serviceConfig(p *RetryPolicy) (string, error) {
 	type retryPolicy struct {
 		MaxAttempts          int      `json:"maxAttempts"`
@@ -266,6 +267,10 @@ func serviceConfig(p *RetryPolicy) (string, error) {
 		if p.MaxAttempts < 2 || p.InitialBackoff <= 0 || p.MaxBackoff <= 0 || p.Multiplier <= 0 {
 			return "", fmt.Errorf("retry policy %+v: need at least 2 attempts and positive backoffs", *p)
 		}
+		unsafe, err := notRetried()
+		if err != nil {
+			return "", err
+		}
 		cfg["methodConfig"] = []methodConfig{{
 			Name: []map[string]string{{}}, // every method
 			RetryPolicy: &retryPolicy{
@@ -275,6 +280,9 @@ func serviceConfig(p *RetryPolicy) (string, error) {
 				BackoffMultiplier:    p.Multiplier,
 				RetryableStatusCodes: []string{"UNAVAILABLE"},
 			},
+		}, {
+			// A method's own entry takes precedence over the default.
+			Name: unsafe,
 		}}
 		cfg["retryThrottling"] = map[string]any{"maxTokens": 10, "tokenRatio": 0.1}
 	}

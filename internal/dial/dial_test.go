@@ -45,10 +45,16 @@ func (f *flaky) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, 
 
 func serve(t *testing.T, svc testpb.TestServiceServer) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	s := grpc.NewServer()
 	testpb.RegisterTestServiceServer(s, svc)
+	return serveWith(t, s)
+}
+
+// serveWith serves s on a loopback port until the test ends.
+func serveWith(t *testing.T, s *grpc.Server) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -597,7 +599,10 @@ func (r *Registry) releaseOnce(ctx context.Context, ew *workloadv1alpha1.Externa
 		resp, err := r.alloc.Release(ctx, &allocatorv1.ReleaseRequest{
 			Name: s.name, Etag: a.GetEtag(), OwnerUid: uid, AllowMissing: true,
 		})
-		if apierr.Reason(err) == reasonEtagMismatch {
+		// The client does not retry a Release that may have reached the
+		// allocator (UNAVAILABLE): this one is guarded by the etag just
+		// read, so read again and send it again.
+		if apierr.Reason(err) == reasonEtagMismatch || status.Code(err) == codes.Unavailable {
 			continue
 		}
 		if err != nil {

@@ -2034,22 +2034,22 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"\x10EVENT_TYPE_ADDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_MODIFIED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x042\xc1\b\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x042\xe4\b\n" +
 	"\x10AllocatorService\x12]\n" +
 	"\n" +
-	"CreatePool\x12&.plexus.allocator.v1.CreatePoolRequest\x1a'.plexus.allocator.v1.CreatePoolResponse\x12T\n" +
-	"\aGetPool\x12#.plexus.allocator.v1.GetPoolRequest\x1a$.plexus.allocator.v1.GetPoolResponse\x12Z\n" +
-	"\tListPools\x12%.plexus.allocator.v1.ListPoolsRequest\x1a&.plexus.allocator.v1.ListPoolsResponse\x12]\n" +
+	"CreatePool\x12&.plexus.allocator.v1.CreatePoolRequest\x1a'.plexus.allocator.v1.CreatePoolResponse\x12Y\n" +
+	"\aGetPool\x12#.plexus.allocator.v1.GetPoolRequest\x1a$.plexus.allocator.v1.GetPoolResponse\"\x03\x90\x02\x01\x12_\n" +
+	"\tListPools\x12%.plexus.allocator.v1.ListPoolsRequest\x1a&.plexus.allocator.v1.ListPoolsResponse\"\x03\x90\x02\x01\x12]\n" +
 	"\n" +
 	"UpdatePool\x12&.plexus.allocator.v1.UpdatePoolRequest\x1a'.plexus.allocator.v1.UpdatePoolResponse\x12]\n" +
 	"\n" +
-	"DeletePool\x12&.plexus.allocator.v1.DeletePoolRequest\x1a'.plexus.allocator.v1.DeletePoolResponse\x12W\n" +
-	"\bAllocate\x12$.plexus.allocator.v1.AllocateRequest\x1a%.plexus.allocator.v1.AllocateResponse\x12f\n" +
-	"\rBatchAllocate\x12).plexus.allocator.v1.BatchAllocateRequest\x1a*.plexus.allocator.v1.BatchAllocateResponse\x12f\n" +
-	"\rGetAllocation\x12).plexus.allocator.v1.GetAllocationRequest\x1a*.plexus.allocator.v1.GetAllocationResponse\x12l\n" +
-	"\x0fListAllocations\x12+.plexus.allocator.v1.ListAllocationsRequest\x1a,.plexus.allocator.v1.ListAllocationsResponse\x12T\n" +
-	"\aRelease\x12#.plexus.allocator.v1.ReleaseRequest\x1a$.plexus.allocator.v1.ReleaseResponse\x12q\n" +
-	"\x10WatchAllocations\x12,.plexus.allocator.v1.WatchAllocationsRequest\x1a-.plexus.allocator.v1.WatchAllocationsResponse0\x01BHZFgithub.com/plexusnet/plexus/clients/go/plexus/allocator/v1;allocatorv1b\x06proto3"
+	"DeletePool\x12&.plexus.allocator.v1.DeletePoolRequest\x1a'.plexus.allocator.v1.DeletePoolResponse\x12\\\n" +
+	"\bAllocate\x12$.plexus.allocator.v1.AllocateRequest\x1a%.plexus.allocator.v1.AllocateResponse\"\x03\x90\x02\x02\x12k\n" +
+	"\rBatchAllocate\x12).plexus.allocator.v1.BatchAllocateRequest\x1a*.plexus.allocator.v1.BatchAllocateResponse\"\x03\x90\x02\x02\x12k\n" +
+	"\rGetAllocation\x12).plexus.allocator.v1.GetAllocationRequest\x1a*.plexus.allocator.v1.GetAllocationResponse\"\x03\x90\x02\x01\x12q\n" +
+	"\x0fListAllocations\x12+.plexus.allocator.v1.ListAllocationsRequest\x1a,.plexus.allocator.v1.ListAllocationsResponse\"\x03\x90\x02\x01\x12T\n" +
+	"\aRelease\x12#.plexus.allocator.v1.ReleaseRequest\x1a$.plexus.allocator.v1.ReleaseResponse\x12v\n" +
+	"\x10WatchAllocations\x12,.plexus.allocator.v1.WatchAllocationsRequest\x1a-.plexus.allocator.v1.WatchAllocationsResponse\"\x03\x90\x02\x010\x01BHZFgithub.com/plexusnet/plexus/clients/go/plexus/allocator/v1;allocatorv1b\x06proto3"
 
 var (
 	file_plexus_allocator_v1_allocator_proto_rawDescOnce sync.Once

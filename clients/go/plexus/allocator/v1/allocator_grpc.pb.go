@@ -87,7 +87,9 @@ type AllocatorServiceClient interface {
 	// Release frees an allocation, found by name or by (pool, owner). When the
 	// caller passes the etag and/or owner uid it saw, the release fails with
 	// FAILED_PRECONDITION (ETAG_MISMATCH, OWNER_MISMATCH) if the allocation has
-	// changed hands since.
+	// changed hands since. Plexus clients do not retry a Release that failed
+	// with UNAVAILABLE, since it may have freed the address already: send it
+	// again with the etag or owner uid, which makes repeating it safe.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// WatchAllocations streams allocation events. Without a start revision it
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then
@@ -279,7 +281,9 @@ type AllocatorServiceServer interface {
 	// Release frees an allocation, found by name or by (pool, owner). When the
 	// caller passes the etag and/or owner uid it saw, the release fails with
 	// FAILED_PRECONDITION (ETAG_MISMATCH, OWNER_MISMATCH) if the allocation has
-	// changed hands since.
+	// changed hands since. Plexus clients do not retry a Release that failed
+	// with UNAVAILABLE, since it may have freed the address already: send it
+	// again with the etag or owner uid, which makes repeating it safe.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// WatchAllocations streams allocation events. Without a start revision it
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then

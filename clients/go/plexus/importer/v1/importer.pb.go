@@ -912,11 +912,11 @@ const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\x0fConditionStatus\x12 \n" +
 	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
-	"\x16CONDITION_STATUS_FALSE\x10\x022\xbe\x03\n" +
-	"\x0fImporterService\x12m\n" +
-	"\x10GetServiceImport\x12+.plexus.importer.v1.GetServiceImportRequest\x1a,.plexus.importer.v1.GetServiceImportResponse\x12s\n" +
-	"\x12ListServiceImports\x12-.plexus.importer.v1.ListServiceImportsRequest\x1a..plexus.importer.v1.ListServiceImportsResponse\x12^\n" +
-	"\vApplyImport\x12&.plexus.importer.v1.ApplyImportRequest\x1a'.plexus.importer.v1.ApplyImportResponse\x12g\n" +
+	"\x16CONDITION_STATUS_FALSE\x10\x022\xcd\x03\n" +
+	"\x0fImporterService\x12r\n" +
+	"\x10GetServiceImport\x12+.plexus.importer.v1.GetServiceImportRequest\x1a,.plexus.importer.v1.GetServiceImportResponse\"\x03\x90\x02\x01\x12x\n" +
+	"\x12ListServiceImports\x12-.plexus.importer.v1.ListServiceImportsRequest\x1a..plexus.importer.v1.ListServiceImportsResponse\"\x03\x90\x02\x01\x12c\n" +
+	"\vApplyImport\x12&.plexus.importer.v1.ApplyImportRequest\x1a'.plexus.importer.v1.ApplyImportResponse\"\x03\x90\x02\x02\x12g\n" +
 	"\x0eWithdrawImport\x12).plexus.importer.v1.WithdrawImportRequest\x1a*.plexus.importer.v1.WithdrawImportResponseBFZDgithub.com/plexusnet/plexus/clients/go/plexus/importer/v1;importerv1b\x06proto3"
 
 var (

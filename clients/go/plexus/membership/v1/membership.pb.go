@@ -2294,16 +2294,16 @@ const file_plexus_membership_v1_membership_proto_rawDesc = "" +
 	"\x1fWATCH_EVENT_TYPE_SNAPSHOT_START\x10\x01\x12!\n" +
 	"\x1dWATCH_EVENT_TYPE_SNAPSHOT_END\x10\x02\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_UPSERT\x10\x03\x12\x1b\n" +
-	"\x17WATCH_EVENT_TYPE_DELETE\x10\x042\xae\a\n" +
-	"\x11MembershipService\x12b\n" +
-	"\vGetWorkload\x12(.plexus.membership.v1.GetWorkloadRequest\x1a).plexus.membership.v1.GetWorkloadResponse\x12h\n" +
-	"\rListWorkloads\x12*.plexus.membership.v1.ListWorkloadsRequest\x1a+.plexus.membership.v1.ListWorkloadsResponse\x12q\n" +
-	"\x10RegisterWorkload\x12-.plexus.membership.v1.RegisterWorkloadRequest\x1a..plexus.membership.v1.RegisterWorkloadResponse\x12t\n" +
-	"\x11HeartbeatWorkload\x12..plexus.membership.v1.HeartbeatWorkloadRequest\x1a/.plexus.membership.v1.HeartbeatWorkloadResponse\x12w\n" +
-	"\x12DeregisterWorkload\x12/.plexus.membership.v1.DeregisterWorkloadRequest\x1a0.plexus.membership.v1.DeregisterWorkloadResponse\x12t\n" +
-	"\x11GetServiceMembers\x12..plexus.membership.v1.GetServiceMembersRequest\x1a/.plexus.membership.v1.GetServiceMembersResponse\x12\x86\x01\n" +
-	"\x17ListServicesForWorkload\x124.plexus.membership.v1.ListServicesForWorkloadRequest\x1a5.plexus.membership.v1.ListServicesForWorkloadResponse\x12j\n" +
-	"\rWatchServices\x12*.plexus.membership.v1.WatchServicesRequest\x1a+.plexus.membership.v1.WatchServicesResponse0\x01BJZHgithub.com/plexusnet/plexus/clients/go/plexus/membership/v1;membershipv1b\x06proto3"
+	"\x17WATCH_EVENT_TYPE_DELETE\x10\x042\xd1\a\n" +
+	"\x11MembershipService\x12g\n" +
+	"\vGetWorkload\x12(.plexus.membership.v1.GetWorkloadRequest\x1a).plexus.membership.v1.GetWorkloadResponse\"\x03\x90\x02\x01\x12m\n" +
+	"\rListWorkloads\x12*.plexus.membership.v1.ListWorkloadsRequest\x1a+.plexus.membership.v1.ListWorkloadsResponse\"\x03\x90\x02\x01\x12v\n" +
+	"\x10RegisterWorkload\x12-.plexus.membership.v1.RegisterWorkloadRequest\x1a..plexus.membership.v1.RegisterWorkloadResponse\"\x03\x90\x02\x02\x12y\n" +
+	"\x11HeartbeatWorkload\x12..plexus.membership.v1.HeartbeatWorkloadRequest\x1a/.plexus.membership.v1.HeartbeatWorkloadResponse\"\x03\x90\x02\x02\x12w\n" +
+	"\x12DeregisterWorkload\x12/.plexus.membership.v1.DeregisterWorkloadRequest\x1a0.plexus.membership.v1.DeregisterWorkloadResponse\x12y\n" +
+	"\x11GetServiceMembers\x12..plexus.membership.v1.GetServiceMembersRequest\x1a/.plexus.membership.v1.GetServiceMembersResponse\"\x03\x90\x02\x01\x12\x8b\x01\n" +
+	"\x17ListServicesForWorkload\x124.plexus.membership.v1.ListServicesForWorkloadRequest\x1a5.plexus.membership.v1.ListServicesForWorkloadResponse\"\x03\x90\x02\x01\x12o\n" +
+	"\rWatchServices\x12*.plexus.membership.v1.WatchServicesRequest\x1a+.plexus.membership.v1.WatchServicesResponse\"\x03\x90\x02\x010\x01BJZHgithub.com/plexusnet/plexus/clients/go/plexus/membership/v1;membershipv1b\x06proto3"
 
 var (
 	file_plexus_membership_v1_membership_proto_rawDescOnce sync.Once

@@ -923,11 +923,11 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\x16PASS_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PASS_STATE_COMPLETE\x10\x01\x12\x17\n" +
 	"\x13PASS_STATE_UNSYNCED\x10\x02\x12\x15\n" +
-	"\x11PASS_STATE_FAILED\x10\x032\xac\x02\n" +
+	"\x11PASS_STATE_FAILED\x10\x032\xb6\x02\n" +
 	"\rRepairService\x12T\n" +
-	"\tRunRepair\x12\".plexus.repair.v1.RunRepairRequest\x1a#.plexus.repair.v1.RunRepairResponse\x12f\n" +
-	"\x0fGetLatestReport\x12(.plexus.repair.v1.GetLatestReportRequest\x1a).plexus.repair.v1.GetLatestReportResponse\x12]\n" +
-	"\fListFindings\x12%.plexus.repair.v1.ListFindingsRequest\x1a&.plexus.repair.v1.ListFindingsResponseBBZ@github.com/plexusnet/plexus/clients/go/plexus/repair/v1;repairv1b\x06proto3"
+	"\tRunRepair\x12\".plexus.repair.v1.RunRepairRequest\x1a#.plexus.repair.v1.RunRepairResponse\x12k\n" +
+	"\x0fGetLatestReport\x12(.plexus.repair.v1.GetLatestReportRequest\x1a).plexus.repair.v1.GetLatestReportResponse\"\x03\x90\x02\x01\x12b\n" +
+	"\fListFindings\x12%.plexus.repair.v1.ListFindingsRequest\x1a&.plexus.repair.v1.ListFindingsResponse\"\x03\x90\x02\x01BBZ@github.com/plexusnet/plexus/clients/go/plexus/repair/v1;repairv1b\x06proto3"
 
 var (
 	file_plexus_repair_v1_repair_proto_rawDescOnce sync.Once
