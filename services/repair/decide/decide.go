@@ -35,7 +35,7 @@ func Decide(in Input) (Output, error) {
 		p.scopes[s] = struct{}{}
 	}
 	if p.advancing {
-		p.next = Strikes{leaks: make(map[AllocationKey]strike), seen: make(map[findingKey]time.Time)}
+		p.next = Strikes{leaks: make(map[AllocationKey]strike), orphans: make(map[string]int), seen: make(map[findingKey]time.Time)}
 	} else {
 		p.next = in.Strikes
 	}
@@ -567,12 +567,22 @@ func (p *pass) judgeSlices() {
 		ref := SliceRef{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion, ServiceName: s.ServiceName}
 		f := Finding{Kind: KindOrphanedSlice, Slice: ref}
 		f.FirstSeen = p.firstSeen(&f)
+		f.Strikes = p.in.Strikes.orphans[s.UID]
+		if p.in.Synced {
+			f.Strikes++ // a dry run shows the count a real pass would reach
+		}
+		if p.advancing {
+			p.next.orphans[s.UID] = f.Strikes
+		}
 		what := fmt.Sprintf("EndpointSlice %s/%s: ServiceImport and Service %q are gone", s.Namespace, s.Name, s.ServiceName)
 		age := p.in.Now.Sub(s.CreateTime)
 		switch {
 		case !p.in.Synced:
 			f.Action = ActionReported
 			f.Message = fmt.Sprintf("%s; not acted on: view incomplete: %s", what, p.out.Reason)
+		case f.Strikes < p.in.Config.LeakStrikes:
+			f.Action = ActionWaitingStrikes
+			f.Message = fmt.Sprintf("%s; seen in %d of %d consecutive passes", what, f.Strikes, p.in.Config.LeakStrikes)
 		case age <= p.in.Config.LeakGrace:
 			f.Action = ActionWaitingGrace
 			f.Message = fmt.Sprintf("%s; slice is %s old, grace is %s", what, age.Round(time.Second), p.in.Config.LeakGrace)

@@ -207,11 +207,22 @@ func TestDecideFindings(t *testing.T) {
 				in.Slices = append(in.Slices, other)
 				return in
 			},
+			passes: 3,
 			want: []brief{
-				{decide.KindOrphanedSlice, "shop/cart-a1", decide.ActionDelete, 0},
-				{decide.KindOrphanedSlice, "shop/cart-new", decide.ActionWaitingGrace, 0},
+				{decide.KindOrphanedSlice, "shop/cart-a1", decide.ActionDelete, 3},
+				{decide.KindOrphanedSlice, "shop/cart-new", decide.ActionWaitingGrace, 3},
 			},
 			wantDeletes: []string{"cart-a1"},
+		},
+		{
+			name: "orphaned importer slice, before its strikes",
+			in: func() decide.Input {
+				in := input(view())
+				in.Slices = []decide.Slice{importerSlice("cart-a1", old, false, false)}
+				return in
+			},
+			passes: 2,
+			want:   []brief{{decide.KindOrphanedSlice, "shop/cart-a1", decide.ActionWaitingStrikes, 2}},
 		},
 		{
 			name: "dry run",
@@ -223,7 +234,7 @@ func TestDecideFindings(t *testing.T) {
 			passes: 3,
 			last:   func(in *decide.Input) { in.DryRun = true },
 			want: []brief{
-				{decide.KindOrphanedSlice, "shop/cart-a1", decide.ActionDryRun, 0},
+				{decide.KindOrphanedSlice, "shop/cart-a1", decide.ActionDryRun, 3},
 				{decide.KindLeak, "10.0.0.1", decide.ActionDryRun, 3},
 			},
 		},
@@ -259,7 +270,7 @@ func TestDecideFindings(t *testing.T) {
 			passes: 3,
 			last:   func(in *decide.Input) { in.Synced, in.UnsyncedReason = false, "Pod informer not synced" },
 			want: []brief{
-				{decide.KindOrphanedSlice, "shop/cart-a1", decide.ActionReported, 0},
+				{decide.KindOrphanedSlice, "shop/cart-a1", decide.ActionReported, 2},
 				{decide.KindLeak, "10.0.0.1", decide.ActionReported, 2},
 			},
 		},
@@ -374,6 +385,63 @@ func TestStrikeRule(t *testing.T) {
 		require.Equal(t, 1, f.Strikes)
 		require.Equal(t, 1, out.Strikes.Len(), "the old etag's strikes are forgotten")
 	})
+}
+
+// TestOrphanStrikes: an orphaned slice's strikes count consecutive
+// passes; a pass that sees its ServiceImport back forgets them, and a
+// slice created again under the same name starts from zero.
+func TestOrphanStrikes(t *testing.T) {
+	orphanIn := func(s decide.Slice) decide.Input {
+		in := input(view())
+		in.Slices = []decide.Slice{s}
+		return in
+	}
+	orphaned := importerSlice("cart-a1", old, false, false)
+	strikes := func(out decide.Output) (int, decide.Action) {
+		t.Helper()
+		require.Len(t, out.Findings, 1)
+		return out.Findings[0].Strikes, out.Findings[0].Action
+	}
+
+	in := orphanIn(orphaned)
+	out, err := passes(2, in)
+	require.NoError(t, err)
+	n, action := strikes(out)
+	require.Equal(t, 2, n)
+	require.Equal(t, decide.ActionWaitingStrikes, action)
+
+	// The ServiceImport is back for one pass.
+	back := orphanIn(importerSlice("cart-a1", old, true, false))
+	back.Strikes = out.Strikes
+	out, err = decide.Decide(back)
+	require.NoError(t, err)
+	require.Empty(t, out.Findings)
+
+	in.Strikes = out.Strikes
+	out, err = passes(2, in)
+	require.NoError(t, err)
+	n, action = strikes(out)
+	require.Equal(t, 2, n, "counting started over")
+	require.Equal(t, decide.ActionWaitingStrikes, action)
+	require.Empty(t, out.SliceDeletes)
+
+	// The same name under a new uid is another slice.
+	again := orphaned
+	again.UID = "uid-cart-a1-again"
+	next := orphanIn(again)
+	next.Strikes = out.Strikes
+	out, err = decide.Decide(next)
+	require.NoError(t, err)
+	n, _ = strikes(out)
+	require.Equal(t, 1, n)
+
+	// The third consecutive pass deletes.
+	out, err = passes(3, orphanIn(orphaned))
+	require.NoError(t, err)
+	n, action = strikes(out)
+	require.Equal(t, 3, n)
+	require.Equal(t, decide.ActionDelete, action)
+	require.Len(t, out.SliceDeletes, 1)
 }
 
 func TestOwnerRecreated(t *testing.T) {

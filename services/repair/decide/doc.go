@@ -58,9 +58,12 @@
 //     synced, a source unreachable) reports its findings with action REPORTED,
 //     plans no release and no deletion, leaves the strikes unchanged, and says
 //     why in Output.Reason.
-//   - Importer slices not older than Config.LeakGrace are not deleted yet
-//     (WAITING_GRACE): informers of different types are not in step, so a
-//     slice can be seen a moment before its ServiceImport is.
+//   - An orphaned importer slice is deleted only when it was seen in
+//     Config.LeakStrikes consecutive passes (strikes keyed by the slice's
+//     uid) AND is older than Config.LeakGrace: informers of different types
+//     are not in step, so a slice can be seen a moment before its
+//     ServiceImport is, or a moment after the ServiceImport it belongs to
+//     was created again.
 //
 // # What the guard relies on
 //

@@ -413,8 +413,9 @@ func testShrink(t *testing.T, e *kubeEnv) {
 }
 
 // testSlices: an importer slice whose ServiceImport and derived Service
-// are both gone is deleted; one with either is kept; another controller's
-// slice with the same labels is never touched.
+// are both gone is deleted once seen in --leak-strikes passes; one with
+// either is kept; another controller's slice with the same labels is never
+// touched.
 func testSlices(t *testing.T, e *kubeEnv) {
 	ns := e.namespace(t)
 	ctx := context.Background()
@@ -448,6 +449,19 @@ func testSlices(t *testing.T, e *kubeEnv) {
 	alloc := startAllocator(t)
 	r := startRepair(t, e, alloc.addr, testOptions())
 	name := "namespaces/" + ns + "/endpointslices/" + orphan.Name
+	// Real passes count the orphan's strikes and delete nothing before the
+	// third.
+	require.Eventually(t, func() bool {
+		_, fs := r.run(t, false)
+		for _, f := range fs {
+			if f.GetEndpointSlice() == name {
+				require.Equal(t, repairv1.Action_ACTION_WAITING_STRIKES, f.GetAction(), f.GetMessage())
+				return f.GetStrikes() == 2
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "the orphan's strikes are not counted")
+	require.NoError(t, getSlice(e, ns, orphan.Name), "deleted before its strikes")
 	require.Eventually(t, func() bool {
 		_, fs := r.run(t, true)
 		for _, f := range fs {
