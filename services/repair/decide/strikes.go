@@ -6,10 +6,10 @@ import (
 )
 
 // Strikes is what one pass remembers for the next: how many consecutive
-// passes each leak candidate and each orphaned slice has been seen in, and since when each finding
-// has been seen. The zero value is the state before the first pass. A pass
-// never modifies the Strikes it was given, so a caller may retry a pass with
-// the same input.
+// passes each leak candidate and each orphaned slice has been seen in, and
+// since when each finding has been seen. The zero value is the state before
+// the first pass. A pass never modifies the Strikes it was given, so a
+// caller may retry a pass with the same input.
 type Strikes struct {
 	leaks map[AllocationKey]strike
 	// orphans counts the passes each orphaned slice has been seen in, by
