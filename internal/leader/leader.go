@@ -85,6 +85,11 @@ func (c *Config) Validate() []error {
 		errs = append(errs, fmt.Errorf("--renew-deadline (%s): must be more than %.1f × --retry-period (%s)", c.RenewDeadline, leaderelection.JitterFactor, c.RetryPeriod))
 	case c.LeaseDuration <= c.RenewDeadline:
 		errs = append(errs, fmt.Errorf("--lease-duration (%s): must be more than --renew-deadline (%s)", c.LeaseDuration, c.RenewDeadline))
+	case c.LeaseDuration%time.Second != 0:
+		// The Lease records whole seconds, and other replicas wait what it
+		// records: 2.5s would let them take over after 2s, while this one
+		// still counts itself the leader.
+		errs = append(errs, fmt.Errorf("--lease-duration (%s): must be a whole number of seconds, as the Lease records it", c.LeaseDuration))
 	}
 	if c.LeaseNamespace == "" || c.LeaseName == "" {
 		errs = append(errs, errors.New("--lease-namespace and --lease-name: must not be empty"))
@@ -114,22 +119,29 @@ type Elector struct {
 	mu     sync.Mutex
 	term   context.Context // the accepted term; nil when not leading
 	leader string          // the last leader observed
-	// le and its lease timings are the campaign's, for Valid.
-	le                           *leaderelection.LeaderElector
-	leaseDuration, renewDeadline time.Duration
+	// le, the renewals of its lock and the renew deadline are the
+	// campaign's, for Valid.
+	le            *leaderelection.LeaderElector
+	renewed       *renewals
+	renewDeadline time.Duration
 }
 
 // ErrNotLeading is Valid's answer on a replica that does not lead.
 var ErrNotLeading = errors.New("this replica does not lead")
 
 // Valid reports whether this replica may write now: it leads, and (with
-// election on) it renewed its lease within the renew deadline. A leader
-// that was paused (a long GC, a stopped VM) past that has lost the lease
-// or is about to; its term ends when it notices, and until then Valid
-// keeps it from writing over the new leader's work.
+// election on) the API server accepted a renewal of its lease that it sent
+// less than the renew deadline ago.
+//
+// No other replica can hold the lease before the lease duration has
+// passed since that renewal was sent, and Validate keeps the renew
+// deadline below it, so a leader that was paused (a long GC, a stopped
+// VM) refuses its writes before anyone else can have started. A write
+// that passed this check and was then paused on its way is not stopped
+// by it: every write that matters also carries a compare.
 func (e *Elector) Valid() error {
 	e.mu.Lock()
-	term, le, lease, renew := e.term, e.le, e.leaseDuration, e.renewDeadline
+	term, le, renewed, deadline := e.term, e.le, e.renewed, e.renewDeadline
 	e.mu.Unlock()
 	if term == nil || term.Err() != nil {
 		return ErrNotLeading
@@ -137,18 +149,17 @@ func (e *Elector) Valid() error {
 	if le == nil {
 		return nil // no election: the only replica
 	}
-	// A leader that wakes from a pause finds another holder when it next
-	// tries to renew; its term ends only when the renew deadline runs out.
-	// Check says nothing meanwhile (it passes on any replica that is not
-	// the holder), so that case is refused here.
+	// A leader that wakes from a pause and reads another holder's record
+	// knows at once.
 	if !le.IsLeader() {
 		return fmt.Errorf("%w: the lease is held by %s", ErrNotLeading, le.GetLeader())
 	}
-	// Check fails once the lease was last renewed more than
-	// LeaseDuration+tolerance ago; a negative tolerance moves that to
-	// the renew deadline, past which a healthy leader steps down.
-	if err := le.Check(renew - lease); err != nil {
-		return fmt.Errorf("%w: %v", ErrNotLeading, err)
+	ago, ok := renewed.since()
+	if !ok {
+		return fmt.Errorf("%w: no renewal of the lease was accepted", ErrNotLeading)
+	}
+	if ago >= deadline {
+		return fmt.Errorf("%w: the lease was last renewed %s ago, the renew deadline is %s", ErrNotLeading, ago.Round(time.Millisecond), deadline)
 	}
 	return nil
 }
@@ -224,62 +235,103 @@ func (e *Elector) Check(context.Context) error {
 }
 
 // Run campaigns for leadership until ctx ends, again after every term.
-// lead runs each term, with a context that ends when leadership is lost,
-// and must call Start once it accepts work. Two terms of this replica never
-// overlap: the next campaign waits for the previous term's lead to return.
-// The Lease is released when ctx ends (ReleaseOnCancel).
+// lead runs each term, with a context that ends when leadership is lost
+// or ctx ends, and must call Start once it accepts work. Two terms of
+// this replica never overlap: the next campaign waits for the previous
+// term's lead to return. When ctx ends, the Lease is released
+// (ReleaseOnCancel), but only after lead has returned, so that no other
+// replica starts while this one's work is still under way.
 func (e *Elector) Run(ctx context.Context, lock resourcelock.Interface, c Config, lead func(term context.Context), logger *slog.Logger) {
 	name := c.LeaseNamespace + "/" + c.LeaseName
+	renewed := &renewals{Interface: lock}
 	for ctx.Err() == nil {
-		var mu sync.Mutex
-		var termDone chan struct{}
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   c.LeaseDuration,
-			RenewDeadline:   c.RenewDeadline,
-			RetryPeriod:     c.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(term context.Context) {
-					done := make(chan struct{})
-					defer close(done)
-					mu.Lock()
-					termDone = done
-					mu.Unlock()
-					logger.Info("became leader", "lease", name)
-					lead(term)
-				},
-				OnStoppedLeading: func() {
-					if _, _, was := e.Lead(); was {
-						logger.Warn("stopped leading", "lease", name)
-					}
-					e.Stop()
-				},
-				OnNewLeader: e.observe,
-			},
-		})
-		if err != nil {
+		if err := e.campaign(ctx, renewed, c, name, lead, logger); err != nil {
 			// Validate checked the same rules.
 			logger.Error("leader election not started", "error", err)
 			return
-		}
-		e.mu.Lock()
-		e.le, e.leaseDuration, e.renewDeadline = le, c.LeaseDuration, c.RenewDeadline
-		e.mu.Unlock()
-		le.Run(ctx)
-		// Wait for the term's work before campaigning again. (A term
-		// whose callback has not started yet starts cancelled and does
-		// nothing.)
-		mu.Lock()
-		done := termDone
-		mu.Unlock()
-		if done != nil {
-			<-done
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(c.RetryPeriod):
 		}
 	}
+}
+
+// campaign runs one client-go elector until it loses the lease or ctx
+// ends, and returns once its term's lead has returned too.
+func (e *Elector) campaign(ctx context.Context, lock *renewals, c Config, name string, lead func(term context.Context), logger *slog.Logger) error {
+	// The elector gets a context of its own: with ReleaseOnCancel it
+	// releases the lease as soon as that ends, so it ends only after the
+	// term's work has.
+	elect, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElecting()
+	var mu sync.Mutex
+	var termDone chan struct{} // closed when the term's lead returns
+	closing := false
+	stopWatching := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		closing = true
+		done := termDone
+		mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		stopElecting()
+	})
+	defer stopWatching()
+
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.LeaseDuration,
+		RenewDeadline:   c.RenewDeadline,
+		RetryPeriod:     c.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(term context.Context) {
+				mu.Lock()
+				if closing {
+					mu.Unlock()
+					return
+				}
+				done := make(chan struct{})
+				termDone = done
+				mu.Unlock()
+				defer close(done)
+				// The term ends with the lease or with ctx, whichever
+				// comes first.
+				work, cancel := context.WithCancel(term)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				logger.Info("became leader", "lease", name)
+				lead(work)
+			},
+			OnStoppedLeading: func() {
+				if _, _, was := e.Lead(); was {
+					logger.Warn("stopped leading", "lease", name)
+				}
+				e.Stop()
+			},
+			OnNewLeader: e.observe,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.le, e.renewed, e.renewDeadline = le, lock, c.RenewDeadline
+	e.mu.Unlock()
+	le.Run(elect)
+	// le.Run returns when the lease is lost, or after the release; wait
+	// for the term's work either way (a term whose callback has not
+	// started yet starts cancelled and does nothing).
+	stopElecting()
+	mu.Lock()
+	closing = true
+	done := termDone
+	mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	return nil
 }
