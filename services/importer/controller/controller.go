@@ -56,6 +56,10 @@ type Config struct {
 	// the derived Service's own cluster IPs.
 	Allocator allocatorv1.AllocatorServiceClient
 	VIPPools  []string
+	// Guard, when set, is asked before every call to the allocator and
+	// refuses it with an error: the leader's check that its lease is
+	// still its own (the Writer has its own for the Kubernetes writes).
+	Guard func() error
 	// Packer packs endpoints into slices.
 	Packer *islices.Packer
 	// Recorder emits Kubernetes Events; nil emits none.
@@ -128,7 +132,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg:    cfg,
 		logger: cfg.Logger,
 		tracer: tp.Tracer("github.com/plexusnet/plexus/services/importer/controller"),
-		vips:   newVIPCache(cfg.Allocator, cfg.VIPPools),
+		vips:   newVIPCache(cfg.Allocator, cfg.VIPPools, cfg.Guard),
 		local:  map[exports.Key]*local{},
 	}
 	m, err := newMetrics(cfg.Registerer, c)

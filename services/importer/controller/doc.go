@@ -79,8 +79,9 @@
 // orphaned slices as soon as that source's snapshot arrives, while one that
 // cannot reach a source keeps that source's slices (and the ServiceImport
 // and derived Service that own them) for the grace, since it has no last
-// state of its own. Pushing clients re-push after a restart within the
-// grace. The sweep runs again whenever a cluster becomes authoritative.
+// state of its own. Pushing clients re-push after a restart, or when the
+// leader changes (pushes are kept only for the term that accepted them),
+// within the grace. The sweep runs again whenever a cluster becomes authoritative.
 //
 // # Observability
 //

@@ -17,13 +17,14 @@ import (
 type vipCache struct {
 	client allocatorv1.AllocatorServiceClient
 	pools  []string
+	guard  func() error // nil: always allowed
 
 	mu    sync.Mutex
 	cache map[exports.Key][]string
 }
 
-func newVIPCache(client allocatorv1.AllocatorServiceClient, pools []string) *vipCache {
-	return &vipCache{client: client, pools: pools, cache: map[exports.Key][]string{}}
+func newVIPCache(client allocatorv1.AllocatorServiceClient, pools []string, guard func() error) *vipCache {
+	return &vipCache{client: client, pools: pools, guard: guard, cache: map[exports.Key][]string{}}
 }
 
 // enabled reports whether VIPs come from the allocator.
@@ -43,6 +44,13 @@ func (v *vipCache) get(ctx context.Context, key exports.Key) ([]string, error) {
 	v.mu.Unlock()
 	if ok {
 		return ips, nil
+	}
+	// A deposed leader must not allocate either: repair may just have
+	// released the VIPs of a service the new leader withdrew.
+	if v.guard != nil {
+		if err := v.guard(); err != nil {
+			return nil, fmt.Errorf("allocate the clusterset VIPs of %s refused: %w", key, err)
+		}
 	}
 	req := &allocatorv1.BatchAllocateRequest{}
 	for _, p := range v.pools {

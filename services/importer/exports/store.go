@@ -413,6 +413,33 @@ func (s *Store) Replace(cluster string, origin Origin, updates []Update) (int, e
 	return len(changed), errors.Join(errs...)
 }
 
+// Forget drops every export of origin without notifying and without
+// leaving anything pending, and returns how many it dropped. It is for
+// pushes when the leadership term that accepted them ends: the next
+// leader does not have them, so this replica must not act on them either
+// if it leads again (its pushers push again to whichever replica leads).
+func (s *Store) Forget(origin Origin) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for cluster, keys := range s.byCluster {
+		for key := range keys {
+			svc := s.services[key]
+			if e := svc.exports[cluster]; e == nil || e.Origin != origin {
+				continue
+			}
+			delete(svc.exports, cluster)
+			delete(keys, key)
+			delete(svc.pending.Since, cluster)
+			if len(svc.exports) == 0 {
+				delete(s.services, key)
+			}
+			n++
+		}
+	}
+	return n
+}
+
 // Get returns the exports of a service; false when no cluster exports it.
 func (s *Store) Get(key Key) (Service, bool) {
 	s.mu.RLock()

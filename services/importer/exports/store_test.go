@@ -233,3 +233,33 @@ func TestSourceState(t *testing.T) {
 	_, ok = s.Source("west")
 	require.False(t, ok)
 }
+
+// TestForgetDropsOnlyThatOrigin: forgetting pushes leaves the watched
+// exports, notifies nothing and leaves nothing pending for them.
+func TestForgetDropsOnlyThatOrigin(t *testing.T) {
+	var rec recorder
+	s := New(rec.notify)
+	cart, shop := Key{"shop", "cart"}, Key{"shop", "shop"}
+	_, _, err := s.Upsert("east", OriginWatch, Update{Endpoints: eps("shop", "cart", "east", "10.0.0.1")})
+	require.NoError(t, err)
+	_, _, err = s.Upsert("vm", OriginPush, Update{Endpoints: eps("shop", "cart", "vm", "10.0.0.2")})
+	require.NoError(t, err)
+	_, _, err = s.Upsert("vm", OriginPush, Update{Endpoints: eps("shop", "shop", "vm", "10.0.0.3")})
+	require.NoError(t, err)
+	s.TakePending(cart)
+	s.TakePending(shop)
+	rec.take()
+
+	require.Equal(t, 2, s.Forget(OriginPush))
+	require.Empty(t, rec.take(), "nothing to reconcile: the term that would act on it has ended")
+	svc, ok := s.Get(cart)
+	require.True(t, ok)
+	require.Len(t, svc.Exports, 1)
+	require.Equal(t, "east", svc.Exports[0].Cluster)
+	_, ok = s.Get(shop)
+	require.False(t, ok)
+	require.Equal(t, []Key{cart}, s.Keys())
+	require.Empty(t, s.Clusters(OriginPush))
+	require.True(t, s.TakePending(cart).Empty())
+	require.Zero(t, s.Forget(OriginPush))
+}

@@ -83,6 +83,7 @@ type Store interface {
 	Get(key exports.Key) (exports.Service, bool)
 	Upsert(cluster string, origin exports.Origin, u exports.Update) (exports.Key, bool, error)
 	Withdraw(cluster string, key exports.Key, observed time.Time, traceContext map[string]string) bool
+	Forget(origin exports.Origin) int
 }
 
 // Leadership says whether this replica leads, and who does.
@@ -106,6 +107,10 @@ type Server struct {
 	importerv1.UnimplementedImporterServiceServer
 	cfg     Config
 	applied *requestLog
+	// term is held for reading from a push's leadership check until the
+	// push is stored, and for writing by EndTerm, so no push accepted in
+	// a term outlives it.
+	term sync.RWMutex
 }
 
 // New returns a Server.
@@ -114,6 +119,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("importer server: imports, store, leadership and synced are required")
 	}
 	return &Server{cfg: cfg, applied: newRequestLog(10000)}, nil
+}
+
+// EndTerm forgets the pushes accepted while this replica led, and the
+// answers kept for their request ids; call it once a leadership term has
+// ended. The next leader does not have those pushes (they live only in the
+// memory of the replica that accepted them), and pushers push again to it;
+// were this replica to lead again later, acting on them would bring back
+// a service its pusher has since withdrawn through another leader.
+func (s *Server) EndTerm() int {
+	s.term.Lock()
+	defer s.term.Unlock()
+	s.applied.clear()
+	return s.cfg.Store.Forget(exports.OriginPush)
 }
 
 // Register registers the service on g.
@@ -201,6 +219,8 @@ func (s *Server) ApplyImport(ctx context.Context, req *importerv1.ApplyImportReq
 	if err := s.validateApply(req); err != nil {
 		return nil, err
 	}
+	s.term.RLock()
+	defer s.term.RUnlock()
 	if leader, leading := s.cfg.Leader.Leader(); !leading {
 		return nil, notLeader(leader)
 	}
@@ -247,6 +267,8 @@ func (s *Server) WithdrawImport(_ context.Context, req *importerv1.WithdrawImpor
 	if err := v.err(); err != nil {
 		return nil, err
 	}
+	s.term.RLock()
+	defer s.term.RUnlock()
 	if leader, leading := s.cfg.Leader.Leader(); !leading {
 		return nil, notLeader(leader)
 	}
@@ -356,6 +378,13 @@ func (l *requestLog) get(id string, req *importerv1.ApplyImportRequest) (*import
 		return nil, false, false
 	}
 	return e.resp, proto.Equal(e.req, req), true
+}
+
+func (l *requestLog) clear() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.order = l.order[:0]
+	clear(l.byID)
 }
 
 func (l *requestLog) put(id string, req *importerv1.ApplyImportRequest, resp *importerv1.ApplyImportResponse) {

@@ -9,8 +9,12 @@
 // With --leader-elect (the default) the replicas elect one leader through a
 // Lease (client-go, released on shutdown). Every replica follows the
 // sources and keeps its caches warm; only the leader runs the controller
-// and accepts pushes. Leader election does not fence: the writes of a
-// deposed leader still in flight carry resourceVersion preconditions.
+// and accepts pushes. Pushes live in the memory of the leader that accepted
+// them, for its term: when the term ends they are forgotten, and their
+// pushers push again to the next leader within --source-grace. Leader
+// election does not fence: every write first asks the elector whether the
+// lease was renewed within the renew deadline, and the writes of a deposed
+// leader still in flight carry resourceVersion preconditions.
 //
 // # Readiness
 //
@@ -133,9 +137,17 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		closeAll0()
 	}
 
+	lead, err := leader.NewElector(identity, "plexus_importer_leader", "1 while this replica is the importer leader (the one that writes), 0 otherwise.", reg)
+	if err != nil {
+		return fail(err)
+	}
+	// Every write first checks that this replica still holds its lease:
+	// resourceVersions guard against a stale cache, not against a stale
+	// view of the sources that a paused, deposed leader would write.
+	writer.Guard(lead.Valid)
 	ctrl, err = controller.New(controller.Config{
 		Store: store, Informers: informers, Tracker: tracker, Writer: writer, Kube: kubeClient,
-		Allocator: alloc, VIPPools: pools, Packer: packer, Recorder: recorder,
+		Allocator: alloc, VIPPools: pools, Guard: lead.Valid, Packer: packer, Recorder: recorder,
 		Workers: o.Workers, SourceGrace: o.SourceGrace,
 		Logger: rt.Logger.With("component", "controller"), Registerer: reg,
 	})
@@ -169,14 +181,6 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		srcs = append(srcs, src)
 	}
 
-	lead, err := leader.NewElector(identity, "plexus_importer_leader", "1 while this replica is the importer leader (the one that writes), 0 otherwise.", reg)
-	if err != nil {
-		return fail(err)
-	}
-	// Every write first checks that this replica still holds its lease:
-	// resourceVersions guard against a stale cache, not against a stale
-	// view of the sources that a paused, deposed leader would write.
-	writer.Guard(lead.Valid)
 	rt.Server.AddHealthInfo(leader.Header, func() string { l, _ := lead.Leader(); return l })
 	api, err := iserver.New(iserver.Config{Imports: ctrl, Store: store, Leader: lead, Synced: informers.HasSynced})
 	if err != nil {
@@ -221,6 +225,9 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 			lead.Run(ctx, lock, o.Config, func(t context.Context) {
 				lead.Start(t)
 				term(t)
+				if n := api.EndTerm(); n > 0 {
+					logger.Info("forgot the pushes of the ended term; their clusters push again to the next leader", "exports", n)
+				}
 			}, logger)
 		})
 	} else {

@@ -44,7 +44,11 @@ type ImporterServiceClient interface {
 	// ListServiceImports lists imported services, a page at a time.
 	ListServiceImports(ctx context.Context, in *ListServiceImportsRequest, opts ...grpc.CallOption) (*ListServiceImportsResponse, error)
 	// ApplyImport pushes one source cluster's endpoint set of one exported
-	// service; it replaces what that cluster contributed before.
+	// service; it replaces what that cluster contributed before. Only the
+	// leader accepts pushes (others answer FAILED_PRECONDITION NOT_LEADER,
+	// naming the leader), and it keeps them in memory for as long as it
+	// leads: a pusher pushes its services again, within the importer's
+	// --source-grace, after the importer restarts or its leader changes.
 	ApplyImport(ctx context.Context, in *ApplyImportRequest, opts ...grpc.CallOption) (*ApplyImportResponse, error)
 	// WithdrawImport removes one source cluster's contribution to a service.
 	// When no cluster exports the service any more, its ServiceImport,
@@ -119,7 +123,11 @@ type ImporterServiceServer interface {
 	// ListServiceImports lists imported services, a page at a time.
 	ListServiceImports(context.Context, *ListServiceImportsRequest) (*ListServiceImportsResponse, error)
 	// ApplyImport pushes one source cluster's endpoint set of one exported
-	// service; it replaces what that cluster contributed before.
+	// service; it replaces what that cluster contributed before. Only the
+	// leader accepts pushes (others answer FAILED_PRECONDITION NOT_LEADER,
+	// naming the leader), and it keeps them in memory for as long as it
+	// leads: a pusher pushes its services again, within the importer's
+	// --source-grace, after the importer restarts or its leader changes.
 	ApplyImport(context.Context, *ApplyImportRequest) (*ApplyImportResponse, error)
 	// WithdrawImport removes one source cluster's contribution to a service.
 	// When no cluster exports the service any more, its ServiceImport,
