@@ -1,12 +1,15 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -30,6 +33,16 @@ import (
 // The commits of one transaction share its revision, which store.Store
 // allows; a transaction whose commits all failed writes nothing and takes
 // no revision.
+//
+// etcd's --max-txn-ops bounds a transaction by the larger of its compares
+// and its writes, and each nested transaction by what the outer one left:
+// the limit minus the outer's own count (checkTxnRequest in etcd's
+// v3rpc/key.go). A combined transaction of n commits therefore needs n
+// plus the size of its largest commit within the limit, and when it is not,
+// etcd refuses the whole transaction, every commit in it, before it
+// proposes anything. So take admits a commit only while that sum stays
+// within the budget, and a commit that alone is too large for a shared
+// transaction goes alone, where it fits or fails on its own.
 const (
 	// combineSenders bounds the combined transactions in flight per
 	// store. One is best measured (bench/results/scaleout.md, fifth
@@ -40,10 +53,15 @@ const (
 	// price: under light load a commit that arrives while one is out
 	// waits for it, up to one more round trip.
 	combineSenders = 1
-	// combineMax bounds the commits of one transaction, below etcd's
-	// default --max-txn-ops of 128 (each nested transaction is one op of
-	// the outer one).
+	// combineMax bounds the commits of one transaction. Small commits
+	// reach it well before the op budget (defaultMaxTxnOps).
 	combineMax = 64
+	// defaultMaxTxnOps is etcd's default --max-txn-ops, the op budget a
+	// combiner starts with: etcd does not tell its clients the limit.
+	// Installations raise it for large batches (see doc.go), which costs
+	// nothing here but the chance to combine a large commit; one set
+	// lower is learned from etcd's refusals (see sendBatch).
+	defaultMaxTxnOps = 128
 	// combineTimeout bounds one combined transaction. Its callers wait
 	// for it only as long as their own contexts allow; the bound keeps a
 	// sender from waiting forever on an etcd that is gone.
@@ -54,6 +72,9 @@ type combinedCommit struct {
 	ctx  context.Context // the caller's: once it is done, nobody waits
 	cmps []clientv3.Cmp
 	ops  func(slot int) []*pb.RequestOp // its writes, with the marker of slot
+	// size is what etcd counts of it against --max-txn-ops: the larger
+	// of its compares and its writes.
+	size int
 	// reads and writes are the keys (an owner index range counting as
 	// one) the commit compares and writes.
 	reads, writes []string
@@ -75,13 +96,18 @@ type combiner struct {
 	senders int
 	// read and written are take's sets of keys, kept between calls.
 	read, written map[string]bool
+	// maxOps is the op budget of a combined transaction, an upper bound
+	// of etcd's --max-txn-ops: defaultMaxTxnOps when 0, lowered when etcd
+	// refuses a transaction within it.
+	maxOps int
 }
 
 // commit waits for cmps/ops to be sent, combined with whatever else is
-// waiting, and returns its outcome. reads and writes are what it compares
-// and writes, the marker left out (planner.touched).
-func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops func(slot int) []*pb.RequestOp, reads, writes []string) combineResult {
-	cc := &combinedCommit{ctx: ctx, cmps: cmps, ops: ops, reads: reads, writes: writes, done: make(chan combineResult, 1)}
+// waiting, and returns its outcome. nops is the number of ops ops
+// returns; reads and writes are what it compares and writes, the marker
+// left out (planner.touched).
+func (c *combiner) commit(ctx context.Context, cmps []clientv3.Cmp, ops func(slot int) []*pb.RequestOp, nops int, reads, writes []string) combineResult {
+	cc := &combinedCommit{ctx: ctx, cmps: cmps, ops: ops, size: max(len(cmps), nops), reads: reads, writes: writes, done: make(chan combineResult, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, cc)
 	start := c.senders < combineSenders
@@ -118,15 +144,22 @@ func (c *combiner) send() {
 }
 
 // take removes from the queue, in order, up to combineMax commits none of
-// which writes what another compares or writes; the others keep their
-// places. Commits whose callers stopped waiting are dropped unsent: their
-// callers were told the outcome is unknown, and an allocation nobody
-// waits for should not land later. c.mu is held.
+// which writes what another compares or writes, and whose number plus the
+// largest one's size stays within the op budget; the others keep their
+// places. The first commit is always taken: alone it goes to etcd as a
+// transaction of its own. Commits whose callers stopped waiting are
+// dropped unsent: their callers were told the outcome is unknown, and an
+// allocation nobody waits for should not land later. c.mu is held.
 func (c *combiner) take() []*combinedCommit {
 	var batch []*combinedCommit
 	if c.read == nil {
 		c.read, c.written = map[string]bool{}, map[string]bool{}
 	}
+	budget := c.maxOps
+	if budget == 0 {
+		budget = defaultMaxTxnOps
+	}
+	largest := 0 // the size of the largest commit taken
 	read, written := c.read, c.written
 	defer clear(read)
 	defer clear(written)
@@ -137,11 +170,13 @@ func (c *combiner) take() []*combinedCommit {
 			continue
 		}
 		if len(batch) == combineMax ||
+			len(batch) > 0 && len(batch)+1+max(largest, cc.size) > budget ||
 			slices.ContainsFunc(cc.writes, in(read)) || slices.ContainsFunc(cc.writes, in(written)) ||
 			slices.ContainsFunc(cc.reads, in(written)) {
 			rest = append(rest, cc)
 			continue
 		}
+		largest = max(largest, cc.size)
 		for _, k := range cc.reads {
 			read[k] = true
 		}
@@ -158,10 +193,8 @@ func (c *combiner) take() []*combinedCommit {
 func (c *combiner) sendBatch(batch []*combinedCommit) {
 	ctx, cancel := context.WithTimeout(context.Background(), combineTimeout)
 	defer cancel()
-	if c.observe != nil {
-		c.observe(len(batch))
-	}
 	if len(batch) == 1 {
+		c.observed(1)
 		cc := batch[0]
 		resp, err := c.s.txn(ctx, cc.cmps, cc.ops(0))
 		if err != nil {
@@ -176,6 +209,29 @@ func (c *combiner) sendBatch(batch []*combinedCommit) {
 		ops[i] = txnOp(cc.cmps, cc.ops(i))
 	}
 	resp, err := c.s.txn(ctx, nil, ops)
+	if errors.Is(err, rpctypes.ErrTooManyOps) {
+		// etcd's limit is below the budget. It refused the transaction
+		// before proposing it, so nothing was written: lower the budget
+		// below this transaction's count and send the commits again,
+		// first. Each refusal lowers it, and a lone commit always goes,
+		// so this ends.
+		largest := 0
+		for _, cc := range batch {
+			largest = max(largest, cc.size)
+		}
+		budget := len(batch) + largest - 1
+		c.mu.Lock()
+		first := c.maxOps == 0
+		c.maxOps = min(budget, cmp.Or(c.maxOps, budget))
+		c.queue = append(batch, c.queue...)
+		c.mu.Unlock()
+		if first { // the later refusals only narrow it down
+			c.s.logger.Warn("etcd refused a combined transaction: its --max-txn-ops is below etcd's default, combining less",
+				"commits", len(batch), "largest", largest, "budget", budget)
+		}
+		return
+	}
+	c.observed(len(batch))
 	for i, cc := range batch {
 		switch {
 		case err != nil:
@@ -184,5 +240,13 @@ func (c *combiner) sendBatch(batch []*combinedCommit) {
 			inner := resp.Responses[i].GetResponseTxn()
 			cc.done <- combineResult{rev: resp.Header.Revision, succeeded: inner != nil && inner.Succeeded}
 		}
+	}
+}
+
+// observed reports a transaction of n commits that etcd did not refuse
+// for its size, so each commit is observed once.
+func (c *combiner) observed(n int) {
+	if c.observe != nil {
+		c.observe(n)
 	}
 }

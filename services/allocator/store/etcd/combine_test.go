@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -156,4 +157,95 @@ func TestTooManyOps(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, after.Allocations)
 	require.Equal(t, before.Revision, after.Revision)
+}
+
+// TestCombinedCommitsWithinMaxTxnOps: a batch that etcd takes alone is
+// never refused for what it was combined with. etcd bounds a combined
+// transaction by its commits plus the compares or writes of its largest
+// commit, so a batch of 40 allocations (122 writes, within the default
+// limit of 128) sent with more than six small commits would fail them
+// all. Here a batch is committed over and over while small commits keep
+// the combiner busy, and every commit must succeed: at etcd's default
+// limit, and at a lower one than the store assumes.
+func TestCombinedCommitsWithinMaxTxnOps(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		batch int // allocations per batch commit, within the limit alone
+	}{
+		{"default limit", nil, 40},                           // 81 compares, 122 writes
+		{"lowered limit", []string{"--max-txn-ops=100"}, 30}, // 61 compares, 92 writes
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := kubetest.StartEtcd(t, tc.args...)
+			s, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: freshPrefix()})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/8"}}}}})
+			require.NoError(t, err)
+
+			var next atomic.Int64 // numbers addresses, owners and requests apart
+			alloc := func(txn *store.Txn) string {
+				i := next.Add(1)
+				a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
+					Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}}
+				txn.Conds = append(txn.Conds,
+					store.Cond{Kind: store.CondAllocationAbsent, Pool: "p", Address: a.Address},
+					store.Cond{Kind: store.CondOwnerAbsent, Pool: "p", OwnerKey: a.Owner.Key()})
+				txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: a})
+				return "p/" + a.Address.String()
+			}
+			withRequest := func(txn store.Txn, keys []string) store.Txn {
+				id := fmt.Sprint("r-", next.Add(1))
+				txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: id})
+				txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: id, Allocations: keys}})
+				return txn
+			}
+
+			const batches, smallCommitters = 20, 16
+			var (
+				mu      sync.Mutex
+				errs    []error
+				commits int
+			)
+			record := func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				commits++
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			for range smallCommitters {
+				wg.Go(func() {
+					for {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						var txn store.Txn
+						key := alloc(&txn)
+						_, err := s.Commit(ctx, withRequest(txn, []string{key}))
+						record(err)
+					}
+				})
+			}
+			for range batches {
+				var txn store.Txn
+				var keys []string
+				for range tc.batch {
+					keys = append(keys, alloc(&txn))
+				}
+				_, err := s.Commit(ctx, withRequest(txn, keys))
+				record(err)
+			}
+			close(done)
+			wg.Wait()
+			require.Empty(t, errs, "of %d commits", commits)
+		})
+	}
 }

@@ -18,6 +18,12 @@ import (
 // always suffice unless something is badly wrong.
 const maxGuardRetries = 16
 
+// maxLeaseRetries bounds how often a commit is sent again because etcd
+// no longer knew a lease of request records in its transaction. A lease
+// is lost only when revoked or when etcd is restored from an older
+// backup; the commits that held it take a new one at their first retry.
+const maxLeaseRetries = 3
+
 // readChunk bounds the reads sent in one etcd transaction, below etcd's
 // default --max-txn-ops of 128.
 const readChunk = 100
@@ -40,7 +46,26 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 	if s.isClosed() {
 		return 0, store.ErrClosed
 	}
-	first := newPlanner(s.k, nil)
+	for try := 1; ; try++ {
+		lease, err := s.requestLease(ctx, txn)
+		if err != nil {
+			return 0, s.commitError(ctx, err)
+		}
+		rev, err := s.commit(ctx, txn, lease)
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) || try == maxLeaseRetries {
+			return rev, err
+		}
+		// A lease of request records is gone before its time: this
+		// commit's, or that of a commit it was combined with. etcd
+		// refused the whole transaction before writing anything, so it
+		// goes again, with a new lease if it was its own.
+		s.requestLeaseLost(lease)
+	}
+}
+
+// commit is Commit with its request record, if any, put with lease.
+func (s *Store) commit(ctx context.Context, txn store.Txn, lease clientv3.LeaseID) (int64, error) {
+	first := newPlanner(s.k, lease, nil)
 	cmps, ok := first.compares(txn.Conds)
 	if !ok {
 		return 0, fmt.Errorf("a revision condition below 1: %w", store.ErrConflict)
@@ -69,7 +94,7 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		if err != nil {
 			return 0, s.commitError(ctx, err)
 		}
-		pl := newPlanner(s.k, func(key string) *store.Allocation { return seen[key].rec })
+		pl := newPlanner(s.k, lease, func(key string) *store.Allocation { return seen[key].rec })
 		cmps, _ := pl.compares(txn.Conds)
 		pl.apply(txn.Ops)
 		guards := make([]clientv3.Cmp, 0, len(pl.reads))
@@ -93,7 +118,7 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 
 // commitCombined sends a commit through the combiner (combine.go).
 func (s *Store) commitCombined(ctx context.Context, cmps []clientv3.Cmp, pl *planner, reads, writes []string) (int64, error) {
-	r := s.combine.commit(ctx, cmps, pl.ops, reads, writes)
+	r := s.combine.commit(ctx, cmps, pl.ops, pl.nops(), reads, writes)
 	if r.err != nil {
 		return 0, s.commitError(ctx, r.err)
 	}

@@ -15,7 +15,7 @@
 //
 //	PREFIX rev/NN                                 commit marker (empty), put by every commit
 //	PREFIX owners/POOL \0 OWNERKEY \0 ADDR        owner index entry (empty)
-//	PREFIX requests/ID                             request record (JSON)
+//	PREFIX requests/ID                             request record (JSON), with a lease
 //	PREFIX state/allocs/POOL \0 ADDR               allocation (JSON)
 //	PREFIX state/pools/POOL                        pool (JSON)
 //	PREFIX state/quarantine/POOL \0 ADDR           quarantine record (JSON)
@@ -87,6 +87,25 @@
 // separately: an allocation takes two compares and three writes, so a
 // batch of more than about 40 addresses needs a higher limit. The
 // request size limit (--max-request-bytes, default 1.5 MiB) is far above
-// what such a batch needs. Request records are kept for good, as the
-// bolt store keeps them.
+// what such a batch needs. A combined transaction counts its commits plus
+// the compares or writes of its largest commit against the limit, so the
+// combiner admits a commit only while that stays within it (combine.go):
+// a commit that etcd takes alone is never refused for what it was
+// combined with. etcd does not tell its clients the limit; the combiner
+// assumes the default and learns a lower one from etcd's refusals.
+//
+// Request records are kept for DefaultRequestRetention (a day), not for
+// good: every request id would otherwise leave a key behind until etcd's
+// space quota is full, and then every commit fails. The API promises no
+// period; a retry with the same request id within a day gets the first
+// answer, a later one counts as a new request (Allocate is idempotent per
+// owner all the same). A record is put with an etcd lease, which etcd
+// revokes, deleting the record, when its TTL runs out. The records a
+// store puts within a 24th of the retention period share one lease, with
+// a TTL of the period plus that 24th, so each record lives at least the
+// period and a replica holds some 26 leases: the first granted by the
+// first commit that needs one, the next ones in the background before
+// they are needed, none kept alive (requests.go). Expiry deletes no key
+// under state/, so watches see nothing of it. (The bolt store still keeps
+// its records for good; it has no quota, but its file grows with them.)
 package etcd

@@ -63,6 +63,9 @@ type Store struct {
 	k       keys
 	logger  *slog.Logger
 	combine *combiner
+	// requests hands out the leases request records are put with
+	// (requests.go).
+	requests requestLeases
 
 	lastCommit atomic.Int64 // the latest revision this store committed
 

@@ -26,6 +26,7 @@ type write struct {
 	key   string
 	end   string // range end of a delete; "" deletes key alone
 	value string
+	lease clientv3.LeaseID // of a put; 0: none
 }
 
 // covers reports whether w writes key: a put of key, or a delete of key
@@ -37,11 +38,15 @@ func (w write) covers(key string) bool {
 	return key >= w.key && key < w.end
 }
 
-func (p *plan) put(key, value string) {
+func (p *plan) put(key, value string) { p.putLease(key, value, 0) }
+
+// putLease puts key attached to lease (0: none), so etcd deletes it when
+// the lease expires.
+func (p *plan) putLease(key, value string, lease clientv3.LeaseID) {
 	if !slices.ContainsFunc(p.writes, func(w write) bool { return w.covers(key) }) {
 		// The usual case, a key the plan has not written: nothing to
 		// replace or split.
-		p.writes = append(p.writes, write{key: key, value: value})
+		p.writes = append(p.writes, write{key: key, value: value, lease: lease})
 		return
 	}
 	out := p.writes[:0:0]
@@ -64,7 +69,7 @@ func (p *plan) put(key, value string) {
 		}
 		out = append(out, w)
 	}
-	p.writes = append(out, write{key: key, value: value})
+	p.writes = append(out, write{key: key, value: value, lease: lease})
 }
 
 // del deletes key, or with end != "" the range [key, end).
@@ -91,6 +96,7 @@ func (p *plan) ops(extra int) []*pb.RequestOp {
 			ops[i] = deleteOp(w.key, w.end)
 		} else {
 			ops[i] = putOp(w.key, w.value)
+			ops[i].GetRequestPut().Lease = int64(w.lease)
 		}
 	}
 	return ops
@@ -113,6 +119,8 @@ type planner struct {
 	// read returns the allocation stored under key (nil when absent). It
 	// is nil in the first pass, which only collects what must be read.
 	read func(key string) *store.Allocation
+	// lease is what request records are put with (requests.go).
+	lease clientv3.LeaseID
 	// reads collects the keys the plan depends on, in first-use order.
 	reads []string
 
@@ -126,8 +134,8 @@ type planner struct {
 	comparesRange                 bool
 }
 
-func newPlanner(k keys, read func(string) *store.Allocation) *planner {
-	return &planner{k: k, read: read, slots: map[string]*slot{}, wiped: map[string]bool{}}
+func newPlanner(k keys, lease clientv3.LeaseID, read func(string) *store.Allocation) *planner {
+	return &planner{k: k, lease: lease, read: read, slots: map[string]*slot{}, wiped: map[string]bool{}}
 }
 
 // current returns the allocation under key as the ops so far left it.
@@ -255,7 +263,7 @@ func (pl *planner) apply(ops []store.Op) {
 			pl.plan.put(pl.k.quarantine(q.Pool, q.Address), encodeQuarantine(q))
 
 		case store.OpPutRequest:
-			pl.plan.put(pl.k.request(op.Request.ID), encodeRequest(op.Request))
+			pl.plan.putLease(pl.k.request(op.Request.ID), encodeRequest(op.Request), pl.lease)
 		}
 	}
 }
@@ -274,6 +282,15 @@ func (pl *planner) ops(slot int) []*pb.RequestOp {
 		ops = append(ops, putOp(pl.k.tick(), ""))
 	}
 	return ops
+}
+
+// nops is the number of ops ops returns, without building them.
+func (pl *planner) nops() int {
+	n := len(pl.plan.writes) + 1
+	if !pl.plan.putsUnder(pl.k.state()) {
+		n++
+	}
+	return n
 }
 
 // touched lists the keys the txn compares (reads) and writes, an owner

@@ -34,3 +34,27 @@ func TestTakeKeepsRivalsApart(t *testing.T) {
 	require.Empty(t, cb.queue)
 	require.Empty(t, cb.take())
 }
+
+// TestTakeKeepsWithinOpBudget: a combined transaction of n commits whose
+// largest has m compares or writes needs n+m within etcd's --max-txn-ops
+// (defaultMaxTxnOps here); the commits beyond keep their places, and a
+// commit too large to share a transaction goes alone.
+func TestTakeKeepsWithinOpBudget(t *testing.T) {
+	commit := func(size int) *combinedCommit { return &combinedCommit{ctx: t.Context(), size: size} }
+	big, huge := commit(122), commit(200)
+	small := make([]*combinedCommit, 10)
+	for i := range small {
+		small[i] = commit(5)
+	}
+	c := &combiner{queue: append([]*combinedCommit{small[0], big, huge}, small[1:]...)}
+	// 6 commits with 122 writes at most: 128. A seventh would be 129.
+	require.Equal(t, []*combinedCommit{small[0], big, small[1], small[2], small[3], small[4]}, c.take())
+	require.Equal(t, []*combinedCommit{huge, small[5], small[6], small[7], small[8], small[9]}, c.queue)
+	require.Equal(t, []*combinedCommit{huge}, c.take(), "too large to share, it goes alone")
+	require.Equal(t, small[5:], c.take())
+
+	// A budget learned from etcd's refusals applies the same way.
+	c = &combiner{maxOps: 100, queue: []*combinedCommit{commit(92), small[0], small[1], small[2], small[3], small[4], small[5], small[6], small[7], small[8]}}
+	require.Len(t, c.take(), 8)
+	require.Len(t, c.queue, 2)
+}

@@ -1,0 +1,7 @@
+package etcd
+
+import "time"
+
+// SetRequestRetention sets how long s keeps request records, for tests
+// that cannot wait DefaultRequestRetention. Call it before s commits.
+func SetRequestRetention(s *Store, d time.Duration) { s.requests.retention = d }

@@ -1,0 +1,139 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// DefaultRequestRetention is how long the store keeps a request record:
+// a retry with the same request id within it gets the first answer. The
+// API promises no period, and a client retries a lost reply within
+// seconds or minutes; a day covers that with room, while records of
+// every request kept for good would fill etcd's space quota (and then
+// every commit fails). Once a record is gone its id counts as new.
+const DefaultRequestRetention = 24 * time.Hour
+
+// leaseSpans is how many leases, one after the other, hold the records
+// of one retention period. A store puts its records with its current
+// lease for at most a span after its grant (the next one is granted a
+// little ahead), so records cost a lease grant per span, not a write per
+// request, and every replica has some leaseSpans+2 leases alive. Each
+// lease lives for the retention period plus a span: a record put with it
+// within a span of the grant outlives the retention period.
+const leaseSpans = 24
+
+// leaseGrantTimeout bounds one lease grant. A grant does not end with
+// the commit that asked for it: a commit whose caller stops waiting
+// still leaves the lease to the commits after it, so a slow link to
+// etcd does not make every commit wait for a grant of its own.
+const leaseGrantTimeout = 10 * time.Second
+
+// requestLeases hands out the lease request records are put with.
+type requestLeases struct {
+	retention time.Duration // DefaultRequestRetention when 0
+
+	cur atomic.Pointer[requestLease] // nil until the first grant
+
+	mu       sync.Mutex
+	granting chan struct{} // closed when the grant in flight ends; nil when none
+	err      error         // of the latest grant
+}
+
+type requestLease struct {
+	id    clientv3.LeaseID
+	until time.Time // records put before then outlive the retention period
+	// renew is when the next lease is granted, in the background, so
+	// commits find it ready when this one's span ends.
+	renew time.Time
+}
+
+// requestLease returns the lease to put txn's request record with, or 0
+// when txn records no request. On the commit hot path it costs an atomic
+// load and a look at the clock; a grant is one etcd round trip per lease
+// span, made ahead of need.
+func (s *Store) requestLease(ctx context.Context, txn store.Txn) (clientv3.LeaseID, error) {
+	for _, op := range txn.Ops {
+		if op.Kind == store.OpPutRequest {
+			return s.requests.get(ctx, s.cli)
+		}
+	}
+	return 0, nil
+}
+
+// requestLeaseLost forgets lease, which etcd no longer knows (revoked, or
+// an etcd restored from an older backup), so the next commit grants
+// another.
+func (s *Store) requestLeaseLost(lease clientv3.LeaseID) {
+	l := &s.requests
+	if cur := l.cur.Load(); cur != nil && cur.id == lease {
+		l.cur.CompareAndSwap(cur, nil)
+	}
+}
+
+func (l *requestLeases) get(ctx context.Context, cli *clientv3.Client) (clientv3.LeaseID, error) {
+	if cur := l.cur.Load(); cur != nil {
+		now := time.Now()
+		if now.Before(cur.until) {
+			if now.After(cur.renew) {
+				l.grant(cli)
+			}
+			return cur.id, nil
+		}
+	}
+	select {
+	case <-l.grant(cli):
+	case <-ctx.Done():
+		return 0, fmt.Errorf("grant a lease for request records: %w", ctx.Err())
+	}
+	if cur := l.cur.Load(); cur != nil && time.Now().Before(cur.until) {
+		return cur.id, nil
+	}
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	if err == nil { // granted, then lost at once
+		err = rpctypes.ErrLeaseNotFound
+	}
+	return 0, fmt.Errorf("grant a lease for request records: %w", err)
+}
+
+// grant starts granting the next lease unless a grant is in flight, and
+// returns what is closed when that grant ends.
+func (l *requestLeases) grant(cli *clientv3.Client) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.granting != nil {
+		return l.granting
+	}
+	done := make(chan struct{})
+	l.granting = done
+	retention := l.retention
+	if retention <= 0 {
+		retention = DefaultRequestRetention
+	}
+	span := retention / leaseSpans
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), leaseGrantTimeout)
+		defer cancel()
+		// etcd counts the TTL from the grant, after start, and in whole
+		// seconds: round up.
+		start := time.Now()
+		resp, err := cli.Grant(ctx, int64((retention+span+time.Second-1)/time.Second))
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.granting, l.err = nil, err
+		if err == nil {
+			l.cur.Store(&requestLease{id: resp.ID, until: start.Add(span), renew: start.Add(span * 9 / 10)})
+		}
+	}()
+	return done
+}
