@@ -34,7 +34,13 @@
 // grpc.health.v1 reports "" (the whole server) and every registered
 // service. A service that has to warm up (informers syncing) calls
 // SetServing(name, false) before Run and SetServing(name, true) when ready;
-// any service it does not mention is SERVING once Run starts. /readyz on the
+// any service it does not mention is SERVING once Run starts. A service
+// whose implementation can only be built once a dependency answers (the
+// allocator loads its store) registers it with RegisterLater and builds it
+// in the background: the servers start at once, the service is
+// NOT_SERVING and its calls are refused (UNAVAILABLE) until the
+// implementation is registered; Fail stops the server for an error that
+// waiting will not cure. /readyz on the
 // HTTP port lists the readiness checks (AddReadinessCheck) with their last
 // result, /livez answers while the process runs, /metrics serves Prometheus.
 //

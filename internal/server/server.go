@@ -64,6 +64,9 @@ type Server struct {
 	startDrain context.CancelFunc
 	draining   atomic.Bool
 
+	// failed receives the first error of Fail.
+	failed chan error
+
 	mu       sync.Mutex
 	running  bool
 	statuses map[string]healthpb.HealthCheckResponse_ServingStatus
@@ -137,6 +140,7 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 		logger:   logger,
 		registry: prometheus.NewRegistry(),
 		statuses: map[string]healthpb.HealthCheckResponse_ServingStatus{},
+		failed:   make(chan error, 1),
 	}
 	s.registerer = s.registry
 	if o.metricsObserver != nil {
@@ -329,9 +333,23 @@ func (s *Server) AddReadinessCheck(name string, check func(context.Context) erro
 	s.ready.add(name, check)
 }
 
+// Fail stops the server because the service cannot go on: Run drains as
+// on SIGTERM and returns err, so the process exits with it. It is for work
+// a service goes on with in the background after its setup returned (see
+// RegisterLater) and that fails for good, such as a store that must not
+// be served from; an error that may pass should be retried instead. Only
+// the first error counts; Fail before Run makes Run stop at once.
+func (s *Server) Fail(err error) {
+	select {
+	case s.failed <- err:
+	default:
+	}
+}
+
 // Run serves until ctx ends or the process gets SIGTERM or SIGINT, then
 // drains (see the package documentation) and returns. It returns nil after
-// a clean drain, and an error when a listener failed. Run may be called once.
+// a clean drain, and an error when a listener failed or the service called
+// Fail. Run may be called once.
 func (s *Server) Run(ctx context.Context) error {
 	if s.ran.Swap(true) {
 		return errors.New("server: Run called twice")
@@ -368,6 +386,8 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 		s.logger.Error("listener failed, shutting down", "error", serveErr)
+	case serveErr = <-s.failed:
+		s.logger.Error("service failed, shutting down", "error", serveErr)
 	}
 	// A second SIGTERM/SIGINT during the drain kills the process the default
 	// way, for an operator who does not want to wait.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 
@@ -33,6 +34,14 @@ var errorTable = apierr.Table{
 	{Err: allocation.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
 	{Err: allocation.ErrStoreUnavailable, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE"},
 	{Err: allocation.ErrBehind, Code: codes.Unavailable, Reason: "REPLICA_BEHIND"},
+}
+
+// NotLoaded is the answer to every call that arrives before the
+// allocator has loaded its state from the store: UNAVAILABLE with the
+// reason of a replica that cannot reach its store, so clients retry, on
+// another replica if there is one.
+func NotLoaded() error {
+	return mapError(fmt.Errorf("the allocator has not loaded its store yet; retry later or on another replica: %w", allocation.ErrStoreUnavailable))
 }
 
 // mapError turns a domain error into a status error. Bad input becomes

@@ -274,27 +274,31 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	return last, nil
 }
 
-// Ready reports whether etcd can be reached and can serve: some endpoint
-// answers a status request, has a leader and raises no alarm.
+// Ready reports whether the store can commit: etcd has a leader, and a
+// quorum answers through the client's own balancer.
+//
+// It is one linearizable read of a single key, counted rather than
+// returned: etcd answers it only once its leader has confirmed with a
+// quorum that it still leads, which a commit needs too. It takes the path
+// of the store's own requests, so it goes to whichever member answers, and
+// it costs no write and no new connection. Status, asked of each endpoint
+// in turn, did not do: it dials the endpoint it names and waits for it,
+// so a first-listed member that was down used up the deadline and every
+// replica reported not ready while etcd had quorum; and a member that
+// answers Status may be cut off from its leader. Alarms (NOSPACE) are not
+// asked for: listing them is a raft proposal, they stop writes on every
+// replica alike, and the commits they refuse say so.
 func (s *Store) Ready(ctx context.Context) error {
 	if s.isClosed() {
 		return store.ErrClosed
 	}
-	var errs []error
-	for _, ep := range s.cli.Endpoints() {
-		st, err := s.cli.Status(ctx, ep)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
-		case st.Leader == 0:
-			errs = append(errs, fmt.Errorf("%s: no leader", ep))
-		case len(st.Errors) > 0:
-			errs = append(errs, fmt.Errorf("%s: %s", ep, strings.Join(st.Errors, "; ")))
-		default:
-			return nil
+	if _, err := s.cli.Get(ctx, s.k.marker(0), clientv3.WithCountOnly()); err != nil {
+		if s.isClosed() {
+			return store.ErrClosed
 		}
+		return fmt.Errorf("etcd not ready: no quorum answered through %s: %w", strings.Join(s.cli.Endpoints(), ","), err)
 	}
-	return fmt.Errorf("etcd not ready: %w", errors.Join(errs...))
+	return nil
 }
 
 // Compact drops etcd's history before rev, so that a watch from rev still
