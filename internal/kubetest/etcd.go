@@ -71,6 +71,11 @@ func (e *Etcd) Pid() int { return e.proc.cmd.Process.Pid }
 // returns once it is gone. Stopping twice is harmless.
 func (e *Etcd) Stop() error { return e.proc.stop(DefaultStopGrace) }
 
+// Kill ends etcd with SIGKILL, a crash with no clean shutdown, and returns
+// once it is gone. Start brings it back on the same ports and data folder.
+// Killing an etcd that has already exited is harmless.
+func (e *Etcd) Kill() error { return e.proc.kill() }
+
 // Start starts a stopped etcd again on the same ports and data folder, as
 // after a crash or a rolling restart, and waits until it serves. Clients
 // keep their endpoint. It fails if another process took a port meanwhile.

@@ -120,6 +120,22 @@ func (p *process) stop(grace time.Duration) error {
 	return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.name, grace)
 }
 
+// kill ends the process with SIGKILL at once, as a crash or the OOM killer
+// would, and returns once it is gone. Killing a process that has already
+// exited is harmless.
+func (p *process) kill() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	<-p.done
+	return nil
+}
+
 // freePorts returns n distinct loopback ports that were free a moment ago.
 // Another process may take one before the child binds it; the child then
 // fails with errAddressInUse and the caller retries.

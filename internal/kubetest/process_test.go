@@ -77,3 +77,15 @@ func TestFreePortsDistinct(t *testing.T) {
 	require.NotEqual(t, ports[1], ports[2])
 	require.NotEqual(t, ports[0], ports[2])
 }
+
+func TestKillDoesNotWaitForSIGTERM(t *testing.T) {
+	p := startHelper(t, "ignore-term")
+	require.Eventually(t, func() bool { return p.logTail(1) == "ignoring SIGTERM" }, 10*time.Second, 10*time.Millisecond)
+
+	start := time.Now()
+	require.NoError(t, p.kill())
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.ErrorIs(t, p.cmd.Process.Signal(syscall.Signal(0)), os.ErrProcessDone, "the child is gone")
+	require.NoError(t, p.kill(), "killing twice is harmless")
+	require.NoError(t, p.stop(time.Second), "stopping a killed process is harmless")
+}

@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,11 +18,21 @@ import (
 	"github.com/plexusnet/plexus/internal/kubetest"
 )
 
-// TestEtcdRestartUnderLoad: clients allocate through an allocator on etcd
-// while etcd is stopped and started again. While etcd is away the
-// allocator says NOT_SERVING and allocations fail (none is acknowledged
-// that is not durable); once etcd is back it serves again by itself, and
-// every acknowledged allocation is there, none twice.
+// TestEtcdRestartUnderLoad: clients allocate, each call with its own
+// request_id, through an allocator on etcd while etcd crashes (SIGKILL,
+// no clean shutdown) and is started again on the same data folder and
+// ports. While etcd is away the allocator says NOT_SERVING and
+// allocations fail; once etcd is back it serves again by itself. Then,
+// read through the allocator and through a second one started afterwards
+// (which loads everything from etcd):
+//   - every acknowledged allocation (owner → address) is stored, once;
+//   - no owner holds two addresses, no address is held twice;
+//   - an owner that was never acknowledged holds an address only if its
+//     call failed (an unacknowledged call may or may not have committed).
+//
+// Every call that failed is then retried with the same request_id: the
+// retry returns the address the store holds for that owner, if any, and
+// afterwards the owner holds exactly that one address.
 func TestEtcdRestartUnderLoad(t *testing.T) {
 	e := kubetest.StartEtcd(t)
 	a := startAllocator(t, "--store=etcd:"+e.Endpoints()[0])
@@ -29,7 +41,7 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 	t.Cleanup(func() { conn.Close() })
 	client := allocatorv1.NewAllocatorServiceClient(conn)
 	health := healthpb.NewHealthClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	_, err = client.CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "p", Pool: &allocatorv1.Pool{Cidrs: []string{"10.8.0.0/14"}}})
 	require.NoError(t, err)
@@ -37,9 +49,13 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 	var (
 		mu     sync.Mutex
 		acked  = map[string]string{} // owner → address
-		failed atomic.Int64
+		failed = map[string]error{}  // owner → how its only call ended
+		nfail  atomic.Int64
 		n      atomic.Int64
 	)
+	reqFor := func(name string) *allocatorv1.AllocateRequest {
+		return &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: owner4(name), RequestId: "req-" + name}
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -52,18 +68,21 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 				}
 				name := fmt.Sprintf("w%d-%d", w, i)
 				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-				resp, err := client.Allocate(cctx, &allocatorv1.AllocateRequest{Pool: "pools/p",
-					Owner: &allocatorv1.Owner{Kind: "Pod", Namespace: "ns", Name: name}})
+				resp, err := client.Allocate(cctx, reqFor(name))
 				ccancel()
+				mu.Lock()
 				if err != nil {
-					failed.Add(1)
-					time.Sleep(20 * time.Millisecond)
+					failed[name] = err
+				} else {
+					acked[name] = resp.GetAllocation().GetAddress()
+				}
+				mu.Unlock()
+				if err != nil {
+					nfail.Add(1)
+					time.Sleep(50 * time.Millisecond)
 					continue
 				}
 				n.Add(1)
-				mu.Lock()
-				acked[name] = resp.GetAllocation().GetAddress()
-				mu.Unlock()
 			}
 		})
 	}
@@ -76,15 +95,16 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	require.Eventually(t, func() bool { return n.Load() > 100 }, 30*time.Second, 10*time.Millisecond, "allocations flow before the restart")
+	require.Eventually(t, func() bool { return n.Load() > 100 }, 30*time.Second, 10*time.Millisecond, "allocations flow before the crash")
 
-	require.NoError(t, e.Stop())
+	// The crash: commits are in flight (the workers never pause).
+	require.NoError(t, e.Kill())
 	require.Eventually(t, func() bool { return serving() == healthpb.HealthCheckResponse_NOT_SERVING }, 30*time.Second, 50*time.Millisecond,
 		"NOT_SERVING while etcd is away")
-	before := failed.Load()
-	require.Eventually(t, func() bool { return failed.Load() > before }, 10*time.Second, 10*time.Millisecond, "allocations fail while etcd is away")
+	before := nfail.Load()
+	require.Eventually(t, func() bool { return nfail.Load() > before }, 10*time.Second, 10*time.Millisecond, "allocations fail while etcd is away")
 
-	require.NoError(t, e.Start(ctx))
+	require.NoError(t, e.Start(ctx), "etcd starts again on its data folder and ports")
 	require.Eventually(t, func() bool { return serving() == healthpb.HealthCheckResponse_SERVING }, 30*time.Second, 50*time.Millisecond,
 		"SERVING again once etcd is back")
 	after := n.Load()
@@ -92,17 +112,127 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	// Every acknowledged allocation is stored, each address once.
-	list, err := listAll(ctx, client, "p")
-	require.NoError(t, err)
-	byAddr := map[string]string{}
-	for _, al := range list {
-		other, dup := byAddr[al.GetAddress()]
-		require.False(t, dup, "%s held by %s and %s", al.GetAddress(), other, al.GetOwner().GetName())
-		byAddr[al.GetAddress()] = al.GetOwner().GetName()
+	// A second replica, started now, knows only what etcd holds.
+	fresh := startAllocator(t, "--store=etcd:"+e.Endpoints()[0]).client(t)
+	readers := map[string]allocatorv1.AllocatorServiceClient{"the allocator": client, "a replica started after the crash": fresh}
+
+	// What the store holds must agree with what the clients were told.
+	var stored map[string]string // owner → address, as read through fresh
+	for _, who := range slices.Sorted(maps.Keys(readers)) {
+		held, bad := checkStored(ctx, readers[who], acked, failed, nil)
+		require.Empty(t, bad, "read through %s", who)
+		if readers[who] == fresh {
+			stored = held
+		}
 	}
-	for owner, addr := range acked {
-		require.Equal(t, owner, byAddr[addr], "acknowledged %s → %s is stored", owner, addr)
+	committedUnacked := 0
+	for owner := range failed {
+		if _, ok := stored[owner]; ok {
+			committedUnacked++
+		}
 	}
-	t.Logf("%d acknowledged, %d failed while etcd was away, %d stored", len(acked), failed.Load(), len(byAddr))
+
+	// Retry every failed call with its request_id.
+	retried := map[string]string{} // owner → address the retry returned
+	var retryErrs []string
+	var rmu sync.Mutex
+	todo := make(chan string)
+	var rwg sync.WaitGroup
+	for range 8 {
+		rwg.Go(func() {
+			for owner := range todo {
+				var resp *allocatorv1.AllocateResponse
+				var err error
+				for attempt := 0; attempt < 5; attempt++ {
+					cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+					resp, err = client.Allocate(cctx, reqFor(owner))
+					ccancel()
+					if err == nil {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+				rmu.Lock()
+				switch got := resp.GetAllocation().GetAddress(); {
+				case err != nil:
+					retryErrs = append(retryErrs, fmt.Sprintf("retry of %s failed: %v", owner, err))
+				case stored[owner] != "" && got != stored[owner]:
+					retryErrs = append(retryErrs, fmt.Sprintf("retry of %s returned %s, but the store holds %s for it", owner, got, stored[owner]))
+				default:
+					retried[owner] = got
+				}
+				rmu.Unlock()
+			}
+		})
+	}
+	for _, owner := range slices.Sorted(maps.Keys(failed)) {
+		todo <- owner
+	}
+	close(todo)
+	rwg.Wait()
+	require.Empty(t, retryErrs, "every retry with its request_id returns what the store holds")
+	for _, who := range slices.Sorted(maps.Keys(readers)) {
+		_, bad := checkStored(ctx, readers[who], acked, failed, retried)
+		require.Empty(t, bad, "after the retries, read through %s", who)
+	}
+	t.Logf("%d acknowledged, %d failed (%d of them committed all the same), %d retried",
+		len(acked), len(failed), committedUnacked, len(retried))
+}
+
+// checkStored lists pool "p" through c and returns what it holds (owner →
+// address) and how it disagrees with what the clients were told: acked
+// (owner → address acknowledged), failed (owners whose call ended in an
+// error; they may or may not hold an address) and retried (owner →
+// address a later retry returned; the owner must hold exactly that).
+// The replica may lag behind the store for a moment, so a listing that
+// disagrees is read again for up to 20 s; what it reports then stands.
+func checkStored(ctx context.Context, c allocatorv1.AllocatorServiceClient, acked map[string]string, failed map[string]error, retried map[string]string) (map[string]string, []string) {
+	var held map[string]string
+	var bad []string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		held, bad = map[string]string{}, nil
+		list, err := listAll(ctx, c, "p")
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("list: %v", err))
+		}
+		byOwner, byAddr := map[string][]string{}, map[string][]string{}
+		for _, al := range list {
+			owner, addr := al.GetOwner().GetName(), al.GetAddress()
+			byOwner[owner] = append(byOwner[owner], addr)
+			byAddr[addr] = append(byAddr[addr], owner)
+			held[owner] = addr
+		}
+		for _, addr := range slices.Sorted(maps.Keys(byAddr)) {
+			if owners := byAddr[addr]; len(owners) > 1 {
+				bad = append(bad, fmt.Sprintf("%s is held by %v", addr, owners))
+			}
+		}
+		for _, owner := range slices.Sorted(maps.Keys(byOwner)) {
+			addrs := byOwner[owner]
+			if len(addrs) > 1 {
+				bad = append(bad, fmt.Sprintf("owner %s holds %v", owner, addrs))
+			}
+			_, wasAcked := acked[owner]
+			_, didFail := failed[owner]
+			if !wasAcked && !didFail {
+				bad = append(bad, fmt.Sprintf("owner %s holds %v, but no call of it failed and none was acknowledged", owner, addrs))
+			}
+		}
+		for _, owner := range slices.Sorted(maps.Keys(acked)) {
+			if want := []string{acked[owner]}; !slices.Equal(byOwner[owner], want) {
+				bad = append(bad, fmt.Sprintf("acknowledged %s → %s, the store holds %v", owner, acked[owner], byOwner[owner]))
+			}
+		}
+		for _, owner := range slices.Sorted(maps.Keys(retried)) {
+			if want := []string{retried[owner]}; !slices.Equal(byOwner[owner], want) {
+				bad = append(bad, fmt.Sprintf("retry of %s returned %s, the store holds %v", owner, retried[owner], byOwner[owner]))
+			}
+		}
+		if len(bad) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			if len(bad) > 20 {
+				bad = append(bad[:20], fmt.Sprintf("and %d more", len(bad)-20))
+			}
+			return held, bad
+		}
+	}
 }

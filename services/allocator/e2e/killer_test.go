@@ -66,17 +66,21 @@ type history struct {
 	retried int
 }
 
-func (h *history) allocated(t *testing.T, owner, addr string) {
+func (h *history) allocated(owner, addr string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if prev, ok := h.address[owner]; ok {
-		require.Equal(t, prev, addr, "owner %s got a second address on a retry", owner)
-		return
+		if prev != addr {
+			return fmt.Errorf("owner %s got a second address on a retry: %s, then %s", owner, prev, addr)
+		}
+		return nil
 	}
-	other, taken := h.holder[addr]
-	require.False(t, taken, "%s acknowledged to %s while %s holds it", addr, owner, other)
+	if other, taken := h.holder[addr]; taken {
+		return fmt.Errorf("%s acknowledged to %s while %s holds it", addr, owner, other)
+	}
 	h.holder[addr], h.address[owner] = owner, addr
 	h.acks++
+	return nil
 }
 
 // releasing forgets an owner's address before the release is sent: from
@@ -88,12 +92,57 @@ func (h *history) releasing(owner string) {
 	delete(h.address, owner)
 }
 
+// violations collects what the client goroutines saw go wrong; the test
+// goroutine reports them (FailNow may not run on another goroutine).
+type violations struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (v *violations) add(format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.list = append(v.list, fmt.Sprintf(format, args...))
+}
+
+func (v *violations) report(t *testing.T) {
+	t.Helper()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, s := range v.list {
+		if i == 20 {
+			t.Errorf("and %d more", len(v.list)-i)
+			break
+		}
+		t.Error(s)
+	}
+	if len(v.list) > 0 {
+		t.FailNow()
+	}
+}
+
+// mayHaveCommitted tells whether a call that failed with err may all the
+// same have taken effect: the reply was lost, or the replica died, while
+// its write was on the way.
+func mayHaveCommitted(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// errFinal ends call's retries: the answer is wrong, not unavailable.
+type errFinal struct{ error }
+
 // TestReplicasSurviveKills: three allocator replicas on one etcd, 64
 // clients spread over them, one replica SIGKILLed and started again every
 // 3 s for 60 s. A call that fails is retried on another replica with the
 // same request_id until it is answered. No address is ever held by two
 // owners, no retry gets a second address, no acknowledged allocation is
-// lost, in the end the replicas agree with each other and with what the
+// lost (a client releases what it holds without allow_missing, and
+// NOT_FOUND is a violation unless an earlier attempt of that release
+// failed in a way that may have committed), in the end the replicas agree with each other and with what the
 // clients were told, and the recorded history of allocations, releases
 // and reads (a quarter of the allocations and releases is read back
 // through another replica) is linearizable (porcupine, with the model in
@@ -128,25 +177,32 @@ func TestReplicasSurviveKills(t *testing.T) {
 
 	h := &history{holder: map[string]string{}, address: map[string]string{}}
 	lin := newLinHistory()
-	var failures atomic.Int64
-	// call retries fn on one replica after another until it is answered.
-	call := func(id int, fn func(c allocatorv1.AllocatorServiceClient) error) {
+	var bad violations
+	var failures, ambiguousReleases atomic.Int64
+	// call retries fn on one replica after another until it is answered,
+	// fn returns errFinal, or the test's time is up.
+	call := func(id int, fn func(c allocatorv1.AllocatorServiceClient) error) error {
 		for attempt := 0; ; attempt++ {
 			err := fn(rs.client((id + attempt) % replicas))
 			if err == nil {
-				return
+				return nil
+			}
+			if f, ok := err.(errFinal); ok {
+				return f.error
 			}
 			failures.Add(1)
-			require.NoError(t, ctx.Err(), "gave up retrying: %v", err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("gave up retrying: %w", err)
+			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	// read asks a replica other than the one the client tried first who
 	// holds addr, and records the answer.
-	read := func(c int, addr string) {
+	read := func(c int, addr string) bool {
 		var holder string
 		start := lin.now()
-		call(c+1, func(cl allocatorv1.AllocatorServiceClient) error {
+		err := call(c+1, func(cl allocatorv1.AllocatorServiceClient) error {
 			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 			defer ccancel()
 			resp, err := cl.GetAllocation(cctx, &allocatorv1.GetAllocationRequest{Name: "pools/p/allocations/" + addr})
@@ -157,7 +213,12 @@ func TestReplicasSurviveKills(t *testing.T) {
 			holder = resp.GetAllocation().GetOwner().GetName()
 			return err
 		})
+		if err != nil {
+			bad.add("client %d: get %s: %v", c, addr, err)
+			return false
+		}
 		lin.add(c, linOp{get: true, owner: holder, addr: addr}, start)
+		return true
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -177,15 +238,38 @@ func TestReplicasSurviveKills(t *testing.T) {
 					held = held[1:]
 					h.releasing(r.owner)
 					start := lin.now()
-					call(c, func(cl allocatorv1.AllocatorServiceClient) error {
+					// The client holds r: releasing it must find it,
+					// unless an earlier attempt may have released it
+					// already. The owner uid guard makes the retry safe.
+					ambiguous := false
+					err := call(c, func(cl allocatorv1.AllocatorServiceClient) error {
 						cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 						defer ccancel()
-						_, err := cl.Release(cctx, &allocatorv1.ReleaseRequest{Pool: "pools/p", Owner: owner4(r.owner), AllowMissing: true})
-						return err
+						resp, err := cl.Release(cctx, &allocatorv1.ReleaseRequest{Pool: "pools/p", Owner: owner4(r.owner), OwnerUid: "u-" + r.owner})
+						switch {
+						case err == nil:
+							if got := resp.GetAllocation().GetAddress(); got != r.addr {
+								return errFinal{fmt.Errorf("release of %s (holding %s) released %q", r.owner, r.addr, got)}
+							}
+							return nil
+						case status.Code(err) == codes.NotFound && ambiguous:
+							ambiguousReleases.Add(1)
+							return nil // an earlier attempt freed it
+						case status.Code(err) == codes.NotFound:
+							return errFinal{fmt.Errorf("release of %s (holding %s, no earlier attempt): %w", r.owner, r.addr, err)}
+						case mayHaveCommitted(err):
+							ambiguous = true
+							return err
+						}
+						return errFinal{fmt.Errorf("release of %s (holding %s): %w", r.owner, r.addr, err)}
 					})
+					if err != nil {
+						bad.add("client %d: %v", c, err)
+						return
+					}
 					lin.add(c, linOp{release: true, owner: r.owner, addr: r.addr}, start)
-					if rng.IntN(4) == 0 {
-						read(c, r.addr)
+					if rng.IntN(4) == 0 && !read(c, r.addr) {
+						return
 					}
 					continue
 				}
@@ -193,7 +277,7 @@ func TestReplicasSurviveKills(t *testing.T) {
 				var addr string
 				tries := 0
 				start := lin.now()
-				call(c, func(cl allocatorv1.AllocatorServiceClient) error {
+				err := call(c, func(cl allocatorv1.AllocatorServiceClient) error {
 					tries++
 					cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 					defer ccancel()
@@ -201,16 +285,22 @@ func TestReplicasSurviveKills(t *testing.T) {
 					addr = resp.GetAllocation().GetAddress()
 					return err
 				})
+				if err != nil {
+					bad.add("client %d: allocate %s: %v", c, owner, err)
+					return
+				}
 				if tries > 1 {
 					h.mu.Lock()
 					h.retried++
 					h.mu.Unlock()
 				}
 				lin.add(c, linOp{owner: owner, addr: addr}, start)
-				h.allocated(t, owner, addr)
+				if err := h.allocated(owner, addr); err != nil {
+					bad.add("client %d: %v", c, err)
+				}
 				held = append(held, holding{owner, addr})
-				if rng.IntN(4) == 0 {
-					read(c, addr)
+				if rng.IntN(4) == 0 && !read(c, addr) {
+					return
 				}
 			}
 		})
@@ -226,6 +316,7 @@ func TestReplicasSurviveKills(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	bad.report(t)
 
 	// The replicas agree with each other and with the clients.
 	want := map[string]string{}
@@ -252,8 +343,8 @@ func TestReplicasSurviveKills(t *testing.T) {
 			return len(got) == len(want)
 		}, 30*time.Second, 100*time.Millisecond, "replica %d holds exactly what the clients were told", i)
 	}
-	t.Logf("%d kills; %d allocations acknowledged, %d of them after a retry; %d failed calls retried; %d held at the end",
-		kills, h.acks, h.retried, failures.Load(), len(want))
+	t.Logf("%d kills; %d allocations acknowledged, %d of them after a retry; %d failed calls retried; %d releases found nothing after an attempt that may have committed; %d held at the end",
+		kills, h.acks, h.retried, failures.Load(), ambiguousReleases.Load(), len(want))
 	require.Greater(t, h.retried, 0, "kills interrupted some calls")
 	lin.check(t)
 }

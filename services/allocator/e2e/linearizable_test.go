@@ -18,8 +18,11 @@ import (
 //   - Allocate(owner) → addr may return addr only if addr is free or already
 //     held by that owner (a retry, or the owner's idempotent second call);
 //     addr is then held by owner.
-//   - Release(owner) of the address it holds frees it; releasing an owner
-//     that holds nothing is allowed (allow_missing) and changes nothing.
+//   - Release(owner) of the address it holds frees it. A release that
+//     succeeded without allow_missing (or whose NOT_FOUND came after an
+//     earlier attempt that may have committed it) found the owner holding
+//     the address; with allow_missing, releasing an owner that holds
+//     nothing is allowed and changes nothing.
 //   - Get(addr) → owner returns the address's holder ("" when it is free)
 //     and changes nothing.
 //
@@ -31,6 +34,8 @@ import (
 // linOp is one operation of the recorded history.
 type linOp struct {
 	release, get bool
+	// allowMissing: a release that may have found nothing to release.
+	allowMissing bool
 	// owner is the allocating or releasing owner; for a Get, the holder
 	// it returned ("" for none).
 	owner string
@@ -64,7 +69,7 @@ var allocatorModel = porcupine.Model{
 			if holder == op.owner {
 				return true, ""
 			}
-			return true, holder
+			return op.allowMissing, holder
 		}
 		return holder == "" || holder == op.owner, op.owner
 	},
@@ -157,6 +162,15 @@ func TestLinearizabilityModel(t *testing.T) {
 		}},
 		{"reuse concurrent with the release", true, []porcupine.Operation{
 			op(0, false, "a", "10.0.0.1", 0, 1), op(0, true, "a", "10.0.0.1", 2, 6), op(1, false, "b", "10.0.0.1", 3, 4),
+		}},
+		{"the same allocation released twice", false, []porcupine.Operation{
+			op(0, false, "a", "10.0.0.1", 0, 1), op(0, true, "a", "10.0.0.1", 2, 3), op(0, true, "a", "10.0.0.1", 4, 5),
+		}},
+		{"a release without allow_missing finds nothing", false, []porcupine.Operation{
+			op(0, true, "a", "10.0.0.1", 0, 1),
+		}},
+		{"a release with allow_missing finds nothing", true, []porcupine.Operation{
+			{ClientId: 0, Input: linOp{release: true, allowMissing: true, owner: "a", addr: "10.0.0.1"}, Call: 0, Return: 1},
 		}},
 		{"a retry gets the owner's address again", true, []porcupine.Operation{
 			op(0, false, "a", "10.0.0.1", 0, 1), op(0, false, "a", "10.0.0.1", 2, 3),
