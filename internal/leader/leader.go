@@ -268,7 +268,8 @@ func (e *Elector) campaign(ctx context.Context, lock *renewals, c Config, name s
 	var mu sync.Mutex
 	var termDone chan struct{} // closed when the term's lead returns
 	closing := false
-	stopWatching := context.AfterFunc(ctx, func() {
+	// endTerms refuses terms from now on and waits for the one running.
+	endTerms := func() {
 		mu.Lock()
 		closing = true
 		done := termDone
@@ -276,6 +277,9 @@ func (e *Elector) campaign(ctx context.Context, lock *renewals, c Config, name s
 		if done != nil {
 			<-done
 		}
+	}
+	stopWatching := context.AfterFunc(ctx, func() {
+		endTerms()
 		stopElecting()
 	})
 	defer stopWatching()
@@ -326,12 +330,6 @@ func (e *Elector) campaign(ctx context.Context, lock *renewals, c Config, name s
 	// for the term's work either way (a term whose callback has not
 	// started yet starts cancelled and does nothing).
 	stopElecting()
-	mu.Lock()
-	closing = true
-	done := termDone
-	mu.Unlock()
-	if done != nil {
-		<-done
-	}
+	endTerms()
 	return nil
 }

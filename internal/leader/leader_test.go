@@ -113,18 +113,7 @@ func TestDeposedLeaderStopsWriting(t *testing.T) {
 		LeaseNamespace: "default", LeaseName: "deposed"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	terms := make(chan context.Context, 1)
-	go e.Run(ctx, lock, cfg, func(term context.Context) {
-		e.Start(term)
-		terms <- term
-		<-term.Done()
-	}, slog.New(slog.DiscardHandler))
-	var term context.Context
-	select {
-	case term = <-terms:
-	case <-time.After(30 * time.Second):
-		require.FailNow(t, "never led")
-	}
+	term := firstTerm(t, ctx, e, lock, cfg)
 	require.NoError(t, e.Valid())
 
 	// Another replica holds the Lease now, renewed a moment ago.
@@ -145,6 +134,25 @@ func TestDeposedLeaderStopsWriting(t *testing.T) {
 		"writes refused once the old leader has seen the new holder")
 	require.ErrorIs(t, e.Valid(), ErrNotLeading)
 	require.NoError(t, term.Err(), "refused well before the renew deadline ends the term")
+}
+
+// firstTerm runs e's campaign until ctx ends and returns its first term,
+// which lasts until leadership is lost.
+func firstTerm(t *testing.T, ctx context.Context, e *Elector, lock resourcelock.Interface, cfg Config) context.Context {
+	t.Helper()
+	terms := make(chan context.Context, 1)
+	go e.Run(ctx, lock, cfg, func(term context.Context) {
+		e.Start(term)
+		terms <- term
+		<-term.Done()
+	}, slog.New(slog.DiscardHandler))
+	select {
+	case term := <-terms:
+		return term
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "never led")
+		return nil
+	}
 }
 
 // flakyLock is a Lease lock whose updates can be made to fail, and which
@@ -205,18 +213,7 @@ func TestValidCountsFromTheLastAcceptedRenewal(t *testing.T) {
 		LeaseNamespace: "default", LeaseName: "flaky"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	terms := make(chan context.Context, 1)
-	go e.Run(ctx, lock, cfg, func(term context.Context) {
-		e.Start(term)
-		terms <- term
-		<-term.Done()
-	}, slog.New(slog.DiscardHandler))
-	var term context.Context
-	select {
-	case term = <-terms:
-	case <-time.After(30 * time.Second):
-		require.FailNow(t, "never led")
-	}
+	term := firstTerm(t, ctx, e, lock, cfg)
 	// Wait for a renewal accepted after the term started.
 	require.Eventually(t, func() bool {
 		lock.mu.Lock()
