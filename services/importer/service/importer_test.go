@@ -519,18 +519,25 @@ func TestSourceReplicas(t *testing.T) {
 	e.pool(t, "vips", "10.96.100.0/24")
 	e.namespace(t, "shop")
 	replicas := []*sourcetest.Source{sourcetest.Start(t, "east"), sourcetest.Start(t, "east")}
-	set := func(addrs ...string) {
+	// The replicas serve one cluster's state, as two membership replicas
+	// watching one kube-apiserver do.
+	set := func(name string, addrs ...string) {
 		for _, r := range replicas {
-			r.Set(sourcetest.Endpoints("shop", "web", []string{"http=80"}, addrs...))
+			r.Set(sourcetest.Endpoints("shop", name, []string{"http=80"}, addrs...))
 		}
 	}
-	set("10.1.0.1")
+	set("web", "10.1.0.1")
+	set("cart", "10.1.1.1")
 	o := e.options("vips")
 	o.Sources = []string{"east=" + replicas[0].Addr() + "," + replicas[1].Addr()}
 	e.startImporter(t, o)
-	require.Eventually(t, func() bool { return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:1]" }, waitFor, tick)
+	require.Eventually(t, func() bool {
+		return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:1]" &&
+			fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "cart"))) == "map[east:1]"
+	}, waitFor, tick)
 
-	// Take down the replica with the stream, then change the export.
+	// Take down the replica with the stream right after a change, which
+	// it may or may not have sent; then withdraw cart while it is away.
 	streaming := 0
 	require.Eventually(t, func() bool {
 		for i, r := range replicas {
@@ -541,12 +548,16 @@ func TestSourceReplicas(t *testing.T) {
 		}
 		return false
 	}, waitFor, tick)
+	set("web", "10.1.0.1", "10.1.0.2")
 	replicas[streaming].Stop()
-	set("10.1.0.1", "10.1.0.2")
 	other := replicas[1-streaming]
+	other.Delete("namespaces/shop/services/cart")
 	require.Eventually(t, func() bool { return other.Watchers() > 0 }, waitFor, tick, "the importer streams from the other replica")
-	require.Eventually(t, func() bool { return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:2]" }, waitFor, tick,
-		"the change made while the first replica was away arrives through the second")
+	require.Eventually(t, func() bool {
+		return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:2]" && len(e.slicesOf(t, "shop", "cart")) == 0
+	}, waitFor, tick, "the change made as the first replica went down, and the withdrawal made while it was away, arrive through the second")
+	_, err := e.serviceImport("shop", "cart")
+	require.True(t, apierrors.IsNotFound(err), "the withdrawn service's ServiceImport is removed: %v", err)
 	other.Set(sourcetest.Endpoints("shop", "web", []string{"http=80"}, "10.1.0.1", "10.1.0.2", "10.1.0.3"))
 	require.Eventually(t, func() bool { return fmt.Sprint(endpointsIn(e.slicesOf(t, "shop", "web"))) == "map[east:3]" }, waitFor, tick)
 }
