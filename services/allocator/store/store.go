@@ -94,6 +94,14 @@ type Quarantine struct {
 
 // Request records the answer to an idempotent request, so a retry with the
 // same request id gets the first answer even after a restart.
+//
+// A store keeps a request record for DefaultRequestRetention (stores let
+// tests set a shorter period) after the commit that put it, or put it
+// again, and drops it some time after that: every store sweeps or expires
+// its records on its own, bounded so it never holds commits up for long.
+// Dropping a record is not a commit: it makes no event and changes no
+// other record. From then on GetRequest does not find it and
+// CondRequestAbsent holds: a retry counts as a new request.
 type Request struct {
 	ID string
 	// Allocations are "pool/address" keys of what the request allocated,
@@ -121,7 +129,7 @@ const (
 	// OwnerKey.
 	CondOwnerAbsent
 	// CondRequestAbsent holds when no request with id RequestID is
-	// recorded.
+	// recorded (a record past its retention may be gone; see Request).
 	CondRequestAbsent
 	// CondPoolEmpty holds when Pool holds no allocation (whether or not
 	// the pool exists).
@@ -167,7 +175,9 @@ const (
 	OpDeleteAllocation
 	// OpPutQuarantine records Quarantine.
 	OpPutQuarantine
-	// OpPutRequest records Request.
+	// OpPutRequest records Request, replacing any record with its id,
+	// for the retention period (DefaultRequestRetention) from this
+	// commit.
 	OpPutRequest
 )
 
@@ -249,7 +259,9 @@ type Store interface {
 	// Commit applies txn atomically and returns its revision, or
 	// ErrConflict when a condition failed.
 	Commit(ctx context.Context, txn Txn) (int64, error)
-	// GetRequest returns the recorded request with id, or ok=false.
+	// GetRequest returns the recorded request with id, or ok=false: never
+	// recorded, or recorded longer ago than the store keeps records (see
+	// Request).
 	GetRequest(ctx context.Context, id string) (Request, bool, error)
 	// Watch sends every event with a revision greater than fromRev, in
 	// order, and closes the channel when ctx is done or after an event
@@ -263,6 +275,15 @@ type Store interface {
 	// later calls return ErrClosed. Closing twice is not an error.
 	Close() error
 }
+
+// DefaultRequestRetention is how long every store keeps a request record:
+// a retry with the same request id within it gets the first answer. The
+// API promises no period, and a client retries a lost reply within
+// seconds or minutes; a day covers that with room, while records of every
+// request kept for good would grow without bound (the bolt file) or fill
+// a space quota (etcd, whose commits then all fail). Once a record is gone
+// its id counts as new; Allocate stays idempotent per owner all the same.
+const DefaultRequestRetention = 24 * time.Hour
 
 // Limits on the identifiers a store keys by. They are far above what the
 // allocator's API admits and only keep keys within what every store can

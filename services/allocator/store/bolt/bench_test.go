@@ -3,6 +3,7 @@ package bolt
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bbolt "go.etcd.io/bbolt"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -45,10 +47,28 @@ func allocTxn(i int) store.Txn {
 	}
 }
 
+// requestTxn is what the allocator commits for an Allocate with a
+// request id: allocTxn plus the request record, guarded by its absence.
+func requestTxn(i int) store.Txn {
+	tx := allocTxn(i)
+	a := tx.Ops[0].Allocation
+	tx.Conds = append(tx.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: a.RequestID})
+	tx.Ops = append(tx.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{
+		ID: a.RequestID, Allocations: []string{a.Pool + "/" + a.Address.String()},
+	}})
+	return tx
+}
+
 // BenchmarkCommit measures durable (fsync'd) allocation commits from 1, 8
 // and 64 concurrent committers: commits/s, the mean group-commit batch
 // and the latency each committer sees.
-func BenchmarkCommit(b *testing.B) {
+func BenchmarkCommit(b *testing.B) { benchCommit(b, allocTxn) }
+
+// BenchmarkCommitRequests is BenchmarkCommit with a request id on every
+// commit, so it also measures what request records cost the commit path.
+func BenchmarkCommitRequests(b *testing.B) { benchCommit(b, requestTxn) }
+
+func benchCommit(b *testing.B, txn func(int) store.Txn) {
 	for _, committers := range []int{1, 8, 64} {
 		b.Run(fmt.Sprint("committers=", committers), func(b *testing.B) {
 			s, err := Open(filepath.Join(b.TempDir(), "bench.db"))
@@ -72,7 +92,7 @@ func BenchmarkCommit(b *testing.B) {
 							break
 						}
 						t0 := time.Now()
-						if _, err := s.Commit(b.Context(), allocTxn(i)); err != nil {
+						if _, err := s.Commit(b.Context(), txn(i)); err != nil {
 							b.Error(err)
 							return
 						}
@@ -192,4 +212,68 @@ func BenchmarkOpenSnapshot1M(b *testing.B) {
 			b.ReportMetric(float64(fi.Size())/millionAllocs, "file-B/alloc")
 		})
 	}
+}
+
+// BenchmarkSweep measures the sweeper on 100,000 request records with
+// random ids, put 100 a commit, of which the first 4,000 (a span's worth
+// of a retention period of 25 spans) have expired: they are spread over
+// the whole bucket. "delete" is one write transaction of maxSweep
+// expired records, disk sync included: how long it holds up the commits
+// queued behind it. "scan" reads every record, in transactions of
+// maxScan, as a sweep does once a span, out of the committer's way.
+func BenchmarkSweep(b *testing.B) {
+	const records, perCommit, expired = 100_000, 100, 4_000
+	rng := rand.New(rand.NewPCG(1, 2))
+	// fill puts the records and returns the revision of the expired ones.
+	fill := func(b *testing.B, s *Store) int64 {
+		var last int64
+		for i := range records / perCommit {
+			var tx store.Txn
+			for range perCommit {
+				id := fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64())
+				tx.Ops = append(tx.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: id, Allocations: []string{"bench/10.0.0.1"}}})
+			}
+			rev, err := s.Commit(b.Context(), tx)
+			require.NoError(b, err)
+			if (i+1)*perCommit == expired {
+				last = rev
+			}
+		}
+		return last
+	}
+	b.Run("delete", func(b *testing.B) {
+		s, err := Open(filepath.Join(b.TempDir(), "bench.db"))
+		require.NoError(b, err)
+		defer s.Close()
+		var (
+			upTo int64
+			from []byte
+		)
+		for b.Loop() {
+			b.StopTimer()
+			var ids [][]byte
+			for len(ids) < maxSweep {
+				if from == nil {
+					upTo = fill(b, s)
+				}
+				require.NoError(b, s.db.View(func(tx *bbolt.Tx) error {
+					var err error
+					ids, from, err = collectExpired(tx, from, upTo, records, maxSweep)
+					return err
+				}))
+			}
+			b.StartTimer()
+			require.NoError(b, s.db.Update(func(tx *bbolt.Tx) error { return deleteExpired(tx, ids, upTo) }))
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		s, err := Open(filepath.Join(b.TempDir(), "bench.db"))
+		require.NoError(b, err)
+		defer s.Close()
+		fill(b, s)
+		for b.Loop() {
+			require.NoError(b, s.sweepUpTo(0)) // looks at every record, deletes none
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/records, "ns/record")
+	})
 }

@@ -64,6 +64,8 @@ type options struct {
 	maxBatch    int
 	lockTimeout time.Duration
 	logger      *slog.Logger
+
+	requestRetention time.Duration
 }
 
 // WithNoSync skips fsync. A crash then loses acknowledged commits: for
@@ -104,6 +106,11 @@ type Store struct {
 	stopped  chan struct{}
 	maxBatch int
 	closed   atomic.Bool
+
+	// The sweeper drops request records older than retention
+	// (requests.go); stopSweep ends it, and it closes swept.
+	retention, span  time.Duration
+	stopSweep, swept chan struct{}
 
 	// Owned by the committer goroutine.
 	rev    int64
@@ -152,6 +159,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 		kick:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
 		maxBatch: o.maxBatch,
+
+		retention: retentionOf(o),
+		span:      spanOf(retentionOf(o)),
+		stopSweep: make(chan struct{}),
+		swept:     make(chan struct{}),
 	}
 	if err := db.Update(s.init); err != nil {
 		_ = db.Close()
@@ -166,6 +178,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	s.log = eventlog.New(o.history, s.rev)
 	go s.run()
+	go s.sweeper()
 	if !o.noWarm {
 		go s.warm()
 	}
@@ -220,7 +233,9 @@ func (s *Store) init(tx *bbolt.Tx) error {
 	}
 	s.rev = int64(getUint64(meta, keyRevision))
 	s.allocs = int64(getUint64(meta, keyAllocs))
-	return nil
+	// Request records put before now, by this version or an older one,
+	// are counted from now at the latest (requests.go).
+	return markRevision(meta, time.Now(), s.span)
 }
 
 func syncDir(dir string) error {
@@ -408,6 +423,8 @@ func (s *Store) Close() error {
 	default:
 	}
 	<-s.stopped
+	close(s.stopSweep)
+	<-s.swept
 	s.closed.Store(true)
 	s.log.Close(store.ErrClosed)
 	if err := s.db.Close(); err != nil {

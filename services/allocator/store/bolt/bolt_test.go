@@ -43,6 +43,8 @@ func TestConformance(t *testing.T) {
 		return openTemp(t, WithHistory(history))
 	}, storetest.WithHistory(history), storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
 		return reopen(t, s, WithHistory(history))
+	}), storetest.WithRequestRetention(testRetention, func(t *testing.T) store.Store {
+		return openTemp(t, withRequestRetention(testRetention))
 	}))
 }
 

@@ -94,18 +94,19 @@
 // combined with. etcd does not tell its clients the limit; the combiner
 // assumes the default and learns a lower one from etcd's refusals.
 //
-// Request records are kept for DefaultRequestRetention (a day), not for
-// good: every request id would otherwise leave a key behind until etcd's
-// space quota is full, and then every commit fails. The API promises no
-// period; a retry with the same request id within a day gets the first
-// answer, a later one counts as a new request (Allocate is idempotent per
-// owner all the same). A record is put with an etcd lease, which etcd
-// revokes, deleting the record, when its TTL runs out. The records a
-// store puts within a 24th of the retention period share one lease, with
-// a TTL of the period plus that 24th, so each record lives at least the
-// period and a replica holds some 26 leases: the first granted by the
-// first commit that needs one, the next ones in the background before
-// they are needed, none kept alive (requests.go). Expiry deletes no key
-// under state/, so watches see nothing of it. (The bolt store still keeps
-// its records for good; it has no quota, but its file grows with them.)
+// Request records are kept for store.DefaultRequestRetention (a day), not
+// for good: every request id would otherwise leave a key behind until
+// etcd's space quota is full, and then every commit fails. The API
+// promises no period; a retry with the same request id within a day gets
+// the first answer, a later one counts as a new request (Allocate is
+// idempotent per owner all the same). A record is put with an etcd lease,
+// which etcd revokes, deleting the record, when its TTL runs out. The
+// records a store puts within a 24th of the retention period share one
+// lease, with a TTL of the period plus that 24th, so each record lives at
+// least the period and a replica holds some 26 leases: the first granted
+// by the first commit that needs one, the next ones in the background
+// before they are needed, none kept alive (requests.go). Expiry deletes no
+// key under state/, so watches see nothing of it. (The bolt and memory
+// stores keep their records for the same period, and drop them with a
+// sweep of their own.)
 package etcd

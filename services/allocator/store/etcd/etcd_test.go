@@ -42,7 +42,11 @@ func TestConformance(t *testing.T) {
 	}, storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
 		require.NoError(t, s.Close())
 		return open(t, e, s.(*etcd.Store).Prefix())
-	}), storetest.WithSharedRevisions())
+	}), storetest.WithSharedRevisions(), storetest.WithRequestRetention(2*time.Second, func(t *testing.T) store.Store {
+		s := open(t, e, freshPrefix())
+		etcd.SetRequestRetention(s, 2*time.Second)
+		return s
+	}))
 }
 
 // TestPrefixesAreIndependent: two installations on one etcd see nothing

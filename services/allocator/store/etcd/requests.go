@@ -14,12 +14,9 @@ import (
 )
 
 // DefaultRequestRetention is how long the store keeps a request record:
-// a retry with the same request id within it gets the first answer. The
-// API promises no period, and a client retries a lost reply within
-// seconds or minutes; a day covers that with room, while records of
-// every request kept for good would fill etcd's space quota (and then
-// every commit fails). Once a record is gone its id counts as new.
-const DefaultRequestRetention = 24 * time.Hour
+// store.DefaultRequestRetention, shared by every store (see there for why
+// a day), and kept here under its old name for callers of this package.
+const DefaultRequestRetention = store.DefaultRequestRetention
 
 // leaseSpans is how many leases, one after the other, hold the records
 // of one retention period. A store puts its records with its current
@@ -38,7 +35,7 @@ const leaseGrantTimeout = 10 * time.Second
 
 // requestLeases hands out the lease request records are put with.
 type requestLeases struct {
-	retention time.Duration // DefaultRequestRetention when 0
+	retention time.Duration // store.DefaultRequestRetention when 0
 
 	cur atomic.Pointer[requestLease] // nil until the first grant
 
@@ -117,7 +114,7 @@ func (l *requestLeases) grant(cli *clientv3.Client) <-chan struct{} {
 	l.granting = done
 	retention := l.retention
 	if retention <= 0 {
-		retention = DefaultRequestRetention
+		retention = store.DefaultRequestRetention
 	}
 	span := retention / leaseSpans
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/eventlog"
@@ -36,6 +37,20 @@ type Store struct {
 	requests map[string]store.Request
 	log      *eventlog.Log
 	closed   bool
+
+	// expiries lists the request records in the order they were put, so
+	// Commit and GetRequest drop the ones past retention from its front:
+	// amortized O(1) a call, with no scan of the records.
+	expiries  []expiry
+	retention time.Duration // store.DefaultRequestRetention when 0
+}
+
+// expiry is one put of a request record. A later put of the same id
+// makes it stale: the record then carries another revision.
+type expiry struct {
+	at  time.Time
+	id  string
+	rev int64
 }
 
 // poolState holds everything kept under one pool id. It exists while
@@ -108,6 +123,7 @@ func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool,
 	if s.closed {
 		return store.Request{}, false, store.ErrClosed
 	}
+	s.expireRequests(time.Now())
 	r, ok := s.requests[id]
 	if !ok {
 		return store.Request{}, false, nil
@@ -129,6 +145,8 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 	if s.closed {
 		return 0, store.ErrClosed
 	}
+	now := time.Now()
+	s.expireRequests(now)
 	for i, c := range txn.Conds {
 		if !s.holds(c) {
 			return 0, fmt.Errorf("condition %d (kind %d, pool %q): %w", i, c.Kind, c.Pool, store.ErrConflict)
@@ -137,7 +155,7 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 	rev := s.rev + 1
 	var events []store.Event
 	for _, op := range txn.Ops {
-		events = s.apply(op, rev, events)
+		events = s.apply(op, rev, now, events)
 	}
 	s.rev = rev
 	s.log.Append(events)
@@ -204,7 +222,7 @@ func (s *Store) state(pool string) *poolState {
 	return ps
 }
 
-func (s *Store) apply(op store.Op, rev int64, events []store.Event) []store.Event {
+func (s *Store) apply(op store.Op, rev int64, now time.Time, events []store.Event) []store.Event {
 	switch op.Kind {
 	case store.OpPutPool:
 		p := clonePool(*op.Pool)
@@ -271,8 +289,33 @@ func (s *Store) apply(op store.Op, rev int64, events []store.Event) []store.Even
 		r.Allocations = slices.Clone(r.Allocations)
 		r.Revision = rev
 		s.requests[r.ID] = r
+		s.expiries = append(s.expiries, expiry{at: now, id: r.ID, rev: rev})
 	}
 	return events
+}
+
+// expireRequests drops the request records put longer than the retention
+// period before now, as the durable stores do, so tests against this
+// store see records expire too.
+func (s *Store) expireRequests(now time.Time) {
+	retention := s.retention
+	if retention <= 0 {
+		retention = store.DefaultRequestRetention
+	}
+	n := 0
+	for _, e := range s.expiries {
+		if now.Sub(e.at) <= retention {
+			break
+		}
+		if r, ok := s.requests[e.id]; ok && r.Revision == e.rev {
+			delete(s.requests, e.id)
+		}
+		n++
+	}
+	// The array keeps the dropped entries until an append moves the rest;
+	// their ids need not live that long.
+	clear(s.expiries[:n])
+	s.expiries = s.expiries[n:]
 }
 
 func (ps *poolState) unindex(a store.Allocation) {

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
@@ -14,8 +15,16 @@ func TestConformance(t *testing.T) {
 		s := memory.New(memory.WithHistory(history))
 		t.Cleanup(func() { _ = s.Close() })
 		return s
-	}, storetest.WithHistory(history))
+	}, storetest.WithHistory(history), storetest.WithRequestRetention(requestRetention, func(t *testing.T) store.Store {
+		s := memory.New()
+		memory.SetRequestRetention(s, requestRetention)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}))
 }
+
+// requestRetention is short enough for the suite to wait out.
+const requestRetention = 500 * time.Millisecond
 
 // TestConformanceDefaultHistory runs the suite against the default
 // configuration, where the slow watcher catches up instead.

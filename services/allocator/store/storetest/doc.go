@@ -14,6 +14,7 @@
 // atomicity, revisions, the owner index, cascading pool deletion, request
 // records, consistent snapshots, ordered watches that never slow commits,
 // and (for durable stores, through WithReopen) that everything committed
-// survives a restart. Stores must implement Compactor so the compaction
-// paths of Watch can be reached.
+// survives a restart, and (through WithRequestRetention) that request
+// records expire on time. Stores must implement Compactor so the
+// compaction paths of Watch can be reached.
 package storetest

@@ -26,6 +26,8 @@ type config struct {
 	reopen          func(t *testing.T, s store.Store) store.Store
 	history         int
 	sharedRevisions bool
+	retention       time.Duration
+	openRetention   func(t *testing.T) store.Store
 }
 
 // WithReopen runs the persistence tests: reopen closes s and opens the
@@ -46,6 +48,15 @@ func WithHistory(events int) Option {
 // require a revision of its own for each commit.
 func WithSharedRevisions() Option {
 	return func(c *config) { c.sharedRevisions = true }
+}
+
+// WithRequestRetention runs the request retention test: open returns a
+// fresh, empty store that keeps request records for retention instead of
+// store.DefaultRequestRetention, which no test can wait out. The test
+// takes about twice retention; etcd cannot keep a record for less than
+// about two seconds.
+func WithRequestRetention(retention time.Duration, open func(t *testing.T) store.Store) Option {
+	return func(c *config) { c.retention, c.openRetention = retention, open }
 }
 
 // Run runs the conformance suite. open returns a fresh, empty store and
@@ -88,6 +99,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open(t)) })
+	}
+	if cfg.openRetention != nil {
+		t.Run("RequestRetention", func(t *testing.T) { testRequestRetention(t, cfg.openRetention(t), cfg.retention) })
 	}
 	if cfg.reopen != nil {
 		t.Run("Persistence", func(t *testing.T) { testPersistence(t, open(t), cfg.reopen) })

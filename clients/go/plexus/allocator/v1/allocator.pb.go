@@ -563,8 +563,8 @@ type CreatePoolRequest struct {
 	PoolId string `protobuf:"bytes,1,opt,name=pool_id,json=poolId,proto3" json:"pool_id,omitempty"`
 	// The pool to create; name and output-only fields are ignored.
 	Pool *Pool `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	// Optional idempotency key: a retry with the same request_id is answered
-	// with the first result.
+	// Optional idempotency key: a retry with the same request_id within 24
+	// hours is answered with the first result.
 	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1121,8 +1121,9 @@ type AllocateRequest struct {
 	Owner *Owner `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	// A specific address to allocate; empty means any free address.
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	// Optional idempotency key: a retry with the same request_id is answered
-	// with the first result, even after the first reply was lost.
+	// Optional idempotency key: a retry with the same request_id within 24
+	// hours is answered with the first result, even after the first reply
+	// was lost; later it counts as a new request.
 	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1247,7 +1248,7 @@ type BatchAllocateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The allocations to make, all or nothing. At most 10000.
 	Requests []*AllocateRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
-	// Optional idempotency key for the whole batch.
+	// Optional idempotency key for the whole batch, remembered for 24 hours.
 	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
