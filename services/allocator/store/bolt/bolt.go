@@ -130,6 +130,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 		maxBatch:    DefaultMaxBatch,
 		lockTimeout: DefaultLockTimeout,
 		logger:      slog.Default(),
+
+		requestRetention: store.DefaultRequestRetention,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -160,8 +162,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 		stopped:  make(chan struct{}),
 		maxBatch: o.maxBatch,
 
-		retention: retentionOf(o),
-		span:      spanOf(retentionOf(o)),
+		retention: o.requestRetention,
+		span:      spanOf(o.requestRetention),
 		stopSweep: make(chan struct{}),
 		swept:     make(chan struct{}),
 	}

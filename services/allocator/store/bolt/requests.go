@@ -7,8 +7,6 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
-
-	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
 // Request records expire (see store.Request and the package doc), and
@@ -61,14 +59,6 @@ const (
 // spanOf is the time between revision marks for a retention period.
 func spanOf(retention time.Duration) time.Duration {
 	return max(retention/requestSpans, time.Millisecond)
-}
-
-// retentionOf is the retention period of a store opened with o.
-func retentionOf(o options) time.Duration {
-	if o.requestRetention > 0 {
-		return o.requestRetention
-	}
-	return store.DefaultRequestRetention
 }
 
 // revMark says that every record with a revision up to rev was put

@@ -117,7 +117,8 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
-	s := &Store{cli: cli, kv: clientv3.RetryKVClient(cli), k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{})}
+	s := &Store{cli: cli, kv: clientv3.RetryKVClient(cli), k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{}),
+		requests: requestLeases{retention: store.DefaultRequestRetention}}
 	s.combine = &combiner{s: s, observe: cfg.ObserveCombined}
 	return s, nil
 }

@@ -13,11 +13,6 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// DefaultRequestRetention is how long the store keeps a request record:
-// store.DefaultRequestRetention, shared by every store (see there for why
-// a day), and kept here under its old name for callers of this package.
-const DefaultRequestRetention = store.DefaultRequestRetention
-
 // leaseSpans is how many leases, one after the other, hold the records
 // of one retention period. A store puts its records with its current
 // lease for at most a span after its grant (the next one is granted a
@@ -35,7 +30,7 @@ const leaseGrantTimeout = 10 * time.Second
 
 // requestLeases hands out the lease request records are put with.
 type requestLeases struct {
-	retention time.Duration // store.DefaultRequestRetention when 0
+	retention time.Duration // how long a record is kept
 
 	cur atomic.Pointer[requestLease] // nil until the first grant
 
@@ -113,9 +108,6 @@ func (l *requestLeases) grant(cli *clientv3.Client) <-chan struct{} {
 	done := make(chan struct{})
 	l.granting = done
 	retention := l.retention
-	if retention <= 0 {
-		retention = store.DefaultRequestRetention
-	}
 	span := retention / leaseSpans
 	go func() {
 		defer close(done)

@@ -72,7 +72,7 @@ func TestRequestRetention(t *testing.T) {
 }
 
 // TestRequestLeases: the request records a store writes meanwhile share
-// one etcd lease, whose TTL covers DefaultRequestRetention: a lease is not
+// one etcd lease, whose TTL covers store.DefaultRequestRetention: a lease is not
 // one more etcd write per request.
 func TestRequestLeases(t *testing.T) {
 	e := kubetest.StartEtcd(t)
@@ -98,7 +98,7 @@ func TestRequestLeases(t *testing.T) {
 	}
 	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(lease))
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, time.Duration(ttl.TTL)*time.Second, etcd.DefaultRequestRetention)
+	require.GreaterOrEqual(t, time.Duration(ttl.TTL)*time.Second, store.DefaultRequestRetention)
 
 	// Nothing else carries a lease: pools, allocations and the owner
 	// index stay until they are deleted.

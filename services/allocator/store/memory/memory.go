@@ -42,7 +42,7 @@ type Store struct {
 	// Commit and GetRequest drop the ones past retention from its front:
 	// amortized O(1) a call, with no scan of the records.
 	expiries  []expiry
-	retention time.Duration // store.DefaultRequestRetention when 0
+	retention time.Duration // how long a request record is kept
 }
 
 // expiry is one put of a request record. A later put of the same id
@@ -80,6 +80,8 @@ func New(opts ...Option) *Store {
 		pools:    make(map[string]*poolState),
 		requests: make(map[string]store.Request),
 		log:      eventlog.New(o.history, 0),
+
+		retention: store.DefaultRequestRetention,
 	}
 }
 
@@ -298,13 +300,9 @@ func (s *Store) apply(op store.Op, rev int64, now time.Time, events []store.Even
 // period before now, as the durable stores do, so tests against this
 // store see records expire too.
 func (s *Store) expireRequests(now time.Time) {
-	retention := s.retention
-	if retention <= 0 {
-		retention = store.DefaultRequestRetention
-	}
 	n := 0
 	for _, e := range s.expiries {
-		if now.Sub(e.at) <= retention {
+		if now.Sub(e.at) <= s.retention {
 			break
 		}
 		if r, ok := s.requests[e.id]; ok && r.Revision == e.rev {
