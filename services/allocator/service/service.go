@@ -147,7 +147,7 @@ func (s *starter) waiting() error {
 	if err := s.lastErr.Load(); err != nil {
 		return fmt.Errorf("waiting for the store: %w", *err)
 	}
-	return errors.New("waiting for the store: loading")
+	return errors.New("waiting for the store: first attempt to reach it and load the state under way")
 }
 
 // loadWhenReady loads the state once the store answers, trying again with
