@@ -205,10 +205,14 @@ func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.St
 		Help:    "Allocations an etcd store sent to etcd in one transaction (concurrent allocations are combined); 0 observations with another store.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 	})
-	rt.Server.Registerer().MustRegister(combined)
+	expired := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "plexus_allocator_request_records_expired_total",
+		Help: "Request records (the answers kept for retries with the same request_id) the bolt store dropped after their retention of a day; on etcd, etcd's leases drop them and nothing is counted.",
+	})
+	rt.Server.Registerer().MustRegister(combined, expired)
 	endpoints, isEtcd := strings.CutPrefix(spec, "etcd:")
 	if !isEtcd {
-		st, err := store.Open(spec, store.WithLogger(rt.Logger))
+		st, err := store.Open(spec, store.WithLogger(rt.Logger), store.WithExpiredObserver(func(n int) { expired.Add(float64(n)) }))
 		return st, false, err
 	}
 	cfg, err := etcdFlags.Config(endpoints)

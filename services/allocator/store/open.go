@@ -20,6 +20,9 @@ type Config struct {
 	// History is how many events to keep for watches from a past
 	// revision; 0 leaves the driver's default.
 	History int
+	// ObserveExpired, when set, is called with the number of request
+	// records the store dropped past their retention, for a metric.
+	ObserveExpired func(records int)
 }
 
 // OpenOption configures Open.
@@ -30,6 +33,11 @@ func WithLogger(l *slog.Logger) OpenOption { return func(c *Config) { c.Logger =
 
 // WithHistory sets how many events the store keeps for watches.
 func WithHistory(events int) OpenOption { return func(c *Config) { c.History = events } }
+
+// WithExpiredObserver sets Config.ObserveExpired.
+func WithExpiredObserver(fn func(records int)) OpenOption {
+	return func(c *Config) { c.ObserveExpired = fn }
+}
 
 // Driver opens a store of one kind; arg is the part of the spec after
 // "kind:" and hasArg tells "kind" from "kind:".

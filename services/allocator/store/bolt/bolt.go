@@ -66,6 +66,7 @@ type options struct {
 	logger      *slog.Logger
 
 	requestRetention time.Duration
+	observeExpired   func(records int)
 }
 
 // WithNoSync skips fsync. A crash then loses acknowledged commits: for
@@ -87,6 +88,12 @@ func WithMaxBatch(txns int) Option { return func(o *options) { o.maxBatch = txns
 // WithLockTimeout sets how long Open waits for another process to release
 // the file (default DefaultLockTimeout).
 func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
+
+// WithExpiredObserver makes the sweeper report how many request records
+// it dropped past their retention (nil: none), for a metric.
+func WithExpiredObserver(fn func(records int)) Option {
+	return func(o *options) { o.observeExpired = fn }
+}
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -111,6 +118,7 @@ type Store struct {
 	// (requests.go); stopSweep ends it, and it closes swept.
 	retention, span  time.Duration
 	stopSweep, swept chan struct{}
+	observeExpired   func(records int) // nil: not observed
 
 	// Owned by the committer goroutine.
 	rev    int64
@@ -162,10 +170,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 		stopped:  make(chan struct{}),
 		maxBatch: o.maxBatch,
 
-		retention: o.requestRetention,
-		span:      spanOf(o.requestRetention),
-		stopSweep: make(chan struct{}),
-		swept:     make(chan struct{}),
+		retention:      o.requestRetention,
+		observeExpired: o.observeExpired,
+		span:           spanOf(o.requestRetention),
+		stopSweep:      make(chan struct{}),
+		swept:          make(chan struct{}),
 	}
 	if err := db.Update(s.init); err != nil {
 		_ = db.Close()

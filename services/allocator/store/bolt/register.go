@@ -11,7 +11,7 @@ func init() {
 		if path == "" {
 			return nil, errors.New("the bolt store needs a file: bolt:PATH")
 		}
-		opts := []Option{WithLogger(cfg.Logger)}
+		opts := []Option{WithLogger(cfg.Logger), WithExpiredObserver(cfg.ObserveExpired)}
 		if cfg.History > 0 {
 			opts = append(opts, WithHistory(cfg.History))
 		}

@@ -193,9 +193,16 @@ func (s *Store) sweep() error {
 		return nil
 	}
 	upTo := marks[due].rev
-	if err := s.sweepUpTo(upTo); err != nil {
+	start := time.Now()
+	deleted, err := s.sweepUpTo(upTo)
+	if deleted > 0 && s.observeExpired != nil {
+		s.observeExpired(deleted)
+	}
+	if err != nil {
 		return err
 	}
+	s.logger.Info("swept expired request records", "path", s.path, "records", deleted,
+		"up_to_revision", upTo, "put_before", marks[due].at, "duration", time.Since(start))
 	err = s.db.Update(func(tx *bbolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		marks, err := readMarks(meta)
@@ -218,12 +225,12 @@ func (s *Store) sweep() error {
 
 // sweepUpTo deletes every request record with a revision up to rev: it
 // looks at maxScan records a read transaction and deletes maxSweep a
-// write transaction.
-func (s *Store) sweepUpTo(rev int64) error {
+// write transaction. It returns how many it deleted, also on error.
+func (s *Store) sweepUpTo(rev int64) (deleted int, err error) {
 	var from []byte
 	for {
 		if s.stopping() {
-			return errStopped
+			return deleted, errStopped
 		}
 		var ids [][]byte
 		err := s.db.View(func(tx *bbolt.Tx) error {
@@ -232,15 +239,17 @@ func (s *Store) sweepUpTo(rev int64) error {
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("sweep request records: %w", err)
+			return deleted, fmt.Errorf("sweep request records: %w", err)
 		}
 		if len(ids) > 0 {
-			if err := s.db.Update(func(tx *bbolt.Tx) error { return deleteExpired(tx, ids, rev) }); err != nil {
-				return fmt.Errorf("sweep request records: %w", err)
+			var n int
+			if err := s.db.Update(func(tx *bbolt.Tx) (err error) { n, err = deleteExpired(tx, ids, rev); return err }); err != nil {
+				return deleted, fmt.Errorf("sweep request records: %w", err)
 			}
+			deleted += n
 		}
 		if from == nil {
-			return nil
+			return deleted, nil
 		}
 	}
 }
@@ -269,9 +278,11 @@ func collectExpired(tx *bbolt.Tx, from []byte, rev int64, scan, limit int) (ids 
 }
 
 // deleteExpired deletes the records of ids that still have a revision up
-// to rev: one put again since the read has a later one.
-func deleteExpired(tx *bbolt.Tx, ids [][]byte, rev int64) error {
+// to rev (one put again since the read has a later one), and returns how
+// many it deleted.
+func deleteExpired(tx *bbolt.Tx, ids [][]byte, rev int64) (int, error) {
 	requests := tx.Bucket(bucketRequests)
+	n := 0
 	for _, id := range ids {
 		v := requests.Get(id)
 		if v == nil {
@@ -279,13 +290,14 @@ func deleteExpired(tx *bbolt.Tx, ids [][]byte, rev int64) error {
 		}
 		r, err := decodeRequest(string(id), v)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if r.Revision <= rev {
 			if err := requests.Delete(id); err != nil {
-				return err
+				return 0, err
 			}
+			n++
 		}
 	}
-	return nil
+	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,10 +265,32 @@ func TestSweepIsBounded(t *testing.T) {
 	}
 
 	again := commitRequests(t, s, "a0007")
-	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error { return deleteExpired(tx, got, old) }))
+	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
+		n, err := deleteExpired(tx, got, old)
+		require.Equal(t, 299, n, "the record put again is kept")
+		return err
+	}))
 	require.Equal(t, 201, requestCount(t, s))
 	r, ok, err := s.GetRequest(t.Context(), "a0007")
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, again, r.Revision)
+}
+
+// TestExpiredObserver: the sweeper reports every record it drops, once.
+func TestExpiredObserver(t *testing.T) {
+	var mu sync.Mutex
+	observed := 0
+	s, err := Open(filepath.Join(t.TempDir(), "observed.db"), withRequestRetention(testRetention), WithExpiredObserver(func(n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		observed += n
+	}))
+	require.NoError(t, err)
+	defer s.Close()
+	commitRequests(t, s, ids("x", 40)...)
+	require.Eventually(t, func() bool { return requestCount(t, s) == 0 }, 10*time.Second, testRetention/50)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 40, observed)
 }
