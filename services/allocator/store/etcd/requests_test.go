@@ -72,8 +72,8 @@ func TestRequestRetention(t *testing.T) {
 }
 
 // TestRequestLeases: the request records a store writes meanwhile share
-// one etcd lease, whose TTL covers store.DefaultRequestRetention: a lease is not
-// one more etcd write per request.
+// one etcd lease, whose TTL covers store.DefaultRequestRetention: a lease
+// is not one more etcd write per request.
 func TestRequestLeases(t *testing.T) {
 	e := kubetest.StartEtcd(t)
 	prefix := freshPrefix()
