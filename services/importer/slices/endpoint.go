@@ -2,13 +2,14 @@ package slices
 
 import (
 	"fmt"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/plexusnet/plexus/internal/endpointrules"
 )
 
 // identity returns the key under which an endpoint is tracked across plans.
@@ -183,25 +184,15 @@ func stringMapEqual(a, b map[string]string) bool {
 }
 
 // validateEndpoint checks what would otherwise mix address families in a
-// slice or be refused by the API server only after the plan was half applied.
-func validateEndpoint(at discovery.AddressType, ep *discovery.Endpoint) error {
+// slice or be refused by the API server only after the plan was half
+// applied. Addresses must already be canonical: an endpoint is identified by
+// the text of its addresses, so "FD00::1" and "fd00::1" would be two.
+func validateEndpoint(c *endpointrules.Checker, at discovery.AddressType, ep *discovery.Endpoint) error {
 	if len(ep.Addresses) == 0 {
 		return ErrNoAddresses
 	}
-	if at == discovery.AddressTypeFQDN {
-		return nil
-	}
-	for _, a := range ep.Addresses {
-		ip, err := netip.ParseAddr(a)
-		if err != nil {
-			return fmt.Errorf("address %q: %w", a, ErrAddressFamily)
-		}
-		if ip.Zone() != "" || ip.Is4In6() || ip.String() != a {
-			return fmt.Errorf("address %q is not a canonical address without zone: %w", a, ErrAddressFamily)
-		}
-		if (at == discovery.AddressTypeIPv4) != ip.Is4() {
-			return fmt.Errorf("address %q in an %s group: %w", a, at, ErrAddressFamily)
-		}
+	if err := c.Endpoint(at, ep); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/plexusnet/plexus/internal/endpointrules"
 )
 
 // ManagedBy is the endpointslice.kubernetes.io/managed-by value of every
@@ -27,8 +29,9 @@ var (
 	ErrNoGenerateName      = errors.New("template has no generateName")
 	ErrInvalidAddressType  = errors.New("address type must be IPv4, IPv6 or FQDN")
 	ErrDuplicateGroup      = errors.New("two groups have the same address type and port set")
+	ErrInvalidPorts        = errors.New("port set would be refused by the API server")
 	ErrNoAddresses         = errors.New("endpoint has no addresses")
-	ErrAddressFamily       = errors.New("address does not belong to the group's address type")
+	ErrInvalidEndpoint     = errors.New("endpoint would be refused by the API server")
 	ErrDuplicateEndpoint   = errors.New("endpoint appears twice in one group")
 )
 
@@ -75,6 +78,23 @@ type Plan struct {
 	Update []*discovery.EndpointSlice
 	// Delete holds the existing slices (as passed in) to delete.
 	Delete []*discovery.EndpointSlice
+	// Dropped are the desired endpoints left out of the plan because no
+	// slice holding them could be written (the API server would refuse
+	// them) or because they repeat another endpoint of their group. The
+	// rest of the group is planned as if they had not been asked for.
+	Dropped []Dropped
+}
+
+// Dropped is one desired endpoint a plan left out.
+type Dropped struct {
+	// Group and Endpoint are the indexes of the endpoint in the desired
+	// groups passed to Plan.
+	Group, Endpoint int
+	// Addresses are the endpoint's addresses, as passed in.
+	Addresses []string
+	// Err says why: it wraps ErrNoAddresses, ErrInvalidEndpoint or
+	// ErrDuplicateEndpoint.
+	Err error
 }
 
 // Writes returns the number of API writes the plan needs.
@@ -136,7 +156,8 @@ type group struct {
 type slot struct {
 	orig      *discovery.EndpointSlice // nil for a slice to create
 	key       groupKey
-	ports     []discovery.EndpointPort // non-nil when reused for another port set
+	ports     []discovery.EndpointPort // the port set to write, when newPorts
+	newPorts  bool                     // reused for another port set (ports may be nil: no ports)
 	endpoints []discovery.Endpoint
 	changed   bool
 }
@@ -148,7 +169,7 @@ func (p *Packer) Plan(tmpl Template, desired []Group, existing []*discovery.Endp
 	if tmpl.GenerateName == "" {
 		return Plan{}, ErrNoGenerateName
 	}
-	groups, order, err := indexGroups(desired)
+	groups, order, dropped, err := indexGroups(desired)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -163,7 +184,7 @@ func (p *Packer) Plan(tmpl Template, desired []Group, existing []*discovery.Endp
 	// endpoint to keep, and every tie below, independent of list order.
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 
-	var plan Plan
+	plan := Plan{Dropped: dropped}
 	slots := make([]*slot, 0, len(sorted))
 	for _, s := range sorted {
 		if !ours(s.Labels, tmpl.Labels) {
@@ -185,7 +206,7 @@ func (p *Packer) Plan(tmpl Template, desired []Group, existing []*discovery.Endp
 				pending = p.fill(g, sl, pending)
 				continue
 			}
-			sl := &slot{key: g.key, ports: g.ports, changed: true}
+			sl := &slot{key: g.key, ports: g.ports, newPorts: true, changed: true}
 			slots = append(slots, sl)
 			pending = p.fill(g, sl, pending)
 		}
@@ -304,8 +325,7 @@ func (p *Packer) fillEmptied(g *group, slots []*slot, pending []string) []string
 			break
 		}
 		if sl.key != g.key {
-			sl.key = g.key
-			sl.ports = g.ports
+			sl.key, sl.ports, sl.newPorts = g.key, g.ports, true
 		}
 		pending = p.fill(g, sl, pending)
 	}
@@ -388,7 +408,7 @@ func (sl *slot) build(labels map[string]string) *discovery.EndpointSlice {
 		Ports:       copyPorts(sl.orig.Ports),
 		Endpoints:   copyEndpoints(sl.endpoints),
 	}
-	if sl.ports != nil {
+	if sl.newPorts {
 		out.Ports = copyPorts(sl.ports)
 	}
 	if len(labels) > 0 && out.Labels == nil {
@@ -436,19 +456,24 @@ func (g *group) pending() []string {
 	return out
 }
 
-func indexGroups(desired []Group) (map[groupKey]*group, []*group, error) {
+func indexGroups(desired []Group) (map[groupKey]*group, []*group, []Dropped, error) {
 	groups := make(map[groupKey]*group, len(desired))
 	order := make([]*group, 0, len(desired))
+	var dropped []Dropped
+	var checker endpointrules.Checker
 	for i := range desired {
 		d := &desired[i]
 		switch d.AddressType {
 		case discovery.AddressTypeIPv4, discovery.AddressTypeIPv6, discovery.AddressTypeFQDN:
 		default:
-			return nil, nil, fmt.Errorf("group %d: address type %q: %w", i, d.AddressType, ErrInvalidAddressType)
+			return nil, nil, nil, fmt.Errorf("group %d: address type %q: %w", i, d.AddressType, ErrInvalidAddressType)
+		}
+		if err := endpointrules.Ports(d.Ports); err != nil {
+			return nil, nil, nil, fmt.Errorf("group %d (%s): %w: %w", i, d.AddressType, ErrInvalidPorts, err)
 		}
 		key := groupKey{addressType: d.AddressType, ports: portsKey(d.Ports)}
 		if _, dup := groups[key]; dup {
-			return nil, nil, fmt.Errorf("group %d (%s): %w", i, d.AddressType, ErrDuplicateGroup)
+			return nil, nil, nil, fmt.Errorf("group %d (%s): %w", i, d.AddressType, ErrDuplicateGroup)
 		}
 		g := &group{
 			key:    key,
@@ -458,20 +483,23 @@ func indexGroups(desired []Group) (map[groupKey]*group, []*group, error) {
 		}
 		for j := range d.Endpoints {
 			ep := &d.Endpoints[j]
-			if err := validateEndpoint(d.AddressType, ep); err != nil {
-				return nil, nil, fmt.Errorf("group %d endpoint %d: %w", i, j, err)
+			err := validateEndpoint(&checker, d.AddressType, ep)
+			if err == nil {
+				if _, dup := g.want[identity(ep)]; dup {
+					err = ErrDuplicateEndpoint
+				}
 			}
-			id := identity(ep)
-			if _, dup := g.want[id]; dup {
-				return nil, nil, fmt.Errorf("group %d endpoint %d %v: %w", i, j, ep.Addresses, ErrDuplicateEndpoint)
+			if err != nil {
+				dropped = append(dropped, Dropped{Group: i, Endpoint: j, Addresses: ep.Addresses, Err: err})
+				continue
 			}
-			g.want[id] = ep
+			g.want[identity(ep)] = ep
 		}
 		groups[key] = g
 		order = append(order, g)
 	}
 	sort.Slice(order, func(i, j int) bool { return order[i].key.less(order[j].key) })
-	return groups, order, nil
+	return groups, order, dropped, nil
 }
 
 // ownedBy reports whether s carries every owner uid of the template.

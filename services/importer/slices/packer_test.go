@@ -1,6 +1,7 @@
 package slices
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -347,19 +348,14 @@ func TestPlanErrors(t *testing.T) {
 		want    error
 	}{
 		{"deprecated IP address type", withAddr("IP", "10.0.0.1"), ErrInvalidAddressType},
-		{"no addresses", withAddr(discovery.AddressTypeIPv4), ErrNoAddresses},
-		{"IPv6 in an IPv4 group", withAddr(discovery.AddressTypeIPv4, "fd00::1"), ErrAddressFamily},
-		{"IPv4 in an IPv6 group", withAddr(discovery.AddressTypeIPv6, "10.0.0.1"), ErrAddressFamily},
-		{"leading zero", withAddr(discovery.AddressTypeIPv4, "10.0.0.01"), ErrAddressFamily},
-		{"zone", withAddr(discovery.AddressTypeIPv6, "fe80::1%eth0"), ErrAddressFamily},
-		{"IPv4-mapped IPv6", withAddr(discovery.AddressTypeIPv6, "::ffff:10.0.0.1"), ErrAddressFamily},
-		{"upper-case IPv6", withAddr(discovery.AddressTypeIPv6, "FD00::1"), ErrAddressFamily},
-		{"not an address", withAddr(discovery.AddressTypeIPv4, "web.example"), ErrAddressFamily},
-		{"duplicate endpoint", []Group{v4(eps(0, 3), eps(1, 2))}, ErrDuplicateEndpoint},
 		{"duplicate group", []Group{
 			{AddressType: discovery.AddressTypeIPv4, Ports: []discovery.EndpointPort{port("a", 1), port("b", 2)}, Endpoints: eps(0, 1)},
 			{AddressType: discovery.AddressTypeIPv4, Ports: []discovery.EndpointPort{port("b", 2), port("a", 1)}, Endpoints: eps(1, 2)},
 		}, ErrDuplicateGroup},
+		{"duplicate port name", []Group{{AddressType: discovery.AddressTypeIPv4,
+			Ports: []discovery.EndpointPort{port("a", 1), port("a", 2)}, Endpoints: eps(0, 1)}}, ErrInvalidPorts},
+		{"port name not a label", []Group{{AddressType: discovery.AddressTypeIPv4,
+			Ports: []discovery.EndpointPort{port("Web_1", 1)}, Endpoints: eps(0, 1)}}, ErrInvalidPorts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -371,6 +367,95 @@ func TestPlanErrors(t *testing.T) {
 	// FQDN endpoints are names, not addresses.
 	_, err = p.Plan(testTemplate(), withAddr(discovery.AddressTypeFQDN, "web.example"), nil)
 	require.NoError(t, err)
+}
+
+// TestPlanDropsBadEndpoints: an endpoint the API server would refuse, or a
+// second copy of one, is left out with its reason, and the rest of its group
+// is planned; before, one such endpoint failed the whole plan, which froze
+// every slice of its cluster.
+func TestPlanDropsBadEndpoints(t *testing.T) {
+	t.Parallel()
+	p, err := New()
+	require.NoError(t, err)
+	bad := func(at discovery.AddressType, edit func(*discovery.Endpoint)) Group {
+		e := ep(999, "10.9.9.9")
+		if at == discovery.AddressTypeIPv6 {
+			e.Addresses = []string{"fd00::999"}
+		}
+		edit(&e)
+		g := Group{AddressType: at, Ports: httpPorts, Endpoints: eps(0, 3)}
+		if at == discovery.AddressTypeIPv6 {
+			g.Endpoints = []discovery.Endpoint{ep(0, ipv6(0)), ep(1, ipv6(1)), ep(2, ipv6(2))}
+		}
+		g.Endpoints = append(g.Endpoints[:1], append([]discovery.Endpoint{e}, g.Endpoints[1:]...)...)
+		return g
+	}
+	addr := func(a ...string) func(*discovery.Endpoint) { return func(e *discovery.Endpoint) { e.Addresses = a } }
+	host := "Bad_Host"
+	node := "Node One"
+	tests := []struct {
+		name  string
+		group Group
+		want  error
+	}{
+		{"no addresses", bad(discovery.AddressTypeIPv4, addr()), ErrNoAddresses},
+		{"IPv6 in an IPv4 group", bad(discovery.AddressTypeIPv4, addr("fd00::1")), ErrInvalidEndpoint},
+		{"IPv4 in an IPv6 group", bad(discovery.AddressTypeIPv6, addr("10.0.0.1")), ErrInvalidEndpoint},
+		{"leading zero", bad(discovery.AddressTypeIPv4, addr("10.0.0.01")), ErrInvalidEndpoint},
+		{"zone", bad(discovery.AddressTypeIPv6, addr("fd00::1%eth0")), ErrInvalidEndpoint},
+		{"IPv4-mapped IPv6", bad(discovery.AddressTypeIPv6, addr("::ffff:10.0.0.1")), ErrInvalidEndpoint},
+		{"upper-case IPv6", bad(discovery.AddressTypeIPv6, addr("FD00::1")), ErrInvalidEndpoint},
+		{"not an address", bad(discovery.AddressTypeIPv4, addr("web.example")), ErrInvalidEndpoint},
+		{"loopback", bad(discovery.AddressTypeIPv4, addr("127.0.0.1")), ErrInvalidEndpoint},
+		{"link-local", bad(discovery.AddressTypeIPv4, addr("169.254.1.1")), ErrInvalidEndpoint},
+		{"unspecified", bad(discovery.AddressTypeIPv6, addr("::")), ErrInvalidEndpoint},
+		{"hostname", bad(discovery.AddressTypeIPv4, func(e *discovery.Endpoint) { e.Hostname = &host }), ErrInvalidEndpoint},
+		{"node name", bad(discovery.AddressTypeIPv4, func(e *discovery.Endpoint) { e.NodeName = &node }), ErrInvalidEndpoint},
+		{"nine zone hints", bad(discovery.AddressTypeIPv4, func(e *discovery.Endpoint) {
+			e.Hints = &discovery.EndpointHints{}
+			for i := range 9 {
+				e.Hints.ForZones = append(e.Hints.ForZones, discovery.ForZone{Name: fmt.Sprint("z", i)})
+			}
+		}), ErrInvalidEndpoint},
+		{"duplicate endpoint", bad(discovery.AddressTypeIPv4, func(e *discovery.Endpoint) { *e = ep(2, ipv4(2)) }), ErrDuplicateEndpoint},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := p.Plan(testTemplate(), []Group{tc.group}, nil)
+			require.NoError(t, err)
+			require.Len(t, plan.Dropped, 1)
+			require.ErrorIs(t, plan.Dropped[0].Err, tc.want)
+			require.Equal(t, 0, plan.Dropped[0].Group)
+			at := 1 // where bad puts it; a duplicate is the later copy
+			if tc.want == ErrDuplicateEndpoint {
+				at = 3
+			}
+			require.Equal(t, at, plan.Dropped[0].Endpoint)
+			require.Len(t, plan.Create, 1)
+			require.Len(t, plan.Create[0].Endpoints, 3, "the valid endpoints are planned")
+		})
+	}
+}
+
+// TestPlanPortsNilConverges: a group with no ports (nil) that reuses an
+// emptied slice of another port set writes the slice without ports, so the
+// next plan has nothing to do. Before, the reused slice kept its old ports
+// and every later plan rewrote it.
+func TestPlanPortsNilConverges(t *testing.T) {
+	t.Parallel()
+	p, err := New()
+	require.NoError(t, err)
+	c := newCluster(existingSlice("web-1", discovery.AddressTypeIPv4, httpPorts, eps(0, 5)))
+	desired := []Group{{AddressType: discovery.AddressTypeIPv4, Ports: nil, Endpoints: eps(10, 15)}}
+	plan, err := p.Plan(testTemplate(), desired, c.list())
+	require.NoError(t, err)
+	require.Len(t, plan.Update, 1, "the emptied slice is reused")
+	require.Empty(t, plan.Update[0].Ports)
+	c.apply(t, plan)
+	requireHolds(t, p.MaxEndpointsPerSlice(), desired, c.list())
+	again, err := p.Plan(testTemplate(), desired, c.list())
+	require.NoError(t, err)
+	require.True(t, again.Empty(), "converged: %d writes", again.Writes())
 }
 
 func TestEndpointEqual(t *testing.T) {
