@@ -351,3 +351,14 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// Canonical returns the canonical text of an IP address of an IPv4 (v6
+// false) or IPv6 endpoint, or s unchanged when it is not one (Endpoint then
+// says why). Entry points call it so that "FD00::1" and "fd00::1" are one
+// endpoint.
+func Canonical(s string, v6 bool) string {
+	if c, rule := address(s, v6); rule == "" {
+		return c
+	}
+	return s
+}

@@ -25,7 +25,15 @@ const (
 	// LabelDerivedFrom marks the derived Service with the ServiceImport it
 	// was derived from.
 	LabelDerivedFrom = "multicluster.plexus.dev/derived-from"
+	// LabelAppManagedBy marks the ServiceImports and derived Services the
+	// importer manages (value ManagedBy); objects without it are never
+	// modified or deleted.
+	LabelAppManagedBy = "app.kubernetes.io/managed-by"
 )
+
+// Managed reports whether an object with these labels is one the importer
+// manages (a ServiceImport or derived Service).
+func Managed(labels map[string]string) bool { return labels[LabelAppManagedBy] == ManagedBy }
 
 // OwnerKindClusterSetService is the allocator owner kind of a clusterset
 // VIP: one allocation per (namespace, name), with no cluster, shared by

@@ -23,6 +23,7 @@ import (
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/kube"
+	"github.com/plexusnet/plexus/services/importer/materialize"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
 )
 
@@ -95,10 +96,14 @@ type Controller struct {
 
 // local is what only the reconciling replica knows about a service.
 type local struct {
-	reconciled       time.Time
-	namespaceMissing bool
-	problem          *Condition // a Ready=False condition that cannot be written on the object
-	invalid          map[string]error
+	reconciled time.Time
+	// outcome is what the last reconcile of the materialised import wrote,
+	// and written the slices it left each cluster with (which the cache
+	// may not show yet).
+	outcome *materialize.Outcome
+	written map[string][]*discovery.EndpointSlice
+	// problem is what holds the service back, when something does.
+	problem *materialize.Condition
 }
 
 // New returns a Controller.
@@ -419,10 +424,12 @@ func (c *Controller) localOf(key exports.Key) *local {
 
 // metrics are the controller's Prometheus metrics.
 type metrics struct {
-	latency   prometheus.Histogram
-	reconcile *prometheus.HistogramVec
-	stale     prometheus.Counter
-	orphans   prometheus.Counter
+	latency         prometheus.Histogram
+	reconcile       *prometheus.HistogramVec
+	stale           prometheus.Counter
+	orphans         prometheus.Counter
+	dropped         *prometheus.CounterVec
+	clusterFailures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
@@ -446,6 +453,14 @@ func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
 			Name: "plexus_importer_orphaned_slices_deleted_total",
 			Help: "EndpointSlices deleted by the start-up sweep because no source asks for them.",
 		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_importer_dropped_endpoints_total",
+			Help: "Exported endpoints left out of the slices because the API server would refuse them (invalid, no_addresses) or they repeat another (duplicate); counted when what a cluster's plan leaves out changes.",
+		}, []string{"reason"}),
+		clusterFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_importer_cluster_write_failures_total",
+			Help: "Reconciles in which a source cluster's slice writes failed; the other clusters' slices were still written.",
+		}, []string{"cluster"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -462,7 +477,7 @@ func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
 		Name: "plexus_importer_unobserved_writes",
 		Help: "The importer's writes not yet seen in its informer caches.",
 	}, func() float64 { return float64(c.cfg.Tracker.Len()) })
-	for _, col := range []prometheus.Collector{m.latency, m.reconcile, m.stale, m.orphans, depth, imports, pending} {
+	for _, col := range []prometheus.Collector{m.latency, m.reconcile, m.stale, m.orphans, m.dropped, m.clusterFailures, depth, imports, pending} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register controller metrics: %w", err)
 		}

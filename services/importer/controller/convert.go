@@ -3,20 +3,19 @@ package controller
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	"github.com/plexusnet/plexus/internal/endpointrules"
 	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/materialize"
 	"github.com/plexusnet/plexus/services/importer/mcs"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
 )
@@ -88,17 +87,23 @@ func groups(eps *membershipv1.ServiceEndpoints) ([]islices.Group, error) {
 			out = append(out, islices.Group{AddressType: at, Ports: ports})
 		}
 		for _, ep := range g.GetEndpoints() {
-			out[i].Endpoints = append(out[i].Endpoints, endpoint(ep))
+			out[i].Endpoints = append(out[i].Endpoints, endpoint(ep, at == discovery.AddressTypeIPv6))
 		}
 	}
 	return out, nil
 }
 
-func endpoint(ep *membershipv1.Endpoint) discovery.Endpoint {
+// endpoint converts one endpoint; its addresses are canonicalised, since an
+// endpoint is identified by their text.
+func endpoint(ep *membershipv1.Endpoint, v6 bool) discovery.Endpoint {
 	c := ep.GetConditions()
 	ready, serving, terminating := c.GetReady(), c.GetServing(), c.GetTerminating()
+	addrs := make([]string, len(ep.GetAddresses()))
+	for i, a := range ep.GetAddresses() {
+		addrs[i] = endpointrules.Canonical(a, v6)
+	}
 	out := discovery.Endpoint{
-		Addresses:  slices.Clone(ep.GetAddresses()),
+		Addresses:  addrs,
 		Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
 		Hostname:   optional(ep.GetHostname()),
 		NodeName:   optional(ep.GetNodeName()),
@@ -113,6 +118,13 @@ func endpoint(ep *membershipv1.Endpoint) discovery.Endpoint {
 	if ref := ep.GetTargetRef(); ref != nil {
 		out.TargetRef = &corev1.ObjectReference{Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName(), UID: types.UID(ref.GetUid())}
 	}
+	return out
+}
+
+// convertExport converts one cluster's export for the core.
+func convertExport(e exports.Export) materialize.Export {
+	out := materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e)}
+	out.Groups, out.Unusable = groups(e.Endpoints)
 	return out
 }
 
@@ -137,107 +149,4 @@ func mcsExport(e exports.Export) mcs.Export {
 		out.Ports = append(out.Ports, mcsv1beta1.ServicePort{Name: p.GetName(), Protocol: Protocol(p.GetProtocol()), Port: p.GetPort(), AppProtocol: optional(p.GetAppProtocol())})
 	}
 	return out
-}
-
-// merge merges the exports of a service. An export the merge refuses on its
-// own is left out and reported, so one broken cluster does not take the
-// service away from the others.
-func merge(svc exports.Service) (mcs.Result, map[string]error, error) {
-	all := make([]mcs.Export, len(svc.Exports))
-	for i, e := range svc.Exports {
-		all[i] = mcsExport(e)
-	}
-	r, err := mcs.Merge(all)
-	if err == nil {
-		return r, nil, nil
-	}
-	bad := map[string]error{}
-	var good []mcs.Export
-	for _, e := range all {
-		if _, err := mcs.Merge([]mcs.Export{e}); err != nil {
-			bad[e.Cluster] = err
-			continue
-		}
-		good = append(good, e)
-	}
-	if len(good) == 0 {
-		return mcs.Result{}, bad, fmt.Errorf("no valid export: %w", err)
-	}
-	r, err = mcs.Merge(good)
-	return r, bad, err
-}
-
-// servicePorts returns the derived Service's ports: the merged ports with
-// the target port spelled out, as the API server would default it.
-func servicePorts(ports []mcsv1beta1.ServicePort) []corev1.ServicePort {
-	out := make([]corev1.ServicePort, 0, len(ports))
-	for _, p := range ports {
-		proto := p.Protocol
-		if proto == "" {
-			proto = corev1.ProtocolTCP
-		}
-		out = append(out, corev1.ServicePort{Name: p.Name, Protocol: proto, Port: p.Port, AppProtocol: p.AppProtocol, TargetPort: intstr.FromInt32(p.Port)})
-	}
-	return out
-}
-
-// portsKey is equal for two Service port lists that mean the same.
-func portsKey(ports []corev1.ServicePort) string {
-	keys := make([]string, len(ports))
-	for i, p := range ports {
-		proto := p.Protocol
-		if proto == "" {
-			proto = corev1.ProtocolTCP
-		}
-		app := ""
-		if p.AppProtocol != nil {
-			app = *p.AppProtocol
-		}
-		keys[i] = p.Name + "/" + string(proto) + "/" + strconv.Itoa(int(p.Port)) + "/" + app
-	}
-	slices.Sort(keys)
-	return strings.Join(keys, ",")
-}
-
-// families returns the IP families of addrs, in order.
-func families(addrs []string) []corev1.IPFamily {
-	out := make([]corev1.IPFamily, 0, len(addrs))
-	for _, a := range addrs {
-		if ip, err := netip.ParseAddr(a); err == nil && ip.Is6() {
-			out = append(out, corev1.IPv6Protocol)
-		} else {
-			out = append(out, corev1.IPv4Protocol)
-		}
-	}
-	return out
-}
-
-// sortVIPs puts IPv4 first, as Kubernetes lists a dual-stack Service's IPs
-// in its primary family's order and IPv4 is the common primary.
-func sortVIPs(addrs []string) []string {
-	out := slices.Clone(addrs)
-	slices.SortStableFunc(out, func(a, b string) int {
-		fa, fb := families([]string{a})[0], families([]string{b})[0]
-		switch {
-		case fa == fb:
-			return 0
-		case fa == corev1.IPv4Protocol:
-			return -1
-		}
-		return 1
-	})
-	return out
-}
-
-// counts returns the endpoints and ready endpoints of an endpoint set.
-func counts(eps *membershipv1.ServiceEndpoints) (total, ready int) {
-	for _, g := range eps.GetGroups() {
-		for _, ep := range g.GetEndpoints() {
-			total++
-			if ep.GetConditions().GetReady() {
-				ready++
-			}
-		}
-	}
-	return total, ready
 }

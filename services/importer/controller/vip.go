@@ -8,6 +8,7 @@ import (
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/materialize"
 )
 
 // vipCache allocates clusterset VIPs and remembers them. An allocation is
@@ -63,7 +64,7 @@ func (v *vipCache) get(ctx context.Context, key exports.Key) ([]string, error) {
 	for _, a := range resp.GetAllocations() {
 		ips = append(ips, a.GetAddress())
 	}
-	ips = sortVIPs(ips)
+	ips = materialize.SortVIPs(ips)
 	v.mu.Lock()
 	v.cache[key] = ips
 	v.mu.Unlock()

@@ -23,7 +23,7 @@ import (
 // LabelAppManagedBy marks the ServiceImports and derived Services the
 // importer manages (value mcsnames.ManagedBy); objects without it are never
 // modified or deleted.
-const LabelAppManagedBy = "app.kubernetes.io/managed-by"
+const LabelAppManagedBy = mcsnames.LabelAppManagedBy
 
 // indexService indexes slices by their multicluster service,
 // "namespace/name".
@@ -270,5 +270,5 @@ func (i *Informers) Lookup(k ObjectKey) metav1.Object {
 // Managed reports whether the importer manages obj (a ServiceImport or a
 // derived Service).
 func Managed(obj metav1.Object) bool {
-	return obj.GetLabels()[LabelAppManagedBy] == mcsnames.ManagedBy
+	return mcsnames.Managed(obj.GetLabels())
 }

@@ -313,13 +313,16 @@ func toProto(st controller.Status) *importerv1.ServiceImport {
 	for _, c := range st.Clusters {
 		cs := &importerv1.ClusterStatus{
 			Cluster: c.Cluster, Endpoints: uint32(c.Endpoints), ReadyEndpoints: uint32(c.ReadyEndpoints),
-			Revision: c.Revision, Stale: c.Stale, Origin: string(c.Origin),
+			ExportedEndpoints: uint32(c.Exported), DroppedEndpoints: uint32(c.Dropped), DropReason: c.DropReason, Problem: c.Problem,
 		}
-		if !c.LastHeard.IsZero() {
-			cs.LastHeardTime = timestamppb.New(c.LastHeard)
-		}
-		if !c.ExportCreated.IsZero() {
-			cs.ExportCreateTime = timestamppb.New(c.ExportCreated)
+		if src, ok := st.Sources[c.Cluster]; ok {
+			cs.Revision, cs.Stale, cs.Origin = src.Revision, src.Stale, string(src.Origin)
+			if !src.LastHeard.IsZero() {
+				cs.LastHeardTime = timestamppb.New(src.LastHeard)
+			}
+			if !src.ExportCreated.IsZero() {
+				cs.ExportCreateTime = timestamppb.New(src.ExportCreated)
+			}
 		}
 		out.Clusters = append(out.Clusters, cs)
 	}

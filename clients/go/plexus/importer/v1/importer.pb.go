@@ -174,7 +174,8 @@ type ClusterStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The source cluster's name.
 	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	// Endpoints the cluster contributes.
+	// Endpoints of the cluster in this cluster's EndpointSlices: what was
+	// written, not what was planned (see exported_endpoints).
 	Endpoints uint32 `protobuf:"varint,2,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
 	// Ready endpoints among them.
 	ReadyEndpoints uint32 `protobuf:"varint,3,opt,name=ready_endpoints,json=readyEndpoints,proto3" json:"ready_endpoints,omitempty"`
@@ -188,7 +189,18 @@ type ClusterStatus struct {
 	// Creation time of the cluster's ServiceExport.
 	ExportCreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=export_create_time,json=exportCreateTime,proto3" json:"export_create_time,omitempty"`
 	// Where the endpoint set came from: "watch" or "push".
-	Origin        string `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`
+	Origin string `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Endpoints the cluster exports.
+	ExportedEndpoints uint32 `protobuf:"varint,9,opt,name=exported_endpoints,json=exportedEndpoints,proto3" json:"exported_endpoints,omitempty"`
+	// Exported endpoints left out of the slices because the API server
+	// would refuse them (or they repeat another endpoint).
+	DroppedEndpoints uint32 `protobuf:"varint,10,opt,name=dropped_endpoints,json=droppedEndpoints,proto3" json:"dropped_endpoints,omitempty"`
+	// Why the first of the dropped endpoints was left out.
+	DropReason string `protobuf:"bytes,11,opt,name=drop_reason,json=dropReason,proto3" json:"drop_reason,omitempty"`
+	// Why the cluster's slices do not hold its export, if they do not: its
+	// export was left out of the merge, its endpoints are unusable, or the
+	// API server refused a write (the last good slices stay).
+	Problem       string `protobuf:"bytes,12,opt,name=problem,proto3" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +287,34 @@ func (x *ClusterStatus) GetExportCreateTime() *timestamppb.Timestamp {
 func (x *ClusterStatus) GetOrigin() string {
 	if x != nil {
 		return x.Origin
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetExportedEndpoints() uint32 {
+	if x != nil {
+		return x.ExportedEndpoints
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetDroppedEndpoints() uint32 {
+	if x != nil {
+		return x.DroppedEndpoints
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetDropReason() string {
+	if x != nil {
+		return x.DropReason
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetProblem() string {
+	if x != nil {
+		return x.Problem
 	}
 	return ""
 }
@@ -859,7 +899,7 @@ const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1a\n" +
 	"\bclusters\x18\x05 \x03(\tR\bclusters\x12L\n" +
-	"\x14last_transition_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xc8\x02\n" +
+	"\x14last_transition_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xdf\x03\n" +
 	"\rClusterStatus\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
 	"\tendpoints\x18\x02 \x01(\rR\tendpoints\x12'\n" +
@@ -868,7 +908,13 @@ const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\x0flast_heard_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeardTime\x12\x14\n" +
 	"\x05stale\x18\x06 \x01(\bR\x05stale\x12H\n" +
 	"\x12export_create_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x10exportCreateTime\x12\x16\n" +
-	"\x06origin\x18\b \x01(\tR\x06origin\"\xdf\x04\n" +
+	"\x06origin\x18\b \x01(\tR\x06origin\x12-\n" +
+	"\x12exported_endpoints\x18\t \x01(\rR\x11exportedEndpoints\x12+\n" +
+	"\x11dropped_endpoints\x18\n" +
+	" \x01(\rR\x10droppedEndpoints\x12\x1f\n" +
+	"\vdrop_reason\x18\v \x01(\tR\n" +
+	"dropReason\x12\x18\n" +
+	"\aproblem\x18\f \x01(\tR\aproblem\"\xdf\x04\n" +
 	"\rServiceImport\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03ips\x18\x02 \x03(\tR\x03ips\x125\n" +

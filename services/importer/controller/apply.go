@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"context"
+	"errors"
+
+	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/plexusnet/plexus/services/importer/materialize"
+	islices "github.com/plexusnet/plexus/services/importer/slices"
+)
+
+// writeSlices plans and writes every source cluster's slices. A cluster
+// whose writes fail does not stop the others: its outcome says what failed,
+// the slices it held before stay, and the status reports it. It returns
+// the slices each cluster holds after the writes, and an error to retry
+// when a failure may pass (a conflict, an unavailable API server); a write
+// the API server refuses as invalid waits for the next change instead.
+func (r *run) writeSlices(ctx context.Context, v materialize.View, o *materialize.Outcome) (map[string][]*discovery.EndpointSlice, error) {
+	after := map[string][]*discovery.EndpointSlice{}
+	var retry []error
+	for _, cp := range materialize.PlanSlices(r.c.cfg.Packer, v, o.Derived, r.authoritative) {
+		cl, existing := cp.Cluster, v.Slices[cp.Cluster]
+		after[cl] = existing
+		if cp.Waiting {
+			continue
+		}
+		co := materialize.ClusterOutcome{Skipped: cp.Skipped, Dropped: cp.Plan.Dropped, Exported: cp.Exported}
+		r.noteDrops(cl, co.Dropped)
+		if cp.Skipped != nil {
+			r.handled[cl] = true
+			r.noteProblem(cl, "endpoints of a cluster cannot be used; its slices are left as they are", cp.Skipped)
+			o.Clusters[cl] = co
+			continue
+		}
+		applied, err := r.apply(ctx, cp.Plan)
+		after[cl] = materialize.AfterWrites(existing, applied)
+		switch {
+		case err != nil:
+			co.WriteErr = err
+			r.c.metrics.clusterFailures.WithLabelValues(cl).Inc()
+			if permanent(err) {
+				r.handled[cl] = true
+				r.noteProblem(cl, "the API server refused a cluster's slices; its last good slices stay until its next change", err)
+			} else {
+				retry = append(retry, err)
+			}
+		default:
+			r.handled[cl] = true
+			if !cp.Plan.Empty() {
+				r.observe(cl)
+			}
+		}
+		o.Clusters[cl] = co
+	}
+	return after, errors.Join(retry...)
+}
+
+// permanent reports whether the API server refused a write for its
+// content, so that writing it again cannot succeed.
+func permanent(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err)
+}
+
+// apply makes a slice plan's writes: creates and updates before deletes, so
+// an endpoint moving between slices is never missing in between. It stops
+// at the first write that fails and returns what was written before it.
+func (r *run) apply(ctx context.Context, plan islices.Plan) (materialize.Applied, error) {
+	var a materialize.Applied
+	w := r.c.cfg.Writer
+	for _, s := range plan.Create {
+		out, err := w.CreateSlice(ctx, r.key, s)
+		if err != nil {
+			return a, err
+		}
+		a.Created = append(a.Created, out)
+		r.writes++
+	}
+	for _, s := range plan.Update {
+		out, err := w.UpdateSlice(ctx, r.key, s)
+		if err != nil {
+			return a, err
+		}
+		a.Updated = append(a.Updated, out)
+		r.writes++
+	}
+	for _, s := range plan.Delete {
+		if err := w.DeleteSlice(ctx, r.key, s); err != nil {
+			return a, err
+		}
+		a.Deleted = append(a.Deleted, s)
+		r.writes++
+	}
+	return a, nil
+}
+
+// noteDrops counts and logs the endpoints a cluster's plan left out, once
+// per change of what is left out: the same drops on every reconcile are
+// one problem, not many.
+func (r *run) noteDrops(cluster string, dropped []islices.Dropped) {
+	var before []islices.Dropped
+	r.setLocal(func(l *local) {
+		if l.outcome != nil {
+			before = l.outcome.Clusters[cluster].Dropped
+		}
+	})
+	if sameDrops(before, dropped) || len(dropped) == 0 {
+		return
+	}
+	for _, d := range dropped {
+		r.c.metrics.dropped.WithLabelValues(dropReason(d.Err)).Inc()
+	}
+	r.c.logger.Warn("endpoints left out: the API server would refuse them", "service", r.key, "cluster", cluster,
+		"dropped", len(dropped), "first", dropped[0].Addresses, "reason", dropped[0].Err)
+}
+
+func sameDrops(a, b []islices.Dropped) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Group != b[i].Group || a[i].Endpoint != b[i].Endpoint || a[i].Err.Error() != b[i].Err.Error() {
+			return false
+		}
+	}
+	return true
+}
+
+// dropReason is the metric label of a dropped endpoint's reason.
+func dropReason(err error) string {
+	switch {
+	case errors.Is(err, islices.ErrDuplicateEndpoint):
+		return "duplicate"
+	case errors.Is(err, islices.ErrNoAddresses):
+		return "no_addresses"
+	}
+	return "invalid"
+}
+
+// noteProblem logs a cluster's problem once per change of it.
+func (r *run) noteProblem(cluster, msg string, err error) {
+	var before string
+	r.setLocal(func(l *local) {
+		if l.outcome != nil {
+			co := l.outcome.Clusters[cluster]
+			before = errorText(co.Skipped) + errorText(co.WriteErr)
+		}
+	})
+	if before == err.Error() {
+		r.c.logger.Debug(msg, "service", r.key, "cluster", cluster, "error", err)
+		return
+	}
+	r.c.logger.Warn(msg, "service", r.key, "cluster", cluster, "error", err)
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
