@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -9,7 +10,7 @@ import (
 	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
-	"github.com/plexusnet/plexus/internal/netparse"
+	"github.com/plexusnet/plexus/internal/endpointrules"
 	"github.com/plexusnet/plexus/services/importer/exports"
 )
 
@@ -67,17 +68,55 @@ func parseServiceName(v *violations, field, name string) exports.Key {
 	return key
 }
 
-func checkPort(v *violations, field string, port int32, name string, proto membershipv1.Protocol) {
+func checkPort(v *violations, field string, port int32, name string, proto membershipv1.Protocol, appProtocol string) {
 	if port < 1 || port > 65535 {
 		v.add(field+".port", "must be between 1 and 65535, got %d", port)
 	}
-	if name != "" {
-		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-			v.add(field+".name", "%s", strings.Join(msgs, "; "))
-		}
+	if err := endpointrules.PortName(field+".name", name); err != nil {
+		v.addErr(err)
+	}
+	if err := endpointrules.AppProtocol(field+".app_protocol", appProtocol); err != nil {
+		v.addErr(err)
 	}
 	if _, ok := membershipv1.Protocol_name[int32(proto)]; !ok {
 		v.add(field+".protocol", "unknown protocol %d", proto)
+	}
+}
+
+// addErr adds a refusal of the endpoint rules, naming its field.
+func (v *violations) addErr(err error) {
+	var re *endpointrules.Error
+	if errors.As(err, &re) {
+		v.add(re.Field, "%s", strings.TrimPrefix(re.Error(), re.Field+" "))
+		return
+	}
+	v.add("endpoints", "%s", err.Error())
+}
+
+// checkEndpoint checks one endpoint by the API server's EndpointSlice
+// rules, so that a push the importer could not write is refused here and
+// not found out when the write fails.
+func checkEndpoint(v *violations, field string, ep *membershipv1.Endpoint, v6 bool) {
+	if n := len(ep.GetAddresses()); n == 0 || n > maxAddresses {
+		v.add(field+".addresses", "between 1 and %d addresses, got %d", maxAddresses, n)
+	}
+	for k, a := range ep.GetAddresses() {
+		if _, err := endpointrules.Address(fmt.Sprintf("%s.addresses[%d]", field, k), a, v6); err != nil {
+			v.addErr(err)
+		}
+	}
+	if h := ep.GetHostname(); h != "" {
+		if err := endpointrules.Hostname(field+".hostname", h); err != nil {
+			v.addErr(err)
+		}
+	}
+	if n := ep.GetNodeName(); n != "" {
+		if err := endpointrules.NodeName(field+".node_name", n); err != nil {
+			v.addErr(err)
+		}
+	}
+	if err := endpointrules.ZoneHints(field+".hints.for_zones", ep.GetHints().GetForZones()); err != nil {
+		v.addErr(err)
 	}
 }
 
@@ -102,11 +141,14 @@ func (s *Server) validateApply(req *importerv1.ApplyImportRequest) error {
 		t != membershipv1.ServiceType_SERVICE_TYPE_CLUSTER_SET_IP && t != membershipv1.ServiceType_SERVICE_TYPE_HEADLESS {
 		v.add("endpoints.export.type", "unknown type %d", t)
 	}
+	if sa := eps.GetExport().GetSessionAffinity(); membershipv1.SessionAffinity_name[int32(sa)] == "" {
+		v.add("endpoints.export.session_affinity", "unknown session affinity %d", sa)
+	}
 	if len(eps.GetPorts()) > maxPorts {
 		v.add("endpoints.ports", "at most %d ports", maxPorts)
 	}
 	for i, p := range eps.GetPorts() {
-		checkPort(&v, fmt.Sprintf("endpoints.ports[%d]", i), p.GetPort(), p.GetName(), p.GetProtocol())
+		checkPort(&v, fmt.Sprintf("endpoints.ports[%d]", i), p.GetPort(), p.GetName(), p.GetProtocol(), p.GetAppProtocol())
 	}
 	if len(eps.GetGroups()) > maxGroups {
 		v.add("endpoints.groups", "at most %d groups", maxGroups)
@@ -125,24 +167,17 @@ func (s *Server) validateApply(req *importerv1.ApplyImportRequest) error {
 		if len(g.GetPorts()) > maxPorts {
 			v.add(field+".ports", "at most %d ports", maxPorts)
 		}
+		names := make([]string, len(g.GetPorts()))
 		for j, p := range g.GetPorts() {
-			checkPort(&v, fmt.Sprintf("%s.ports[%d]", field, j), p.GetPort(), p.GetName(), p.GetProtocol())
+			checkPort(&v, fmt.Sprintf("%s.ports[%d]", field, j), p.GetPort(), p.GetName(), p.GetProtocol(), p.GetAppProtocol())
+			names[j] = p.GetName()
+		}
+		if err := endpointrules.PortNames(field+".ports", names); err != nil {
+			v.addErr(err)
 		}
 		total += len(g.GetEndpoints())
 		for j, ep := range g.GetEndpoints() {
-			f := fmt.Sprintf("%s.endpoints[%d].addresses", field, j)
-			if n := len(ep.GetAddresses()); n == 0 || n > maxAddresses {
-				v.add(f, "between 1 and %d addresses, got %d", maxAddresses, n)
-			}
-			for _, a := range ep.GetAddresses() {
-				ip, err := netparse.ParseAddr(a)
-				switch {
-				case err != nil:
-					v.add(f, "%s", err.Error())
-				case ip.Is6() != v6:
-					v.add(f, "%s is not of the group's address type", a)
-				}
-			}
+			checkEndpoint(&v, fmt.Sprintf("%s.endpoints[%d]", field, j), ep, v6)
 			if len(v) > 20 {
 				v.add("endpoints", "more errors left out")
 				return v.err()
