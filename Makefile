@@ -8,7 +8,8 @@ export PATH := $(BIN):$(PATH)
 # Pure cores: no gRPC, no Kubernetes; always tested with the race detector.
 CORE_PKGS := ./internal/netparse/... ./services/allocator/ipam/... \
 	./services/membership/selector/... ./services/membership/endpoints/... \
-	./services/importer/slices/... ./services/importer/mcs/... \
+	./services/importer/slices/... ./services/importer/mcs/... ./services/importer/materialize/... \
+	./internal/endpointrules/... \
 	./services/repair/decide/...
 
 SERVICES := allocator membership importer repair
