@@ -322,7 +322,7 @@ func TestImportStatusAndEvents(t *testing.T) {
 	v.Import.Generation = 4
 	d := Decide(v)
 	st := Report(v, d, map[string][]*discovery.EndpointSlice{}, &Outcome{
-		VIPs: VIPs{IPs: []string{"10.9.0.5"}, FromAllocator: true},
+		VIPs:     VIPs{IPs: []string{"10.9.0.5"}, FromAllocator: true},
 		Clusters: map[string]ClusterOutcome{"west": {WriteErr: errors.New("refused")}},
 	})
 	out := ImportStatus(v.Import, st, []string{"east", "west"})
