@@ -23,17 +23,15 @@ import (
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/kube"
-	"github.com/plexusnet/plexus/services/importer/materialize"
+	"github.com/plexusnet/plexus/services/importer/reconcile"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
+	"github.com/plexusnet/plexus/services/importer/vips"
 )
 
 // Defaults of a Controller.
 const (
 	DefaultWorkers     = 8
 	DefaultSourceGrace = 5 * time.Minute
-	// staleRetry is when a service whose cache is older than its last
-	// write is looked at again if no informer event comes first.
-	staleRetry = time.Second
 	// authorityPoll is how often the controller looks for sources that
 	// became authoritative (synced, or past the grace).
 	authorityPoll = time.Second
@@ -86,24 +84,12 @@ type Controller struct {
 	logger  *slog.Logger
 	tracer  trace.Tracer
 	metrics *metrics
-	vips    *vipCache
+	vips    *vips.Cache
+	rec     *reconcile.Reconciler
 
 	mu        sync.Mutex
 	queue     workqueue.TypedRateLimitingInterface[exports.Key]
 	termStart time.Time
-	local     map[exports.Key]*local
-}
-
-// local is what only the reconciling replica knows about a service.
-type local struct {
-	reconciled time.Time
-	// outcome is what the last reconcile of the materialised import wrote,
-	// and written the slices it left each cluster with (which the cache
-	// may not show yet).
-	outcome *materialize.Outcome
-	written map[string][]*discovery.EndpointSlice
-	// problem is what holds the service back, when something does.
-	problem *materialize.Condition
 }
 
 // New returns a Controller.
@@ -137,14 +123,19 @@ func New(cfg Config) (*Controller, error) {
 		cfg:    cfg,
 		logger: cfg.Logger,
 		tracer: tp.Tracer("github.com/plexusnet/plexus/services/importer/controller"),
-		vips:   newVIPCache(cfg.Allocator, cfg.VIPPools, cfg.Guard),
-		local:  map[exports.Key]*local{},
+		vips:   vips.New(cfg.Allocator, cfg.VIPPools, cfg.Guard),
 	}
-	m, err := newMetrics(cfg.Registerer, c)
+	rec, err := reconcile.New(reconcile.Config{
+		Store: cfg.Store, Informers: cfg.Informers, Tracker: cfg.Tracker, Writer: cfg.Writer, VIPs: c.vips,
+		Packer: cfg.Packer, Recorder: cfg.Recorder, Logger: cfg.Logger, Tracer: c.tracer, Registerer: cfg.Registerer,
+	})
 	if err != nil {
 		return nil, err
 	}
-	c.metrics = m
+	c.rec = rec
+	if c.metrics, err = newMetrics(cfg.Registerer, c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -205,7 +196,7 @@ func (c *Controller) Run(term context.Context) error {
 	c.mu.Unlock()
 	// Each term asks the allocator again (once per service: it answers
 	// an owner that holds its VIPs with those VIPs).
-	c.vips.reset()
+	c.vips.Reset()
 	defer func() {
 		c.mu.Lock()
 		c.queue, c.termStart = nil, time.Time{}
@@ -392,7 +383,7 @@ func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 		func() {
 			defer q.Done(key)
 			start := time.Now()
-			after, err := c.reconcile(ctx, key)
+			after, err := c.rec.Reconcile(ctx, key, c.authoritative)
 			result := "ok"
 			switch {
 			case err != nil && ctx.Err() != nil:
@@ -413,54 +404,23 @@ func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 	}
 }
 
-func (c *Controller) localOf(key exports.Key) *local {
-	l := c.local[key]
-	if l == nil {
-		l = &local{}
-		c.local[key] = l
-	}
-	return l
-}
-
 // metrics are the controller's Prometheus metrics.
 type metrics struct {
-	latency         prometheus.Histogram
-	reconcile       *prometheus.HistogramVec
-	stale           prometheus.Counter
-	orphans         prometheus.Counter
-	dropped         *prometheus.CounterVec
-	clusterFailures *prometheus.CounterVec
+	reconcile *prometheus.HistogramVec
+	orphans   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
 	m := &metrics{
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "plexus_importer_export_import_duration_seconds",
-			Help: "From the observation of an export change at the source to the last EndpointSlice write for it in this cluster.",
-			Buckets: []float64{.005, .01, .02, .03, .05, .075, .1, .15, .2, .3, .5, .75,
-				1, 2, 5, 10, 30, 60, 300},
-		}),
 		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "plexus_importer_reconcile_duration_seconds",
 			Help:    "Time to reconcile one service, by result (ok, requeued, error, canceled).",
 			Buckets: prometheus.ExponentialBuckets(.0005, 2.5, 14),
 		}, []string{"result"}),
-		stale: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_importer_stale_cache_total",
-			Help: "Reconciles put off because the cache was older than the importer's own last write.",
-		}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "plexus_importer_orphaned_slices_deleted_total",
 			Help: "EndpointSlices deleted by the start-up sweep because no source asks for them.",
 		}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_importer_dropped_endpoints_total",
-			Help: "Exported endpoints left out of the slices because the API server would refuse them (invalid, no_addresses) or they repeat another (duplicate); counted when what a cluster's plan leaves out changes.",
-		}, []string{"reason"}),
-		clusterFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_importer_cluster_write_failures_total",
-			Help: "Reconciles in which a source cluster's slice writes failed; the other clusters' slices were still written.",
-		}, []string{"cluster"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -473,14 +433,18 @@ func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
 		Name: "plexus_importer_services",
 		Help: "Services exported by at least one source cluster.",
 	}, func() float64 { return float64(c.cfg.Store.Len()) })
-	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "plexus_importer_unobserved_writes",
-		Help: "The importer's writes not yet seen in its informer caches.",
-	}, func() float64 { return float64(c.cfg.Tracker.Len()) })
-	for _, col := range []prometheus.Collector{m.latency, m.reconcile, m.stale, m.orphans, m.dropped, m.clusterFailures, depth, imports, pending} {
+	for _, col := range []prometheus.Collector{m.reconcile, m.orphans, depth, imports} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register controller metrics: %w", err)
 		}
 	}
 	return m, nil
 }
+
+// Status returns the import of key as this replica sees it; false when no
+// cluster exports it and no ServiceImport of the importer's exists for it.
+func (c *Controller) Status(key exports.Key) (reconcile.Status, bool) { return c.rec.Status(key) }
+
+// Keys returns the imports of a namespace (every namespace when empty),
+// sorted.
+func (c *Controller) Keys(namespace string) []exports.Key { return c.rec.Keys(namespace) }

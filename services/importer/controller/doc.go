@@ -6,11 +6,12 @@
 // It is the sample-controller loop around the pure cores: changes of the
 // exports (package exports) and of the importer's own objects (package
 // kube's informers) queue the service's key in a rate-limited workqueue;
-// workers reconcile one key at a time: merge the exports (package mcs),
-// allocate the clusterset VIPs, write the ServiceImport and the derived
-// Service, plan each source cluster's slices (package slices) and apply the
-// plans, then write the ServiceImport's status. A failed reconcile is
-// retried with exponential backoff (10 ms up to one minute).
+// workers reconcile one key at a time (package reconcile, around the pure
+// core of package materialize): merge the exports, allocate the clusterset
+// VIPs, write the ServiceImport and the derived Service, plan and write
+// each source cluster's slices, then write the ServiceImport's status from
+// what was written. A failed reconcile is retried with exponential backoff
+// (10 ms up to one minute).
 //
 // # Leadership
 //
@@ -24,8 +25,9 @@
 //     app.kubernetes.io/managed-by=importer.plexus.dev): spec.ips (the
 //     clusterset VIPs), type, ports (union), session affinity; status:
 //     clusters, endpointSliceObjects and the conditions Conflict (the MCS
-//     rules: the oldest export wins, the losers are named), VIPAllocated and
-//     Ready.
+//     rules: the oldest export wins, the losers are named), VIPAllocated,
+//     EndpointsDropped and Ready (False with EndpointSlicesNotWritten while
+//     a cluster's slices could not be written).
 //   - derived Service (mcsnames.DerivedServiceName, labels managed-by and
 //     multicluster.plexus.dev/derived-from, owned by the ServiceImport): no
 //     selector, the union of ports, headless when the import is; otherwise

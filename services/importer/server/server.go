@@ -44,8 +44,8 @@ import (
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/pagination"
-	"github.com/plexusnet/plexus/services/importer/controller"
 	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/reconcile"
 )
 
 // ServiceName is the full name of the gRPC service.
@@ -73,7 +73,7 @@ var errorTable = apierr.Table{
 
 // Imports is what the API reads and pushes into.
 type Imports interface {
-	Status(key exports.Key) (controller.Status, bool)
+	Status(key exports.Key) (reconcile.Status, bool)
 	Keys(namespace string) []exports.Key
 }
 
@@ -285,7 +285,7 @@ func (s *Server) WithdrawImport(_ context.Context, req *importerv1.WithdrawImpor
 }
 
 // toProto renders a Status.
-func toProto(st controller.Status) *importerv1.ServiceImport {
+func toProto(st reconcile.Status) *importerv1.ServiceImport {
 	out := &importerv1.ServiceImport{
 		Name:            ImportName(st.Key),
 		Ips:             st.IPs,
@@ -304,7 +304,7 @@ func toProto(st controller.Status) *importerv1.ServiceImport {
 		}
 	}
 	for _, p := range st.Ports {
-		sp := &membershipv1.ServicePort{Name: p.Name, Port: p.Port, Protocol: controller.ProtocolOf(p.Protocol)}
+		sp := &membershipv1.ServicePort{Name: p.Name, Port: p.Port, Protocol: exports.ProtocolOf(p.Protocol)}
 		if p.AppProtocol != nil {
 			sp.AppProtocol = *p.AppProtocol
 		}

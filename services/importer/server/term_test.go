@@ -11,8 +11,8 @@ import (
 
 	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
-	"github.com/plexusnet/plexus/services/importer/controller"
 	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/reconcile"
 )
 
 type leadership struct {
@@ -37,8 +37,8 @@ func (l *leadership) set(leading bool) {
 
 type noImports struct{}
 
-func (noImports) Status(exports.Key) (controller.Status, bool) { return controller.Status{}, false }
-func (noImports) Keys(string) []exports.Key                    { return nil }
+func (noImports) Status(exports.Key) (reconcile.Status, bool) { return reconcile.Status{}, false }
+func (noImports) Keys(string) []exports.Key                   { return nil }
 
 func push(ns, name, cluster, addr, requestID string) *importerv1.ApplyImportRequest {
 	return &importerv1.ApplyImportRequest{RequestId: requestID, Endpoints: &membershipv1.ServiceEndpoints{

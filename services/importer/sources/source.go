@@ -207,8 +207,7 @@ func (s *Source) watch(ctx context.Context) (err error) {
 		}
 	}()
 
-	var snapshot []exports.Update
-	inSnapshot := false
+	var snap snapshot
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
@@ -218,48 +217,61 @@ func (s *Source) watch(ctx context.Context) (err error) {
 			return err
 		}
 		up()
-		now := time.Now()
-		s.cfg.Sink.Heard(s.cfg.Name, now)
+		s.cfg.Sink.Heard(s.cfg.Name, time.Now())
 		s.cfg.Metrics.event(s.cfg.Name, ev.GetType())
-		switch ev.GetType() {
-		case membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START:
-			inSnapshot, snapshot = true, nil
-		case membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END:
-			if !inSnapshot {
-				return errors.New("protocol error: SNAPSHOT_END without SNAPSHOT_START")
-			}
-			n, err := s.cfg.Sink.Replace(s.cfg.Name, exports.OriginWatch, snapshot)
-			if err != nil {
-				s.logger.Warn("snapshot holds endpoint sets that were skipped", "error", err)
-			}
-			s.logger.Info("snapshot applied", "services", len(snapshot), "changed", n, "revision", ev.GetRevision(), "epoch", ev.GetEpoch())
-			inSnapshot, snapshot = false, nil
-			s.advance(ev)
-		case membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT:
-			u := s.update(ev)
-			if inSnapshot {
-				snapshot = append(snapshot, u)
-				continue
-			}
-			if _, _, err := s.cfg.Sink.Upsert(s.cfg.Name, exports.OriginWatch, u); err != nil {
-				s.logger.Warn("endpoint set skipped", "service", ev.GetEndpoints().GetService(), "error", err)
-			}
-			s.advance(ev)
-		case membershipv1.WatchEventType_WATCH_EVENT_TYPE_DELETE:
-			if inSnapshot {
-				return errors.New("protocol error: DELETE inside a snapshot")
-			}
-			key, err := exports.ParseServiceName(ev.GetEndpoints().GetService())
-			if err != nil {
-				s.logger.Warn("deletion skipped", "error", err)
-			} else {
-				s.cfg.Sink.Withdraw(s.cfg.Name, key, observeTime(ev), ev.GetTraceContext())
-			}
-			s.advance(ev)
-		default:
-			s.logger.Debug("unknown event type ignored", "type", ev.GetType())
+		if err := s.handle(ev, &snap); err != nil {
+			return err
 		}
 	}
+}
+
+// snapshot collects the updates of a snapshot until its end.
+type snapshot struct {
+	open    bool
+	updates []exports.Update
+}
+
+// handle applies one event of the stream; an error ends the stream.
+func (s *Source) handle(ev *membershipv1.WatchServicesResponse, snap *snapshot) error {
+	switch ev.GetType() {
+	case membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START:
+		*snap = snapshot{open: true}
+	case membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END:
+		if !snap.open {
+			return errors.New("protocol error: SNAPSHOT_END without SNAPSHOT_START")
+		}
+		n, err := s.cfg.Sink.Replace(s.cfg.Name, exports.OriginWatch, snap.updates)
+		if err != nil {
+			s.logger.Warn("snapshot holds endpoint sets that were skipped", "error", err)
+		}
+		s.logger.Info("snapshot applied", "services", len(snap.updates), "changed", n, "revision", ev.GetRevision(), "epoch", ev.GetEpoch())
+		*snap = snapshot{}
+		s.advance(ev)
+	case membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT:
+		u := s.update(ev)
+		if snap.open {
+			snap.updates = append(snap.updates, u)
+			return nil
+		}
+		if _, _, err := s.cfg.Sink.Upsert(s.cfg.Name, exports.OriginWatch, u); err != nil {
+			s.logger.Warn("endpoint set skipped", "service", ev.GetEndpoints().GetService(), "error", err)
+		}
+		s.advance(ev)
+	case membershipv1.WatchEventType_WATCH_EVENT_TYPE_DELETE:
+		if snap.open {
+			return errors.New("protocol error: DELETE inside a snapshot")
+		}
+		key, err := exports.ParseServiceName(ev.GetEndpoints().GetService())
+		if err != nil {
+			s.logger.Warn("deletion skipped", "error", err)
+		} else {
+			s.cfg.Sink.Withdraw(s.cfg.Name, key, observeTime(ev), ev.GetTraceContext())
+		}
+		s.advance(ev)
+	default:
+		s.logger.Debug("unknown event type ignored", "type", ev.GetType())
+	}
+	return nil
 }
 
 func (s *Source) update(ev *membershipv1.WatchServicesResponse) exports.Update {

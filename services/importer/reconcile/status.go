@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"slices"
@@ -39,7 +39,7 @@ type Status struct {
 
 // Status returns the import of key; false when no cluster exports it and no
 // ServiceImport of the importer's exists for it.
-func (c *Controller) Status(key exports.Key) (Status, bool) {
+func (c *Reconciler) Status(key exports.Key) (Status, bool) {
 	v := c.view(key)
 	d := materialize.Decide(v)
 	if v.Import != nil && !mcsnames.Managed(v.Import.Labels) {
@@ -63,7 +63,7 @@ func (c *Controller) Status(key exports.Key) (Status, bool) {
 	}
 	st := Status{Status: materialize.Report(v, d, written, o), Key: key, ReconcileTime: loc.reconciled, Sources: map[string]Source{}}
 	if len(st.IPs) == 0 && d.ClusterSetIP() {
-		st.IPs = c.vips.peek(key)
+		st.IPs = c.cfg.VIPs.Peek(key)
 	}
 	svc, _ := c.cfg.Store.Get(key)
 	sources := c.cfg.Store.Sources()
@@ -86,7 +86,7 @@ func (c *Controller) Status(key exports.Key) (Status, bool) {
 
 // Keys returns the imports of a namespace (every namespace when empty):
 // the exported services and the importer's ServiceImports, sorted.
-func (c *Controller) Keys(namespace string) []exports.Key {
+func (c *Reconciler) Keys(namespace string) []exports.Key {
 	seen := map[exports.Key]bool{}
 	var out []exports.Key
 	add := func(k exports.Key) {

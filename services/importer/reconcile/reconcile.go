@@ -1,11 +1,10 @@
-package controller
+package reconcile
 
 import (
 	"context"
 	"errors"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -29,7 +28,8 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 // run is one reconcile of one service: it reads the view, asks the core
 // (package materialize) what to write, writes it and records the outcome.
 type run struct {
-	c       *Controller
+	c       *Reconciler
+	final   func(cluster string) bool
 	key     exports.Key
 	pending exports.Pending
 	handled map[string]bool
@@ -37,10 +37,12 @@ type run struct {
 	latency time.Duration
 }
 
-// reconcile brings the member cluster's objects of one service in line with
-// the exports. It returns a delay after which to look again without
-// counting a failure, or an error to retry with backoff.
-func (c *Controller) reconcile(ctx context.Context, key exports.Key) (time.Duration, error) {
+// Reconcile brings the member cluster's objects of one service in line
+// with the exports. final reports whether what the importer knows of a
+// cluster is its last word, so that slices it does not ask for may go. It
+// returns a delay after which to look again without counting a failure,
+// or an error to retry with backoff.
+func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(cluster string) bool) (time.Duration, error) {
 	pending := c.cfg.Store.TakePending(key)
 	var links []trace.Link
 	for _, tc := range pending.Links {
@@ -53,7 +55,7 @@ func (c *Controller) reconcile(ctx context.Context, key exports.Key) (time.Durat
 		attribute.String("plexus.namespace", key.Namespace), attribute.String("plexus.service", key.Name)))
 	defer span.End()
 
-	r := &run{c: c, key: key, pending: pending, handled: map[string]bool{}}
+	r := &run{c: c, final: final, key: key, pending: pending, handled: map[string]bool{}}
 	after, err := r.sync(ctx)
 	span.SetAttributes(attribute.Int("plexus.writes", r.writes))
 	if r.latency > 0 {
@@ -81,7 +83,7 @@ func (c *Controller) reconcile(ctx context.Context, key exports.Key) (time.Durat
 }
 
 // view reads what the core decides on from the store and the caches.
-func (c *Controller) view(key exports.Key) materialize.View {
+func (c *Reconciler) view(key exports.Key) materialize.View {
 	svc, _ := c.cfg.Store.Get(key)
 	v := materialize.View{
 		Namespace: key.Namespace, Name: key.Name,
@@ -91,7 +93,7 @@ func (c *Controller) view(key exports.Key) materialize.View {
 	}
 	v.Derived = c.cfg.Informers.Service(key.Namespace, v.DerivedName())
 	for _, e := range svc.Exports {
-		v.Exports = append(v.Exports, convertExport(e))
+		v.Exports = append(v.Exports, e.Core())
 	}
 	for _, s := range c.cfg.Informers.SlicesOf(key) {
 		cl := s.Labels[islices.LabelSourceCluster]
@@ -108,7 +110,7 @@ func (r *run) authoritative(cluster string) bool {
 	if _, ok := r.pending.Since[cluster]; ok {
 		return true
 	}
-	return r.c.authoritative(cluster)
+	return r.final(cluster)
 }
 
 // observe records the latency of a cluster's pending change once its
@@ -201,10 +203,10 @@ func (r *run) record(o *materialize.Outcome) {
 func (r *run) vips(ctx context.Context, v materialize.View, d materialize.Decision) materialize.VIPs {
 	var allocated []string
 	var err error
-	if d.ClusterSetIP() && r.c.vips.enabled() {
-		allocated, err = r.c.vips.get(ctx, r.key)
+	if d.ClusterSetIP() && r.c.cfg.VIPs.Enabled() {
+		allocated, err = r.c.cfg.VIPs.Get(ctx, r.key)
 	}
-	vips := materialize.ChooseVIPs(v, d, r.c.vips.enabled(), allocated, err)
+	vips := materialize.ChooseVIPs(v, d, r.c.cfg.VIPs.Enabled(), allocated, err)
 	if vips.Kept != nil {
 		r.c.logger.Warn("allocator unavailable; keeping the VIPs on the ServiceImport", "service", r.key, "error", vips.Kept)
 	}
@@ -214,16 +216,10 @@ func (r *run) vips(ctx context.Context, v materialize.View, d materialize.Decisi
 // writeImport creates the ServiceImport or brings its spec up to date.
 func (r *run) writeImport(ctx context.Context, v materialize.View, d materialize.Decision, vips materialize.VIPs) (*mcsv1beta1.ServiceImport, error) {
 	want := materialize.Import(v, d, vips)
-	var out *mcsv1beta1.ServiceImport
-	var err error
-	switch {
-	case want == nil:
+	if want == nil {
 		return v.Import, nil
-	case v.Import == nil:
-		out, err = r.c.cfg.Writer.CreateImport(ctx, r.key, want)
-	default:
-		out, err = r.c.cfg.Writer.UpdateImport(ctx, r.key, want)
 	}
+	out, err := r.c.cfg.Writer.ApplyImport(ctx, r.key, v.Import, want)
 	if err == nil {
 		r.writes++
 	}
@@ -233,63 +229,22 @@ func (r *run) writeImport(ctx context.Context, v materialize.View, d materialize
 // writeDerived makes the derived Service's write, if it needs one.
 func (r *run) writeDerived(ctx context.Context, v materialize.View, d materialize.Decision, imp *mcsv1beta1.ServiceImport, o *materialize.Outcome) (*corev1.Service, error) {
 	op, want := materialize.Derived(v, d, imp, o.VIPs)
-	switch op {
-	case materialize.DerivedNone:
-		return want, nil
-	case materialize.DerivedForeign:
+	if op == materialize.DerivedForeign {
 		o.Problem = materialize.DerivedProblem(v)
 		return nil, materialize.ErrDerivedNotManaged
-	case materialize.DerivedUpdate:
-		out, err := r.c.cfg.Writer.UpdateService(ctx, r.key, want)
-		if err == nil {
-			r.writes++
-		}
-		return out, err
-	case materialize.DerivedReplace:
-		if err := r.c.cfg.Writer.DeleteService(ctx, r.key, v.Derived); err != nil {
-			return nil, err
-		}
-		r.writes++
 	}
-	out, err := r.createDerived(ctx, want, o)
+	out, n, note, err := r.c.cfg.Writer.ApplyDerived(ctx, r.key, op, v.Derived, want)
+	r.writes += n
+	if note != nil {
+		// The import still works through an address of the cluster's
+		// own, and the Ready condition says so.
+		o.IPNote = note
+		r.c.logger.Warn("the API server refused the clusterset VIPs as cluster IPs; the derived Service gets its own", "service", r.key, "error", note)
+	}
 	if apierrors.IsAlreadyExists(err) {
 		o.Problem = materialize.DerivedProblem(v)
 	}
 	return out, err
-}
-
-func (r *run) createDerived(ctx context.Context, want *corev1.Service, o *materialize.Outcome) (*corev1.Service, error) {
-	w := r.c.cfg.Writer
-	out, err := w.CreateService(ctx, r.key, want)
-	if err != nil && materialize.PinsVIPs(want) && ipRefused(err) {
-		// The VIPs are not usable as cluster IPs here; the import still
-		// works through an address of the cluster's own, and the Ready
-		// condition says so.
-		o.IPNote = err
-		r.c.logger.Warn("the API server refused the clusterset VIPs as cluster IPs; the derived Service gets its own", "service", r.key, "error", err)
-		out, err = w.CreateService(ctx, r.key, materialize.WithoutVIPs(want))
-	}
-	if err != nil {
-		return nil, err
-	}
-	r.writes++
-	return out, nil
-}
-
-// ipRefused reports whether the API server refused a Service's requested
-// cluster IPs or families (outside its service ranges, taken, or a family
-// it does not serve).
-func ipRefused(err error) bool {
-	var st apierrors.APIStatus
-	if !apierrors.IsInvalid(err) || !errors.As(err, &st) || st.Status().Details == nil {
-		return false
-	}
-	for _, cause := range st.Status().Details.Causes {
-		if strings.HasPrefix(cause.Field, "spec.clusterIP") || strings.HasPrefix(cause.Field, "spec.ipFamil") {
-			return true
-		}
-	}
-	return false
 }
 
 // finish records the outcome and writes the ServiceImport's status from
@@ -327,7 +282,9 @@ func (r *run) remove(ctx context.Context, v materialize.View) error {
 	c := r.c
 	rm := materialize.Remove(v, r.authoritative)
 	for _, cl := range slices.Sorted(maps.Keys(rm.Slices)) {
-		if _, err := r.apply(ctx, islices.Plan{Delete: rm.Slices[cl]}); err != nil {
+		a, err := r.c.cfg.Writer.ApplyPlan(ctx, r.key, islices.Plan{Delete: rm.Slices[cl]})
+		r.writes += len(a.Deleted)
+		if err != nil {
 			return err
 		}
 		r.handled[cl] = true
@@ -356,7 +313,7 @@ func (r *run) remove(ctx context.Context, v materialize.View) error {
 	if r.writes > 0 {
 		c.logger.Info("service no longer exported; import removed", "service", r.key, "writes", r.writes)
 	}
-	c.vips.forget(r.key)
+	c.cfg.VIPs.Forget(r.key)
 	c.mu.Lock()
 	delete(c.local, r.key)
 	c.mu.Unlock()

@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"context"
@@ -34,7 +34,8 @@ func (r *run) writeSlices(ctx context.Context, v materialize.View, o *materializ
 			o.Clusters[cl] = co
 			continue
 		}
-		applied, err := r.apply(ctx, cp.Plan)
+		applied, err := r.c.cfg.Writer.ApplyPlan(ctx, r.key, cp.Plan)
+		r.writes += len(applied.Created) + len(applied.Updated) + len(applied.Deleted)
 		after[cl] = materialize.AfterWrites(existing, applied)
 		switch {
 		case err != nil:
@@ -61,38 +62,6 @@ func (r *run) writeSlices(ctx context.Context, v materialize.View, o *materializ
 // content, so that writing it again cannot succeed.
 func permanent(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err)
-}
-
-// apply makes a slice plan's writes: creates and updates before deletes, so
-// an endpoint moving between slices is never missing in between. It stops
-// at the first write that fails and returns what was written before it.
-func (r *run) apply(ctx context.Context, plan islices.Plan) (materialize.Applied, error) {
-	var a materialize.Applied
-	w := r.c.cfg.Writer
-	for _, s := range plan.Create {
-		out, err := w.CreateSlice(ctx, r.key, s)
-		if err != nil {
-			return a, err
-		}
-		a.Created = append(a.Created, out)
-		r.writes++
-	}
-	for _, s := range plan.Update {
-		out, err := w.UpdateSlice(ctx, r.key, s)
-		if err != nil {
-			return a, err
-		}
-		a.Updated = append(a.Updated, out)
-		r.writes++
-	}
-	for _, s := range plan.Delete {
-		if err := w.DeleteSlice(ctx, r.key, s); err != nil {
-			return a, err
-		}
-		a.Deleted = append(a.Deleted, s)
-		r.writes++
-	}
-	return a, nil
 }
 
 // noteDrops counts and logs the endpoints a cluster's plan left out, once

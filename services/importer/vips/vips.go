@@ -1,4 +1,6 @@
-package controller
+// Package vips asks the allocator for the clusterset VIPs of imported
+// services and remembers its answers for the length of a leadership term.
+package vips
 
 import (
 	"context"
@@ -11,11 +13,11 @@ import (
 	"github.com/plexusnet/plexus/services/importer/materialize"
 )
 
-// vipCache allocates clusterset VIPs and remembers them. An allocation is
+// Cache allocates clusterset VIPs and remembers them. An allocation is
 // idempotent per owner, so asking again is always safe; the cache only
 // saves the round trip on every reconcile. The importer never releases a
 // VIP: repair does, once no cluster exports the service any more.
-type vipCache struct {
+type Cache struct {
 	client allocatorv1.AllocatorServiceClient
 	pools  []string
 	guard  func() error // nil: always allowed
@@ -24,12 +26,14 @@ type vipCache struct {
 	cache map[exports.Key][]string
 }
 
-func newVIPCache(client allocatorv1.AllocatorServiceClient, pools []string, guard func() error) *vipCache {
-	return &vipCache{client: client, pools: pools, guard: guard, cache: map[exports.Key][]string{}}
+// New returns a Cache that allocates from pools (at most one per family)
+// through client; guard, when set, is asked before every call.
+func New(client allocatorv1.AllocatorServiceClient, pools []string, guard func() error) *Cache {
+	return &Cache{client: client, pools: pools, guard: guard, cache: map[exports.Key][]string{}}
 }
 
-// enabled reports whether VIPs come from the allocator.
-func (v *vipCache) enabled() bool { return len(v.pools) > 0 }
+// Enabled reports whether VIPs come from the allocator.
+func (v *Cache) Enabled() bool { return len(v.pools) > 0 }
 
 // Owner returns the allocator owner of a clusterset service's VIPs: no
 // cluster, so every member cluster's importer gets the same addresses.
@@ -37,9 +41,9 @@ func Owner(key exports.Key) *allocatorv1.Owner {
 	return &allocatorv1.Owner{Kind: mcsnames.OwnerKindClusterSetService, Namespace: key.Namespace, Name: key.Name}
 }
 
-// get returns the service's VIPs, IPv4 first, allocating them in one
+// Get returns the service's VIPs, IPv4 first, allocating them in one
 // all-or-nothing batch: a dual-stack service gets both families or none.
-func (v *vipCache) get(ctx context.Context, key exports.Key) ([]string, error) {
+func (v *Cache) Get(ctx context.Context, key exports.Key) ([]string, error) {
 	v.mu.Lock()
 	ips, ok := v.cache[key]
 	v.mu.Unlock()
@@ -71,25 +75,25 @@ func (v *vipCache) get(ctx context.Context, key exports.Key) ([]string, error) {
 	return ips, nil
 }
 
-// peek returns the cached VIPs, if any.
-func (v *vipCache) peek(key exports.Key) []string {
+// Peek returns the cached VIPs, if any.
+func (v *Cache) Peek(key exports.Key) []string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.cache[key]
 }
 
-// reset forgets every service: the cache holds what this replica learnt
+// Reset forgets every service: the cache holds what this replica learnt
 // while it led, and another leader may since have removed an import whose
 // VIPs repair then released and the allocator handed to another service.
-func (v *vipCache) reset() {
+func (v *Cache) Reset() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	clear(v.cache)
 }
 
-// forget drops a service that is no longer imported, so a later import
+// Forget drops a service that is no longer imported, so a later import
 // asks the allocator again (repair may have released the old VIPs).
-func (v *vipCache) forget(key exports.Key) {
+func (v *Cache) Forget(key exports.Key) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.cache, key)

@@ -1,4 +1,4 @@
-package controller
+package exports
 
 import (
 	"errors"
@@ -14,7 +14,6 @@ import (
 
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
 	"github.com/plexusnet/plexus/internal/endpointrules"
-	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/materialize"
 	"github.com/plexusnet/plexus/services/importer/mcs"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
@@ -121,15 +120,17 @@ func endpoint(ep *membershipv1.Endpoint, v6 bool) discovery.Endpoint {
 	return out
 }
 
-// convertExport converts one cluster's export for the core.
-func convertExport(e exports.Export) materialize.Export {
+// Core converts one cluster's export for the importer's core (package
+// materialize): its properties for the merge and its endpoints for the
+// packer, addresses canonicalised.
+func (e Export) Core() materialize.Export {
 	out := materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e)}
 	out.Groups, out.Unusable = groups(e.Endpoints)
 	return out
 }
 
 // mcsExport converts one cluster's export for the merge.
-func mcsExport(e exports.Export) mcs.Export {
+func mcsExport(e Export) mcs.Export {
 	info := e.Endpoints.GetExport()
 	out := mcs.Export{Cluster: e.Cluster, Type: mcsv1beta1.ClusterSetIP, SessionAffinity: corev1.ServiceAffinityNone}
 	if t := info.GetExportCreateTime(); t != nil {

@@ -1,0 +1,150 @@
+// Package reconcile runs one reconcile of one imported service: it reads
+// the service's view from the exports store and the member cluster's
+// caches, asks the pure core (package materialize) what to write, makes the
+// writes through the Kubernetes adapter (package kube), and records the
+// outcome, from which the ServiceImport's status and the gRPC API's answer
+// are built. The loop around it (workqueue, leadership term, orphan sweep)
+// is package controller.
+//
+// A cluster whose slice writes fail does not stop the others: its last
+// good slices stay, the import's Ready condition says
+// EndpointSlicesNotWritten and names it (with an Event and
+// plexus_importer_cluster_write_failures_total), and a write the API
+// server refused as invalid waits for the cluster's next change instead of
+// being retried. Endpoints the API server would refuse are left out by the
+// packer (EndpointsDropped, plexus_importer_dropped_endpoints_total).
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/kube"
+	"github.com/plexusnet/plexus/services/importer/materialize"
+	islices "github.com/plexusnet/plexus/services/importer/slices"
+	"github.com/plexusnet/plexus/services/importer/vips"
+)
+
+// staleRetry is when a service whose cache is older than its last write is
+// looked at again if no informer event comes first.
+const staleRetry = time.Second
+
+// Config configures a Reconciler.
+type Config struct {
+	// Store holds the exports.
+	Store *exports.Store
+	// Informers are the member cluster's caches; Tracker the record of the
+	// writes; Writer makes them.
+	Informers *kube.Informers
+	Tracker   *kube.Tracker
+	Writer    *kube.Writer
+	// VIPs hands out the clusterset VIPs.
+	VIPs *vips.Cache
+	// Packer packs endpoints into slices.
+	Packer *islices.Packer
+	// Recorder emits Kubernetes Events.
+	Recorder record.EventRecorder
+	Logger   *slog.Logger
+	Tracer   trace.Tracer
+	// Registerer receives the metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Reconciler reconciles one service at a time; any number of goroutines
+// may call it for different services.
+type Reconciler struct {
+	cfg     Config
+	logger  *slog.Logger
+	tracer  trace.Tracer
+	metrics *metrics
+
+	mu    sync.Mutex
+	local map[exports.Key]*local
+}
+
+// local is what only the reconciling replica knows about a service.
+type local struct {
+	reconciled time.Time
+	// outcome is what the last reconcile of the materialised import wrote,
+	// and written the slices it left each cluster with (which the cache
+	// may not show yet).
+	outcome *materialize.Outcome
+	written map[string][]*discovery.EndpointSlice
+	// problem is what holds the service back, when something does.
+	problem *materialize.Condition
+}
+
+// New returns a Reconciler.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.Store == nil || cfg.Informers == nil || cfg.Tracker == nil || cfg.Writer == nil || cfg.VIPs == nil ||
+		cfg.Packer == nil || cfg.Recorder == nil || cfg.Logger == nil || cfg.Tracer == nil {
+		return nil, errors.New("reconcile: every part of the config is required")
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Tracker)
+	if err != nil {
+		return nil, err
+	}
+	return &Reconciler{cfg: cfg, logger: cfg.Logger, tracer: cfg.Tracer, metrics: m, local: map[exports.Key]*local{}}, nil
+}
+
+func (c *Reconciler) localOf(key exports.Key) *local {
+	l := c.local[key]
+	if l == nil {
+		l = &local{}
+		c.local[key] = l
+	}
+	return l
+}
+
+// metrics are the reconciles' Prometheus metrics.
+type metrics struct {
+	latency         prometheus.Histogram
+	stale           prometheus.Counter
+	dropped         *prometheus.CounterVec
+	clusterFailures *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, error) {
+	m := &metrics{
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "plexus_importer_export_import_duration_seconds",
+			Help: "From the observation of an export change at the source to the last EndpointSlice write for it in this cluster.",
+			Buckets: []float64{.005, .01, .02, .03, .05, .075, .1, .15, .2, .3, .5, .75,
+				1, 2, 5, 10, 30, 60, 300},
+		}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "plexus_importer_stale_cache_total",
+			Help: "Reconciles put off because the cache was older than the importer's own last write.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_importer_dropped_endpoints_total",
+			Help: "Exported endpoints left out of the slices because the API server would refuse them (invalid, no_addresses) or they repeat another (duplicate); counted when what a cluster's plan leaves out changes.",
+		}, []string{"reason"}),
+		clusterFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_importer_cluster_write_failures_total",
+			Help: "Reconciles in which a source cluster's slice writes failed; the other clusters' slices were still written.",
+		}, []string{"cluster"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_importer_unobserved_writes",
+		Help: "The importer's writes not yet seen in its informer caches.",
+	}, func() float64 { return float64(tracker.Len()) })
+	for _, col := range []prometheus.Collector{m.latency, m.stale, m.dropped, m.clusterFailures, pending} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register reconcile metrics: %w", err)
+		}
+	}
+	return m, nil
+}
