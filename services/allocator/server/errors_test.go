@@ -299,6 +299,38 @@ func errorCases() []errCase {
 			code: codes.FailedPrecondition, reason: "POOL_OVERLAP",
 		},
 		{
+			name: "loopback pool",
+			call: createPool("p", poolV4("10.0.0.0/24", "127.0.0.0/28")),
+			code: codes.InvalidArgument, reason: "LOCAL_RANGE", field: "pool.cidrs[1]",
+		},
+		{
+			name: "link-local pool",
+			call: createPool("p", poolV4("169.254.0.0/24")),
+			code: codes.InvalidArgument, reason: "LOCAL_RANGE", field: "pool.cidrs[0]",
+		},
+		{
+			name: "IPv6 link-local pool",
+			call: createPool("p", &allocatorv1.Pool{Cidrs: []string{"fe80::/64"}}),
+			code: codes.InvalidArgument, reason: "LOCAL_RANGE", field: "pool.cidrs[0]",
+		},
+		{
+			name: "a supernet of the unspecified range",
+			call: createPool("p", poolV4("0.0.0.0/4")),
+			code: codes.InvalidArgument, reason: "LOCAL_RANGE", field: "pool.cidrs[0]",
+		},
+		{
+			name:  "pool grows into loopback",
+			setup: withPool("p", poolV4("10.0.0.0/24")),
+			call: func(ctx context.Context, cl client) error {
+				_, err := cl.UpdatePool(ctx, &allocatorv1.UpdatePoolRequest{
+					Pool:       &allocatorv1.Pool{Name: "pools/p", Cidrs: []string{"10.0.0.0/24", "127.0.0.0/28"}},
+					UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"cidrs"}},
+				})
+				return err
+			},
+			code: codes.InvalidArgument, reason: "LOCAL_RANGE", field: "pool.cidrs[1]",
+		},
+		{
 			name:  "pool exists",
 			setup: withPool("p", poolV4("10.0.0.0/24")),
 			call:  createPool("p", poolV4("10.0.0.0/24")),

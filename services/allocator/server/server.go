@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -164,6 +165,9 @@ func (s *Server) CreatePool(ctx context.Context, req *allocatorv1.CreatePoolRequ
 		return nil, s.fail(&allocation.FieldError{Field: "pool", Reason: "REQUIRED", Message: "pool is required"})
 	}
 	spec, err := specFrom(req.GetPool())
+	if err == nil && !req.GetAllowLocalRanges() {
+		err = localRanges(spec.CIDRs)
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -265,6 +269,14 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 			mask.AllowOverlap = true
 		default:
 			return nil, s.fail(&allocation.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %q cannot be updated", p)})
+		}
+	}
+	if mask.CIDRs && !req.GetAllowLocalRanges() {
+		// Only CIDRs the pool does not hold yet are judged: a pool made
+		// with the allowance can still be read and written back whole.
+		cur, _ := s.svc.GetPool(id)
+		if err := localRanges(spec.CIDRs, cur.CIDRs...); err != nil {
+			return nil, s.fail(err)
 		}
 	}
 	v, outside, err := s.svc.UpdatePool(ctx, id, spec, mask, req.GetPool().GetEtag(), req.GetForce())
@@ -484,4 +496,36 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		}
 	}
 	return stream.Context().Err()
+}
+
+// localPrefixes are the ranges whose addresses cannot be endpoints: the
+// API server refuses them in an EndpointSlice and in an ExternalWorkload.
+var localPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/24"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff02::/16"),
+}
+
+// localRanges refuses CIDRs that overlap a local range (LOCAL_RANGE),
+// except those the pool already holds (held). A CIDR that does not parse is
+// left to the pool's own validation.
+func localRanges(cidrs []string, held ...string) error {
+	for i, c := range cidrs {
+		p, err := netparse.ParsePrefix(c)
+		if err != nil || slices.Contains(held, p.String()) {
+			continue
+		}
+		for _, l := range localPrefixes {
+			if p.Overlaps(l) {
+				return &allocation.FieldError{Field: fmt.Sprintf("pool.cidrs[%d]", i), Reason: "LOCAL_RANGE",
+					Message: fmt.Sprintf("%s overlaps %s, whose addresses cannot be endpoints; set allow_local_ranges to create it anyway", p, l)}
+			}
+		}
+	}
+	return nil
 }

@@ -188,9 +188,15 @@ func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Inte
 	}}); err != nil {
 		return nil, fmt.Errorf("index pods by node: %w", err)
 	}
+	if err := c.podInf.AddIndexers(cache.Indexers{addressIndex: podAddresses}); err != nil {
+		return nil, fmt.Errorf("index pods by address: %w", err)
+	}
 	c.workloadInf = workloadclient.NewInformer(workloads, metav1.NamespaceAll, opts.Resync)
 	if err := c.workloadInf.SetTransform(trim); err != nil {
 		return nil, fmt.Errorf("external workload informer: %w", err)
+	}
+	if err := c.workloadInf.AddIndexers(cache.Indexers{addressIndex: workloadAddresses}); err != nil {
+		return nil, fmt.Errorf("index external workloads by address: %w", err)
 	}
 
 	for _, h := range []struct {

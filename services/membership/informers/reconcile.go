@@ -261,7 +261,7 @@ func trimPod(p *corev1.Pod) *corev1.Pod {
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			Labels: p.Labels, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, Hostname: p.Spec.Hostname, Subdomain: p.Spec.Subdomain},
+		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, Hostname: p.Spec.Hostname, Subdomain: p.Spec.Subdomain, HostNetwork: p.Spec.HostNetwork},
 		Status: corev1.PodStatus{
 			Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
 		},

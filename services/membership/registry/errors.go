@@ -27,6 +27,13 @@ var (
 	// ErrConflict means concurrent changes kept a write from succeeding
 	// within its retries.
 	ErrConflict = errors.New("workload changed concurrently too often")
+	// ErrAddressInUse means an address a registration brings is already
+	// used by a Pod or another workload.
+	ErrAddressInUse = errors.New("address already in use")
+	// ErrAddressInPool means an address a registration brings lies in an
+	// allocator pool without being allocated to the workload: the
+	// allocator would hand it out again.
+	ErrAddressInPool = errors.New("address lies in an allocator pool and is not allocated to this workload")
 	// ErrInvalidPageToken means a List page token is malformed or expired.
 	ErrInvalidPageToken = errors.New("invalid or expired page token")
 )

@@ -33,6 +33,7 @@ type Allocator interface {
 	Allocate(ctx context.Context, in *allocatorv1.AllocateRequest, opts ...grpc.CallOption) (*allocatorv1.AllocateResponse, error)
 	GetAllocation(ctx context.Context, in *allocatorv1.GetAllocationRequest, opts ...grpc.CallOption) (*allocatorv1.GetAllocationResponse, error)
 	Release(ctx context.Context, in *allocatorv1.ReleaseRequest, opts ...grpc.CallOption) (*allocatorv1.ReleaseResponse, error)
+	ListPools(ctx context.Context, in *allocatorv1.ListPoolsRequest, opts ...grpc.CallOption) (*allocatorv1.ListPoolsResponse, error)
 }
 
 // Registration is a validated registration request.
@@ -73,10 +74,15 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(r *Registry) { r.registerer = reg }
 }
 
+// WithAddressBook makes registrations with addresses of their own refuse an
+// address a Pod or another workload already uses.
+func WithAddressBook(b AddressBook) Option { return func(r *Registry) { r.book = b } }
+
 // Registry registers, heartbeats and deregisters external workloads.
 type Registry struct {
 	client     rest.Interface
 	alloc      Allocator
+	book       AddressBook
 	cluster    string
 	logger     *slog.Logger
 	now        func() time.Time
@@ -168,21 +174,16 @@ func (r *Registry) Register(ctx context.Context, reg Registration) (ew *workload
 			return nil, false, err
 		}
 	}
+	if err := r.checkAddresses(ctx, reg); err != nil {
+		return nil, false, err
+	}
 	ew, created, stale, err := r.upsert(ctx, reg)
 	if err != nil {
 		return nil, false, err
 	}
 	allocation := ""
 	if reg.Pool != "" {
-		a, err := r.allocate(ctx, ew)
-		if err == nil {
-			allocation = a.GetName()
-			ew, err = r.setAddress(ctx, ew, a.GetAddress())
-		}
-		if err != nil {
-			if created {
-				r.rollback(ew)
-			}
+		if ew, allocation, err = r.recordAllocation(ctx, ew, created); err != nil {
 			return nil, false, err
 		}
 	}
@@ -199,6 +200,11 @@ func (r *Registry) Register(ctx context.Context, reg Registration) (ew *workload
 		return changed, nil
 	})
 	if err != nil {
+		if errors.Is(err, ErrConflict) && allocation != "" {
+			// Replaced while registering: the allocation belongs to an
+			// object that is gone.
+			r.release(ew, staleAllocation{pool: reg.Pool, name: allocation, uid: uid})
+		}
 		return nil, false, err
 	}
 	if stale.pool != "" {
@@ -207,6 +213,34 @@ func (r *Registry) Register(ctx context.Context, reg Registration) (ew *workload
 	r.logger.Info("workload registered", "workload", reg.Namespace+"/"+reg.Name, "uid", ew.UID,
 		"created", created, "addresses", ew.Spec.WorkloadIPs, "allocation", allocation)
 	return ew, created, nil
+}
+
+// recordAllocation allocates the workload's address and records it in the
+// spec. When that fails, nothing is left behind: an object this
+// registration created is deleted, and an allocation the object does not
+// already record (it could not be recorded, or the object went away or was
+// replaced meanwhile, for example by a racing deregistration) is released,
+// guarded by the owner's uid so that an address that changed hands is never
+// freed.
+func (r *Registry) recordAllocation(ctx context.Context, ew *workloadv1alpha1.ExternalWorkload, created bool) (*workloadv1alpha1.ExternalWorkload, string, error) {
+	a, err := r.allocate(ctx, ew)
+	if err != nil {
+		if created {
+			r.rollback(ew)
+		}
+		return nil, "", err
+	}
+	out, err := r.setAddress(ctx, ew, a.GetAddress())
+	if err == nil {
+		return out, a.GetName(), nil
+	}
+	if created {
+		r.rollback(ew)
+	}
+	if created || ew.Status.Allocation != a.GetName() {
+		r.release(ew, staleAllocation{pool: ew.Spec.Pool, name: a.GetName(), uid: ew.UID})
+	}
+	return nil, "", err
 }
 
 // staleAllocation is an address a workload held before a registration moved

@@ -22,6 +22,8 @@ const (
 	ReasonInvalidArgument      = "INVALID_ARGUMENT"
 	ReasonWatchTooSlow         = "WATCH_TOO_SLOW"
 	ReasonConcurrentChange     = "CONCURRENT_CHANGE"
+	ReasonAddressInUse         = "ADDRESS_IN_USE"
+	ReasonAddressInPool        = "ADDRESS_IN_POOL"
 )
 
 var (
@@ -40,6 +42,8 @@ var errorTable = apierr.Table{
 	{Err: errNotSynced, Code: codes.Unavailable, Reason: ReasonNotSynced},
 	{Err: registry.ErrInvalid, Code: codes.InvalidArgument, Reason: ReasonInvalidArgument},
 	{Err: registry.ErrConflict, Code: codes.Aborted, Reason: ReasonConcurrentChange},
+	{Err: registry.ErrAddressInUse, Code: codes.FailedPrecondition, Reason: ReasonAddressInUse},
+	{Err: registry.ErrAddressInPool, Code: codes.FailedPrecondition, Reason: ReasonAddressInPool},
 	{Err: watch.ErrTooSlow, Code: codes.ResourceExhausted, Reason: ReasonWatchTooSlow},
 }
 

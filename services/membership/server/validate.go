@@ -25,7 +25,24 @@ const (
 	maxAddresses  = 2
 	maxTTL        = 24 * time.Hour
 	maxPoolLength = 256
+	// maxLabels and maxLabelBytes bound a workload's labels: every
+	// heartbeat rewrites the object and every List returns them, so a few
+	// workloads with huge label sets would slow every client down or push
+	// a List past the default 4 MiB message limit. Kubernetes bounds each
+	// key and value; these bound the set.
+	maxLabels     = 64
+	maxLabelBytes = 16 << 10
+	// maxEcho bounds the part of a client's text repeated in a field path.
+	maxEcho = 128
 )
+
+// bounded cuts s to a short prefix for an error message.
+func bounded(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	return s[:maxEcho] + "..."
+}
 
 // violations collects field violations.
 type violations []apierr.FieldViolation
@@ -126,8 +143,16 @@ func registration(w *membershipv1.Workload) (registry.Registration, error) {
 	var reg registry.Registration
 	_, reg.Namespace, reg.Name = parseName(&v, "workload.name", w.GetName(), "workloads")
 
+	labelBytes := 0
 	for k, val := range w.GetLabels() {
-		field := "workload.labels[" + k + "]"
+		labelBytes += len(k) + len(val)
+	}
+	if n := len(w.GetLabels()); n > maxLabels || labelBytes > maxLabelBytes {
+		v.add("workload.labels", "at most %d labels of %d bytes in all, got %d of %d bytes", maxLabels, maxLabelBytes, n, labelBytes)
+		return registry.Registration{}, v.err()
+	}
+	for k, val := range w.GetLabels() {
+		field := "workload.labels[" + bounded(k) + "]"
 		v.addAll(field, prefixed("key", content.IsLabelKey(k)))
 		v.addAll(field, prefixed("value", content.IsLabelValue(val)))
 	}

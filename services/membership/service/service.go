@@ -140,7 +140,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		return nil, fmt.Errorf("allocator connection: %w", err)
 	}
 	registrar, err := registry.New(workloads, allocatorv1.NewAllocatorServiceClient(conn), cfg.ClusterName,
-		registry.WithLogger(rt.Logger.With("component", "registry")), registry.WithRegisterer(reg))
+		registry.WithLogger(rt.Logger.With("component", "registry")), registry.WithRegisterer(reg), registry.WithAddressBook(ctrl))
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -85,6 +85,10 @@ func TestMembership(t *testing.T) {
 	t.Run("allocation released on deregistration", func(t *testing.T) { testAllocation(ctx, t, e) })
 	t.Run("concurrent registrations", func(t *testing.T) { testConcurrentRegistrations(ctx, t, e) })
 	t.Run("bad input writes nothing", func(t *testing.T) { testBadInput(ctx, t, e) })
+	t.Run("an address that cannot be recorded leaves nothing", func(t *testing.T) { testUnrecordableAddress(ctx, t, e) })
+	t.Run("register races deregister", func(t *testing.T) { testRegisterDeregisterRace(ctx, t, e) })
+	t.Run("label limits", func(t *testing.T) { testLabelLimits(ctx, t, e) })
+	t.Run("address conflicts", func(t *testing.T) { testAddressConflicts(ctx, t, e) })
 	t.Run("list workloads", func(t *testing.T) { testListWorkloads(ctx, t, e) })
 	t.Run("plexusctl", func(t *testing.T) { testPlexusctl(ctx, t, e) })
 }

@@ -565,9 +565,16 @@ type CreatePoolRequest struct {
 	Pool *Pool `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Optional idempotency key: a retry with the same request_id within 24
 	// hours is answered with the first result.
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Allows CIDRs in the loopback, link-local, link-local multicast or
+	// unspecified ranges (127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/24,
+	// 0.0.0.0/8, ::1/128, fe80::/10, ff02::/16, ::/128). Their addresses
+	// cannot be endpoints (the Kubernetes API server refuses them in an
+	// EndpointSlice or an ExternalWorkload), so such a pool is refused with
+	// LOCAL_RANGE unless this is set.
+	AllowLocalRanges bool `protobuf:"varint,4,opt,name=allow_local_ranges,json=allowLocalRanges,proto3" json:"allow_local_ranges,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreatePoolRequest) Reset() {
@@ -619,6 +626,13 @@ func (x *CreatePoolRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *CreatePoolRequest) GetAllowLocalRanges() bool {
+	if x != nil {
+		return x.AllowLocalRanges
+	}
+	return false
 }
 
 // CreatePoolResponse returns the created pool.
@@ -882,9 +896,12 @@ type UpdatePoolRequest struct {
 	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	// Remove CIDRs even though they hold allocations; those allocations stay
 	// and become out-of-range.
-	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	// Allows CIDRs in the loopback, link-local, link-local multicast or
+	// unspecified ranges; see CreatePoolRequest.allow_local_ranges.
+	AllowLocalRanges bool `protobuf:"varint,4,opt,name=allow_local_ranges,json=allowLocalRanges,proto3" json:"allow_local_ranges,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *UpdatePoolRequest) Reset() {
@@ -934,6 +951,13 @@ func (x *UpdatePoolRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 func (x *UpdatePoolRequest) GetForce() bool {
 	if x != nil {
 		return x.Force
+	}
+	return false
+}
+
+func (x *UpdatePoolRequest) GetAllowLocalRanges() bool {
+	if x != nil {
+		return x.AllowLocalRanges
 	}
 	return false
 }
@@ -1931,12 +1955,13 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"createTime\x12\x1a\n" +
 	"\brevision\x18\a \x01(\x03R\brevision\x12 \n" +
 	"\fout_of_range\x18\b \x01(\bR\n" +
-	"outOfRange\"z\n" +
+	"outOfRange\"\xa8\x01\n" +
 	"\x11CreatePoolRequest\x12\x17\n" +
 	"\apool_id\x18\x01 \x01(\tR\x06poolId\x12-\n" +
 	"\x04pool\x18\x02 \x01(\v2\x19.plexus.allocator.v1.PoolR\x04pool\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"C\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12,\n" +
+	"\x12allow_local_ranges\x18\x04 \x01(\bR\x10allowLocalRanges\"C\n" +
 	"\x12CreatePoolResponse\x12-\n" +
 	"\x04pool\x18\x01 \x01(\v2\x19.plexus.allocator.v1.PoolR\x04pool\"$\n" +
 	"\x0eGetPoolRequest\x12\x12\n" +
@@ -1949,12 +1974,13 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"l\n" +
 	"\x11ListPoolsResponse\x12/\n" +
 	"\x05pools\x18\x01 \x03(\v2\x19.plexus.allocator.v1.PoolR\x05pools\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x95\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc3\x01\n" +
 	"\x11UpdatePoolRequest\x12-\n" +
 	"\x04pool\x18\x01 \x01(\v2\x19.plexus.allocator.v1.PoolR\x04pool\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\"\x86\x01\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12,\n" +
+	"\x12allow_local_ranges\x18\x04 \x01(\bR\x10allowLocalRanges\"\x86\x01\n" +
 	"\x12UpdatePoolResponse\x12-\n" +
 	"\x04pool\x18\x01 \x01(\v2\x19.plexus.allocator.v1.PoolR\x04pool\x12A\n" +
 	"\fout_of_range\x18\x02 \x03(\v2\x1f.plexus.allocator.v1.AllocationR\n" +

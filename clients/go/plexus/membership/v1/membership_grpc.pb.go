@@ -45,8 +45,8 @@ const (
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: WORKLOAD_NOT_FOUND, SERVICE_NOT_FOUND, POOL_NOT_FOUND,
 // ALLOCATOR_UNAVAILABLE, ETAG_MISMATCH, NOT_SYNCED, INVALID_ARGUMENT,
-// WATCH_TOO_SLOW. Bad input also carries google.rpc.BadRequest field
-// violations.
+// WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL. Bad
+// input also carries google.rpc.BadRequest field violations.
 type MembershipServiceClient interface {
 	// GetWorkload returns one external workload.
 	GetWorkload(ctx context.Context, in *GetWorkloadRequest, opts ...grpc.CallOption) (*GetWorkloadResponse, error)
@@ -57,7 +57,12 @@ type MembershipServiceClient interface {
 	// idempotent: registering the same workload again updates it in place and
 	// never creates a second object or a second allocation. When the workload
 	// names an address pool and no address, its address is allocated from the
-	// allocator with the ExternalWorkload as owner.
+	// allocator with the ExternalWorkload as owner; a registration that fails
+	// after that leaves neither the object it created nor the allocation.
+	// An address the workload brings must not be used by a Pod or another
+	// workload (ADDRESS_IN_USE) nor lie in an allocator pool without being
+	// allocated to it (ADDRESS_IN_POOL). Labels are limited to 64, of 16 KiB
+	// in all.
 	RegisterWorkload(ctx context.Context, in *RegisterWorkloadRequest, opts ...grpc.CallOption) (*RegisterWorkloadResponse, error)
 	// HeartbeatWorkload keeps a workload alive and may change its readiness. A
 	// workload whose heartbeats stop for its TTL becomes not ready.
@@ -194,8 +199,8 @@ type MembershipService_WatchServicesClient = grpc.ServerStreamingClient[WatchSer
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: WORKLOAD_NOT_FOUND, SERVICE_NOT_FOUND, POOL_NOT_FOUND,
 // ALLOCATOR_UNAVAILABLE, ETAG_MISMATCH, NOT_SYNCED, INVALID_ARGUMENT,
-// WATCH_TOO_SLOW. Bad input also carries google.rpc.BadRequest field
-// violations.
+// WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL. Bad
+// input also carries google.rpc.BadRequest field violations.
 type MembershipServiceServer interface {
 	// GetWorkload returns one external workload.
 	GetWorkload(context.Context, *GetWorkloadRequest) (*GetWorkloadResponse, error)
@@ -206,7 +211,12 @@ type MembershipServiceServer interface {
 	// idempotent: registering the same workload again updates it in place and
 	// never creates a second object or a second allocation. When the workload
 	// names an address pool and no address, its address is allocated from the
-	// allocator with the ExternalWorkload as owner.
+	// allocator with the ExternalWorkload as owner; a registration that fails
+	// after that leaves neither the object it created nor the allocation.
+	// An address the workload brings must not be used by a Pod or another
+	// workload (ADDRESS_IN_USE) nor lie in an allocator pool without being
+	// allocated to it (ADDRESS_IN_POOL). Labels are limited to 64, of 16 KiB
+	// in all.
 	RegisterWorkload(context.Context, *RegisterWorkloadRequest) (*RegisterWorkloadResponse, error)
 	// HeartbeatWorkload keeps a workload alive and may change its readiness. A
 	// workload whose heartbeats stop for its TTL becomes not ready.
