@@ -25,6 +25,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -165,7 +166,7 @@ func (s *Server) GetServiceImport(_ context.Context, req *importerv1.GetServiceI
 	}
 	st, ok := s.cfg.Imports.Status(key)
 	if !ok {
-		return nil, mapError(errors.Join(errNotFound, errors.New(req.GetName())))
+		return nil, mapError(fmt.Errorf("%s: %w", req.GetName(), errNotFound))
 	}
 	return &importerv1.GetServiceImportResponse{ServiceImport: toProto(st)}, nil
 }
@@ -277,9 +278,12 @@ func (s *Server) WithdrawImport(_ context.Context, req *importerv1.WithdrawImpor
 		if req.GetAllowMissing() {
 			return &importerv1.WithdrawImportResponse{}, nil
 		}
-		return nil, mapError(errors.Join(errNotFound, errors.New("cluster "+req.GetCluster()+" exports nothing for "+req.GetService())))
+		return nil, mapError(fmt.Errorf("cluster %s exports nothing for %s: %w", req.GetCluster(), req.GetService(), errNotFound))
 	}
 	s.cfg.Store.Withdraw(req.GetCluster(), key, time.Time{}, nil)
+	// A push of the same request id after the withdrawal is a new push,
+	// not a retry of the one withdrawn.
+	s.applied.forget(req.GetCluster(), req.GetService())
 	_, still := s.cfg.Store.Get(key)
 	return &importerv1.WithdrawImportResponse{Removed: !still}, nil
 }
@@ -381,6 +385,20 @@ func (l *requestLog) get(id string, req *importerv1.ApplyImportRequest) (*import
 		return nil, false, false
 	}
 	return e.resp, proto.Equal(e.req, req), true
+}
+
+// forget drops the answers to pushes of one cluster's export of a service.
+func (l *requestLog) forget(cluster, service string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.order = slices.DeleteFunc(l.order, func(id string) bool {
+		e := l.byID[id]
+		if e.req.GetEndpoints().GetCluster() == cluster && e.req.GetEndpoints().GetService() == service {
+			delete(l.byID, id)
+			return true
+		}
+		return false
+	})
 }
 
 func (l *requestLog) clear() {

@@ -112,3 +112,23 @@ func FuzzApplyImportValidation(f *testing.F) {
 		}
 	})
 }
+
+// TestWithdrawForgetsRequestIDs: after a withdrawal, a push with the request
+// id of the withdrawn one is stored again instead of being answered from
+// the log (which silently did nothing); and errors carry no raw newline.
+func TestWithdrawForgetsRequestIDs(t *testing.T) {
+	s, store := newTestServer(t)
+	ctx := context.Background()
+	_, err := s.ApplyImport(ctx, push("shop", "cart", "vm", "10.0.0.2", "r1"))
+	require.NoError(t, err)
+	_, err = s.WithdrawImport(ctx, &importerv1.WithdrawImportRequest{Service: "namespaces/shop/services/cart", Cluster: "vm"})
+	require.NoError(t, err)
+	require.Zero(t, store.Len())
+	_, err = s.ApplyImport(ctx, push("shop", "cart", "vm", "10.0.0.2", "r1"))
+	require.NoError(t, err)
+	require.Equal(t, 1, store.Len(), "the re-push is stored")
+
+	_, err = s.WithdrawImport(ctx, &importerv1.WithdrawImportRequest{Service: "namespaces/shop/services/cart", Cluster: "other"})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	require.NotContains(t, status.Convert(err).Message(), "\n")
+}

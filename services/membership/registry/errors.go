@@ -22,6 +22,8 @@ var (
 	ErrAllocatorUnavailable = errors.New("allocator unavailable")
 	// ErrEtagMismatch means the workload changed since the etag was read.
 	ErrEtagMismatch = errors.New("etag mismatch")
+	// ErrNamespaceNotFound means the workload's namespace does not exist.
+	ErrNamespaceNotFound = errors.New("namespace not found")
 	// ErrInvalid means the Kubernetes API refused the object.
 	ErrInvalid = errors.New("invalid workload")
 	// ErrConflict means concurrent changes kept a write from succeeding
@@ -68,6 +70,14 @@ func allocatorError(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, ErrPoolNotFound)
 	case status.Code(err) == codes.Unavailable, status.Code(err) == codes.DeadlineExceeded:
 		return fmt.Errorf("%s: %w: %s", op, ErrAllocatorUnavailable, status.Convert(err).Message())
+	}
+	if st, ok := status.FromError(err); ok {
+		// The allocator's status, its reason and details, said once:
+		// wrapping it would nest "rpc error: code = ... desc = ..." in
+		// the message.
+		p := st.Proto()
+		p.Message = op + ": " + st.Message()
+		return status.ErrorProto(p)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -297,6 +297,10 @@ func (r *Registry) upsert(ctx context.Context, reg Registration) (*workloadv1alp
 		if err == nil {
 			return out, true, staleAllocation{}, nil
 		}
+		if apierrors.IsNotFound(err) {
+			// A create is refused with NotFound only for its namespace.
+			return nil, false, staleAllocation{}, fmt.Errorf("create workload %s/%s: namespace %s: %w", reg.Namespace, reg.Name, reg.Namespace, ErrNamespaceNotFound)
+		}
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, false, staleAllocation{}, kubeError("create workload "+reg.Namespace+"/"+reg.Name, err)
 		}

@@ -23,6 +23,7 @@ const (
 	ReasonWatchTooSlow         = "WATCH_TOO_SLOW"
 	ReasonConcurrentChange     = "CONCURRENT_CHANGE"
 	ReasonAddressInUse         = "ADDRESS_IN_USE"
+	ReasonNamespaceNotFound    = "NAMESPACE_NOT_FOUND"
 	ReasonAddressInPool        = "ADDRESS_IN_POOL"
 )
 
@@ -43,6 +44,7 @@ var errorTable = apierr.Table{
 	{Err: registry.ErrInvalid, Code: codes.InvalidArgument, Reason: ReasonInvalidArgument},
 	{Err: registry.ErrConflict, Code: codes.Aborted, Reason: ReasonConcurrentChange},
 	{Err: registry.ErrAddressInUse, Code: codes.FailedPrecondition, Reason: ReasonAddressInUse},
+	{Err: registry.ErrNamespaceNotFound, Code: codes.FailedPrecondition, Reason: ReasonNamespaceNotFound},
 	{Err: registry.ErrAddressInPool, Code: codes.FailedPrecondition, Reason: ReasonAddressInPool},
 	{Err: watch.ErrTooSlow, Code: codes.ResourceExhausted, Reason: ReasonWatchTooSlow},
 }

@@ -145,3 +145,24 @@ func testAddressConflicts(ctx context.Context, t *testing.T, e *env) {
 	require.NoError(t, err)
 	require.Len(t, list.Items, 1, "nothing was written for the refused registrations")
 }
+
+// testPlainErrors: a registration into a namespace that does not exist says
+// so (it said "workload not found"), and an allocator's refusal is passed
+// on with its reason, not nested in another message.
+func testPlainErrors(ctx context.Context, t *testing.T, e *env) {
+	_, err := register(ctx, e, &membershipv1.Workload{Name: "namespaces/nowhere/workloads/vm", Addresses: []string{"10.63.0.1"}})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.Equal(t, "NAMESPACE_NOT_FOUND", apierr.Reason(err))
+
+	const ns = "plain"
+	e.namespace(t, ctx, ns)
+	createPool(ctx, t, e, "tiny", "10.204.0.0/31")
+	for i := 0; ; i++ {
+		_, err = register(ctx, e, &membershipv1.Workload{Name: fmt.Sprintf("namespaces/%s/workloads/vm-%d", ns, i), AddressPool: "pools/tiny"})
+		if err != nil || i > 4 {
+			break
+		}
+	}
+	require.Equal(t, "POOL_EXHAUSTED", apierr.Reason(err), "%v", err)
+	require.NotContains(t, status.Convert(err).Message(), "rpc error", "the allocator's status is not nested")
+}

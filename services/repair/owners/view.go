@@ -362,8 +362,10 @@ func (v *View) DeleteSlice(ctx context.Context, ref decide.SliceRef) error {
 
 // Reference returns the Kubernetes object an Event about owner o belongs
 // on: the object of that identity as it exists now (possibly another
-// incarnation, with another uid), or nil when there is none in this
-// cluster. A ClusterSetService's object is its ServiceImport.
+// incarnation, with another uid), or, when it is gone, a reference to it by
+// name with the owner's uid, so that the release of a leaked address is
+// recorded where the owner was; nil for an owner of another cluster or a
+// kind without objects. A ClusterSetService's object is its ServiceImport.
 func (v *View) Reference(o decide.Owner) *corev1.ObjectReference {
 	var inf *informer
 	var apiVersion, kind string
@@ -386,7 +388,13 @@ func (v *View) Reference(o decide.Owner) *corev1.ObjectReference {
 	}
 	obj, ok := inf.get(namespace, name)
 	if !ok {
-		return nil
+		// The owner is gone (a leak): the Event still belongs to its name,
+		// where `kubectl get events` and `describe` of a new object of
+		// that name find it. The uid is the allocation's owner's.
+		if namespace == "" {
+			return nil
+		}
+		return &corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name, UID: types.UID(o.UID)}
 	}
 	m, ok := obj.(metav1.Object)
 	if !ok {

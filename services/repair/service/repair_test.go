@@ -108,6 +108,19 @@ func testStrikes(t *testing.T, e *kubeEnv) {
 	require.Nil(t, alloc.get(t, "wl", wlAlloc.GetAddress()))
 	require.Nil(t, alloc.get(t, "pods", podAlloc.GetAddress()))
 	require.NotNil(t, alloc.get(t, "pods", liveAlloc.GetAddress()), "a live owner's address is never freed")
+	// The release is recorded where the owners were, by their uids.
+	for _, uid := range []string{string(w.UID), string(gone.UID)} {
+		require.Eventually(t, func() bool {
+			evs, err := e.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + uid})
+			require.NoError(t, err)
+			for _, ev := range evs.Items {
+				if ev.Reason == "AddressReleased" {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 50*time.Millisecond, "no AddressReleased Event for the gone owner %s", uid)
+	}
 
 	// The leaks are gone; the next pass finds nothing.
 	rep, fs = r.run(t, false)

@@ -45,7 +45,9 @@ const (
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: WORKLOAD_NOT_FOUND, SERVICE_NOT_FOUND, POOL_NOT_FOUND,
 // ALLOCATOR_UNAVAILABLE, ETAG_MISMATCH, NOT_SYNCED, INVALID_ARGUMENT,
-// WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL. Bad
+// WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL,
+// NAMESPACE_NOT_FOUND (a registration into a namespace that does not
+// exist). Bad
 // input also carries google.rpc.BadRequest field violations.
 type MembershipServiceClient interface {
 	// GetWorkload returns one external workload.
@@ -199,7 +201,9 @@ type MembershipService_WatchServicesClient = grpc.ServerStreamingClient[WatchSer
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: WORKLOAD_NOT_FOUND, SERVICE_NOT_FOUND, POOL_NOT_FOUND,
 // ALLOCATOR_UNAVAILABLE, ETAG_MISMATCH, NOT_SYNCED, INVALID_ARGUMENT,
-// WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL. Bad
+// WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL,
+// NAMESPACE_NOT_FOUND (a registration into a namespace that does not
+// exist). Bad
 // input also carries google.rpc.BadRequest field violations.
 type MembershipServiceServer interface {
 	// GetWorkload returns one external workload.
