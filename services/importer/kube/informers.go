@@ -45,7 +45,10 @@ type Informers struct {
 	services   cache.SharedIndexInformer
 	imports    cache.SharedIndexInformer
 	namespaces cache.SharedIndexInformer
-	tracker    *Tracker
+	// exports are this cluster's ServiceExports, whose Conflict condition
+	// the importer writes.
+	exports cache.SharedIndexInformer
+	tracker *Tracker
 }
 
 // NewInformers builds the informers; tracker (may be nil) is told about
@@ -63,6 +66,7 @@ func NewInformers(kube kubernetes.Interface, mcs mcsclient.Interface, tracker *T
 		services:   serviceFactory.Core().V1().Services().Informer(),
 		imports:    mcsFactory.Multicluster().V1beta1().ServiceImports().Informer(),
 		namespaces: plainFactory.Core().V1().Namespaces().Informer(),
+		exports:    mcsFactory.Multicluster().V1beta1().ServiceExports().Informer(),
 		tracker:    tracker,
 	}
 	if err := i.slices.AddIndexers(cache.Indexers{indexService: func(obj any) ([]string, error) {
@@ -78,7 +82,7 @@ func NewInformers(kube kubernetes.Interface, mcs mcsclient.Interface, tracker *T
 	}}); err != nil {
 		return nil, fmt.Errorf("slice index: %w", err)
 	}
-	for _, inf := range []cache.SharedIndexInformer{i.slices, i.services, i.imports, i.namespaces} {
+	for _, inf := range []cache.SharedIndexInformer{i.slices, i.services, i.imports, i.namespaces, i.exports} {
 		// Managed fields are never read; with thousands of slices they are
 		// a good part of the cache.
 		if err := inf.SetTransform(func(obj any) (any, error) {
@@ -150,6 +154,9 @@ func (i *Informers) AddHandlers(h Handlers) error {
 	if err := add(i.imports, KindServiceImport, byName); err != nil {
 		return fmt.Errorf("import handler: %w", err)
 	}
+	if err := add(i.exports, KindServiceExport, byName); err != nil {
+		return fmt.Errorf("export handler: %w", err)
+	}
 	_, err := i.namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if ns, ok := obj.(*corev1.Namespace); ok && h.Namespace != nil {
@@ -177,7 +184,7 @@ func (i *Informers) WaitForSync(ctx context.Context) bool {
 
 // HasSynced reports whether every cache is synced.
 func (i *Informers) HasSynced() bool {
-	return i.slices.HasSynced() && i.services.HasSynced() && i.imports.HasSynced() && i.namespaces.HasSynced()
+	return i.slices.HasSynced() && i.services.HasSynced() && i.imports.HasSynced() && i.namespaces.HasSynced() && i.exports.HasSynced()
 }
 
 // SlicesOf returns the importer's cached slices of a service.
@@ -226,6 +233,11 @@ func (i *Informers) Import(namespace, name string) *mcsv1beta1.ServiceImport {
 	return get[mcsv1beta1.ServiceImport](i.imports, namespace, name)
 }
 
+// Export returns the cached ServiceExport of that name, if any.
+func (i *Informers) Export(namespace, name string) *mcsv1beta1.ServiceExport {
+	return get[mcsv1beta1.ServiceExport](i.exports, namespace, name)
+}
+
 // Imports returns every cached ServiceImport the importer manages.
 func (i *Informers) Imports() []*mcsv1beta1.ServiceImport {
 	var out []*mcsv1beta1.ServiceImport
@@ -261,6 +273,10 @@ func (i *Informers) Lookup(k ObjectKey) metav1.Object {
 		}
 	case KindServiceImport:
 		if s := get[mcsv1beta1.ServiceImport](i.imports, k.Namespace, k.Name); s != nil {
+			m = s
+		}
+	case KindServiceExport:
+		if s := get[mcsv1beta1.ServiceExport](i.exports, k.Namespace, k.Name); s != nil {
 			m = s
 		}
 	}

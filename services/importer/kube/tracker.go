@@ -19,6 +19,9 @@ const (
 	KindServiceImport Kind = "ServiceImport"
 	KindService       Kind = "Service"
 	KindEndpointSlice Kind = "EndpointSlice"
+	// KindServiceExport is written only through its status (the Conflict
+	// condition of this cluster's export).
+	KindServiceExport Kind = "ServiceExport"
 )
 
 // DefaultTrackerMaxAge is how long the Tracker waits for the cache to show

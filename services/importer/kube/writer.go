@@ -195,6 +195,22 @@ func (w *Writer) DeleteImport(ctx context.Context, owner exports.Key, si *mcsv1b
 	return nil
 }
 
+// UpdateExportStatus replaces the status of this cluster's ServiceExport
+// (the importer writes its Conflict condition only); its resourceVersion
+// guards the write.
+func (w *Writer) UpdateExportStatus(ctx context.Context, owner exports.Key, se *mcsv1beta1.ServiceExport) (*mcsv1beta1.ServiceExport, error) {
+	if err := w.allowed(KindServiceExport, OpUpdateStatus); err != nil {
+		return nil, err
+	}
+	out, err := w.mcs.MulticlusterV1beta1().ServiceExports(se.Namespace).UpdateStatus(ctx, se, metav1.UpdateOptions{})
+	w.count(KindServiceExport, OpUpdateStatus, err)
+	if err != nil {
+		return nil, fmt.Errorf("update status of ServiceExport %s/%s: %w", se.Namespace, se.Name, err)
+	}
+	w.tracker.Wrote(owner, KindServiceExport, out)
+	return out, nil
+}
+
 // CreateService creates a derived Service.
 func (w *Writer) CreateService(ctx context.Context, owner exports.Key, svc *corev1.Service) (*corev1.Service, error) {
 	if err := w.allowed(KindService, OpCreate); err != nil {

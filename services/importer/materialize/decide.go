@@ -43,6 +43,11 @@ type View struct {
 	Derived *corev1.Service
 	// Slices are the importer's slices of the service, by source cluster.
 	Slices map[string][]*discovery.EndpointSlice
+	// LocalCluster is the member cluster's own name, and LocalExport its
+	// ServiceExport of the service, if any: the cluster's own export
+	// carries the import's Conflict condition (see ExportStatus).
+	LocalCluster string
+	LocalExport  *mcsv1beta1.ServiceExport
 }
 
 // DerivedName returns the name of the view's derived Service.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -338,4 +339,27 @@ func TestImportStatusAndEvents(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{ReasonExportConflict, ReasonSlicesNotWritten}, reasons)
 	require.Empty(t, Events(out.Conditions, st.Conditions), "no Event when nothing changed")
+}
+
+func TestExportStatus(t *testing.T) {
+	v := view(export("member", time.Hour, 80), export("west", time.Minute, 81))
+	v.LocalCluster = "member"
+	v.LocalExport = &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Generation: 2},
+		Status: mcsv1beta1.ServiceExportStatus{Conditions: []metav1.Condition{{Type: "Valid", Status: metav1.ConditionTrue, Reason: "Valid"}}}}
+	st := Report(v, Decide(v), nil, nil)
+
+	out := ExportStatus(v, st)
+	require.NotNil(t, out)
+	c := meta.FindStatusCondition(out.Status.Conditions, "Conflict")
+	require.Equal(t, metav1.ConditionTrue, c.Status)
+	require.Equal(t, "PortConflict", c.Reason)
+	require.EqualValues(t, 2, c.ObservedGeneration)
+	require.NotNil(t, meta.FindStatusCondition(out.Status.Conditions, "Valid"), "membership's conditions are kept")
+
+	v.LocalExport = out
+	require.Nil(t, ExportStatus(v, st), "written once")
+
+	other := v
+	other.LocalCluster = "east" // exports nothing itself
+	require.Nil(t, ExportStatus(other, st))
 }

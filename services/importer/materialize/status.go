@@ -395,3 +395,36 @@ func DerivedProblem(v View) *Condition {
 	return &Condition{Type: ConditionReady, Status: conditionFalse, Reason: ReasonDerivedNotManaged,
 		Message: fmt.Sprintf("Service %s/%s exists and is not managed by the importer; the import cannot be materialised", v.Namespace, v.DerivedName())}
 }
+
+// ExportStatus returns this cluster's ServiceExport with the import's
+// Conflict condition (True with the mcs-api reason on every exporting
+// cluster's export, False with NoConflicts otherwise), or nil when there is
+// nothing to write: the cluster does not export the service, its export is
+// not part of the merge, or the export already says so. The Valid and Ready
+// conditions are the exporting cluster's membership's and are kept.
+func ExportStatus(v View, st Status) *mcsv1beta1.ServiceExport {
+	if v.LocalExport == nil || v.LocalCluster == "" {
+		return nil
+	}
+	if _, ok := v.Export(v.LocalCluster); !ok {
+		return nil
+	}
+	var conflict *Condition
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == ConditionConflict {
+			conflict = &st.Conditions[i]
+		}
+	}
+	if conflict == nil {
+		return nil
+	}
+	want := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: conflict.Status,
+		Reason: conflict.Reason, Message: bound(conflict.Message), ObservedGeneration: v.LocalExport.Generation}
+	if cur := meta.FindStatusCondition(v.LocalExport.Status.Conditions, want.Type); cur != nil &&
+		cur.Status == want.Status && cur.Reason == want.Reason && cur.Message == want.Message && cur.ObservedGeneration == want.ObservedGeneration {
+		return nil
+	}
+	out := v.LocalExport.DeepCopy()
+	meta.SetStatusCondition(&out.Status.Conditions, want)
+	return out
+}

@@ -92,6 +92,9 @@ func (c *Reconciler) view(key exports.Key) materialize.View {
 		Slices:          map[string][]*discovery.EndpointSlice{},
 	}
 	v.Derived = c.cfg.Informers.Service(key.Namespace, v.DerivedName())
+	if v.LocalCluster = c.cfg.ClusterName; v.LocalCluster != "" {
+		v.LocalExport = c.cfg.Informers.Export(key.Namespace, key.Name)
+	}
 	for _, e := range svc.Exports {
 		v.Exports = append(v.Exports, e.Core())
 	}
@@ -257,6 +260,12 @@ func (r *run) finish(ctx context.Context, v materialize.View, d materialize.Deci
 	exporting := make([]string, len(v.Exports))
 	for i, e := range v.Exports {
 		exporting[i] = e.Cluster
+	}
+	if se := materialize.ExportStatus(v, st); se != nil {
+		if _, err := r.c.cfg.Writer.UpdateExportStatus(ctx, r.key, se); err != nil {
+			return err
+		}
+		r.writes++
 	}
 	want := materialize.ImportStatus(imp, st, exporting)
 	if equality.Semantic.DeepEqual(imp.Status, want) {

@@ -51,6 +51,10 @@ type Config struct {
 	VIPs *vips.Cache
 	// Packer packs endpoints into slices.
 	Packer *islices.Packer
+	// ClusterName is the member cluster's own name: when it exports a
+	// service too, its ServiceExport carries the import's Conflict
+	// condition. Empty writes none.
+	ClusterName string
 	// Recorder emits Kubernetes Events.
 	Recorder record.EventRecorder
 	Logger   *slog.Logger

@@ -99,6 +99,8 @@ type Controller struct {
 	handlers    []cache.ResourceEventHandlerRegistration
 
 	queue workqueue.TypedRateLimitingInterface[selector.ServiceKey]
+	// mcs writes the status of ServiceExports.
+	mcs mcsclient.Interface
 
 	mu sync.Mutex
 	// observed holds, per queued Service, the earliest change not yet
@@ -143,6 +145,7 @@ func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Inte
 		logger:   opts.Logger,
 		tracer:   opts.TracerProvider.Tracer("github.com/plexusnet/plexus/services/membership/informers"),
 		hub:      hub,
+		mcs:      mcs,
 		index:    selector.New(selector.WithIgnoredNamespaces(opts.IgnoredNamespaces...)),
 		observed: map[selector.ServiceKey]observation{},
 		synced:   make(chan struct{}),

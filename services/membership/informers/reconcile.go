@@ -59,6 +59,12 @@ func (c *Controller) sync(ctx context.Context, key selector.ServiceKey) (err err
 
 	svc, err := c.services.Services(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
+		if export, _ := c.exports.ServiceExports(key.Namespace).Get(key.Name); export != nil {
+			_, conds := exportConditions(nil)
+			if err := c.writeExportStatus(ctx, export, conds); err != nil {
+				return err
+			}
+		}
 		result = "unchanged"
 		if _, _, _, _, ok := c.hub.Get(wkey); ok {
 			result = "deleted"
@@ -78,6 +84,16 @@ func (c *Controller) sync(ctx context.Context, key selector.ServiceKey) (err err
 	}
 	if err != nil {
 		return fmt.Errorf("get service export %s/%s from cache: %w", key.Namespace, key.Name, err)
+	}
+	// A failed status write is retried with the reconcile, but does not
+	// hold back the endpoints.
+	var statusErr error
+	if export != nil {
+		valid, conds := exportConditions(svc)
+		statusErr = c.writeExportStatus(ctx, export, conds)
+		if !valid {
+			export = nil // not published as exported: the clusterset cannot serve it
+		}
 	}
 
 	members := c.index.Members(key.Namespace, key.Name)
@@ -104,7 +120,7 @@ func (c *Controller) sync(ctx context.Context, key selector.ServiceKey) (err err
 	cur, curExported, _, _, ok := c.hub.Get(wkey)
 	if ok && curExported == (export != nil) && proto.Equal(cur, value) {
 		result = "unchanged"
-		return nil
+		return statusErr
 	}
 	result = "changed"
 	rev := c.hub.Publish(watch.Change[*membershipv1.ServiceEndpoints]{
@@ -112,7 +128,7 @@ func (c *Controller) sync(ctx context.Context, key selector.ServiceKey) (err err
 		ObserveTime: obs.at, TraceContext: c.traceContext(obs.span),
 	})
 	c.published(key, rev, obs, span)
-	return nil
+	return statusErr
 }
 
 func (c *Controller) published(key selector.ServiceKey, rev uint64, obs observation, span trace.Span) {
