@@ -341,7 +341,7 @@ func mergePorts(ordered []Export) ([]mcsv1beta1.ServicePort, *Conflict) {
 		return a.Name < b.Name
 	})
 	if len(msgs) == 0 {
-		return merged, nil
+		return merged, differentSets(ordered, merged)
 	}
 	var clusters []string
 	for i := range ordered {
@@ -360,6 +360,43 @@ func mergePorts(ordered []Export) ([]mcsv1beta1.ServicePort, *Conflict) {
 		Clusters: clusters,
 		Message:  strings.Join(msgs, "; ") + "; the older ports are kept",
 	}
+}
+
+// differentSets reports a conflict when the exports' port sets differ
+// although none clashes: the import carries their union, so a client of the
+// clusterset may reach a port that some clusters do not serve, which the
+// MCS API (and its conformance suite) wants raised as a PortConflict.
+func differentSets(ordered []Export, union []mcsv1beta1.ServicePort) *Conflict {
+	want := portSet(union)
+	var clusters, msgs []string
+	for i := range ordered {
+		if portSet(ordered[i].Ports) != want {
+			clusters = append(clusters, ordered[i].Cluster)
+			msgs = append(msgs, fmt.Sprintf("%s exports %d of the %d ports", ordered[i].Cluster, len(ordered[i].Ports), len(union)))
+		}
+	}
+	if len(clusters) == 0 {
+		return nil
+	}
+	if clusters[0] != ordered[0].Cluster {
+		clusters = append([]string{ordered[0].Cluster}, clusters...)
+	}
+	return &Conflict{
+		Property: PropertyPorts,
+		Reason:   ReasonPortConflict,
+		Clusters: clusters,
+		Message:  "the clusters export different port sets (" + strings.Join(msgs, "; ") + "); the import carries their union",
+	}
+}
+
+// portSet is equal for two port lists of the same ports in any order.
+func portSet(ports []mcsv1beta1.ServicePort) string {
+	keys := make([]string, len(ports))
+	for i, p := range ports {
+		keys[i] = describe(p)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
 }
 
 func hasUnnamed(ports []mcsv1beta1.ServicePort) bool {

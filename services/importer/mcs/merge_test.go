@@ -65,12 +65,17 @@ func TestMerge(t *testing.T) {
 			reason:   ReasonNoConflicts,
 		},
 		{
-			name:     "disjoint ports are united",
+			// As the MCS conformance suite wants it: the union, and a
+			// conflict, since a client may reach a port some clusters
+			// do not serve.
+			name:     "disjoint ports are united, with a conflict",
 			exports:  []Export{export("a", at(0), http), export("b", at(1), sp("grpc", corev1.ProtocolTCP, 9000))},
 			ports:    []mcsv1beta1.ServicePort{http, sp("grpc", corev1.ProtocolTCP, 9000)},
 			typ:      mcsv1beta1.ClusterSetIP,
 			affinity: corev1.ServiceAffinityNone,
-			reason:   ReasonNoConflicts,
+			reason:   ReasonPortConflict,
+			conflicts: []Conflict{{Property: PropertyPorts, Reason: ReasonPortConflict, Clusters: []string{"a", "b"},
+				Message: "the clusters export different port sets (a exports 1 of the 2 ports; b exports 1 of the 2 ports); the import carries their union"}},
 		},
 		{
 			name:     "equal ports merge, unset protocol being TCP",
@@ -81,13 +86,17 @@ func TestMerge(t *testing.T) {
 			reason:   ReasonNoConflicts,
 		},
 		{
-			name: "the same number under other names and protocols is no conflict",
+			// The number is no clash (both are kept); the sets still
+			// differ, which is a conflict.
+			name: "the same number under other names and protocols is kept",
 			exports: []Export{export("a", at(0), sp("dns", corev1.ProtocolUDP, 53)),
 				export("b", at(1), sp("dns-tcp", corev1.ProtocolTCP, 53))},
 			ports:    []mcsv1beta1.ServicePort{sp("dns-tcp", corev1.ProtocolTCP, 53), sp("dns", corev1.ProtocolUDP, 53)},
 			typ:      mcsv1beta1.ClusterSetIP,
 			affinity: corev1.ServiceAffinityNone,
-			reason:   ReasonNoConflicts,
+			reason:   ReasonPortConflict,
+			conflicts: []Conflict{{Property: PropertyPorts, Reason: ReasonPortConflict, Clusters: []string{"a", "b"},
+				Message: "the clusters export different port sets (a exports 1 of the 2 ports; b exports 1 of the 2 ports); the import carries their union"}},
 		},
 		{
 			name:     "same name, other protocol: the oldest wins",
