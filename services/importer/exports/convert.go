@@ -132,7 +132,9 @@ func (e Export) Core() materialize.Export {
 // mcsExport converts one cluster's export for the merge.
 func mcsExport(e Export) mcs.Export {
 	info := e.Endpoints.GetExport()
-	out := mcs.Export{Cluster: e.Cluster, Type: mcsv1beta1.ClusterSetIP, SessionAffinity: corev1.ServiceAffinityNone}
+	out := mcs.Export{Cluster: e.Cluster, Type: mcsv1beta1.ClusterSetIP, SessionAffinity: corev1.ServiceAffinityNone,
+		InternalTrafficPolicy: info.GetInternalTrafficPolicy(), TrafficDistribution: info.GetTrafficDistribution(),
+		Labels: info.GetExportedLabels(), Annotations: info.GetExportedAnnotations()}
 	if t := info.GetExportCreateTime(); t != nil {
 		out.Created = t.AsTime()
 	}

@@ -363,3 +363,39 @@ func TestExportStatus(t *testing.T) {
 	other.LocalCluster = "east" // exports nothing itself
 	require.Nil(t, ExportStatus(other, st))
 }
+
+// TestImportCarriesTrafficAndMetadata: the ServiceImport carries the
+// merged internal traffic policy, traffic distribution, exported labels and
+// annotations; the derived Service the traffic fields; an exported label
+// cannot take the importer's managed-by label away.
+func TestImportCarriesTrafficAndMetadata(t *testing.T) {
+	e := export("east", time.Hour, 80)
+	e.Properties.InternalTrafficPolicy, e.Properties.TrafficDistribution = "Local", "PreferClose"
+	e.Properties.Labels = map[string]string{"tier": "web", mcsnames.LabelAppManagedBy: "someone-else"}
+	e.Properties.Annotations = map[string]string{"owner": "team-a"}
+	v := view(e)
+	d := Decide(v)
+	si := Import(v, d, VIPs{})
+	require.Equal(t, corev1.ServiceInternalTrafficPolicyLocal, *si.Spec.InternalTrafficPolicy)
+	require.Equal(t, "PreferClose", *si.Spec.TrafficDistribution)
+	require.Equal(t, "web", si.Labels["tier"])
+	require.True(t, mcsnames.Managed(si.Labels), "the managed-by label stays the importer's")
+	require.Equal(t, map[string]string{"owner": "team-a"}, si.Annotations)
+
+	v.Import = si
+	require.Nil(t, Import(v, d, VIPs{}), "unchanged: no write")
+
+	op, svc := Derived(v, d, importObj(), VIPs{})
+	require.Equal(t, DerivedCreate, op)
+	require.Equal(t, corev1.ServiceInternalTrafficPolicyLocal, *svc.Spec.InternalTrafficPolicy)
+	require.Equal(t, "PreferClose", *svc.Spec.TrafficDistribution)
+
+	// As the API server returns it: an unset policy defaulted to Cluster.
+	plain := view(export("east", time.Hour, 80))
+	cur := derivedService(plain, Decide(plain), importObj(), VIPs{})
+	cluster := corev1.ServiceInternalTrafficPolicyCluster
+	cur.Spec.InternalTrafficPolicy = &cluster
+	plain.Derived = cur
+	op, _ = Derived(plain, Decide(plain), importObj(), VIPs{})
+	require.Equal(t, DerivedNone, op, "a defaulted policy is no change")
+}

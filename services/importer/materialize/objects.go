@@ -68,6 +68,7 @@ func importSpec(d Decision, vips []string) mcsv1beta1.ServiceImportSpec {
 	spec := mcsv1beta1.ServiceImportSpec{
 		Ports: ports, Type: d.Merged.Type, SessionAffinity: d.Merged.SessionAffinity,
 		SessionAffinityConfig: d.Merged.SessionAffinityConfig.DeepCopy(),
+		InternalTrafficPolicy: d.Merged.InternalTrafficPolicy, TrafficDistribution: d.Merged.TrafficDistribution,
 	}
 	if len(vips) > 0 {
 		spec.IPs, spec.IPFamilies = slices.Clone(vips), Families(vips)
@@ -81,19 +82,35 @@ func importSpec(d Decision, vips []string) mcsv1beta1.ServiceImportSpec {
 // importer does not set are kept.
 func Import(v View, d Decision, vips VIPs) *mcsv1beta1.ServiceImport {
 	spec := importSpec(d, vips.IPs)
+	labels, annotations := importMetadata(d)
 	if v.Import == nil {
 		return &mcsv1beta1.ServiceImport{
-			ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name,
-				Labels: map[string]string{mcsnames.LabelAppManagedBy: mcsnames.ManagedBy}},
-			Spec: spec,
+			ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name, Labels: labels, Annotations: annotations},
+			Spec:       spec,
 		}
 	}
-	if equality.Semantic.DeepEqual(v.Import.Spec, spec) {
+	if equality.Semantic.DeepEqual(v.Import.Spec, spec) && maps.Equal(v.Import.Labels, labels) && maps.Equal(v.Import.Annotations, annotations) {
 		return nil
 	}
 	upd := v.Import.DeepCopy()
-	upd.Spec = spec
+	upd.Spec, upd.Labels, upd.Annotations = spec, labels, annotations
 	return upd
+}
+
+// importMetadata returns the ServiceImport's labels and annotations: the
+// exported ones (KEP-1645: only those the ServiceExport names, the oldest
+// export's when they differ) and the importer's managed-by label, which an
+// exported label cannot replace.
+func importMetadata(d Decision) (labels, annotations map[string]string) {
+	labels = maps.Clone(d.Merged.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[mcsnames.LabelAppManagedBy] = mcsnames.ManagedBy
+	if len(d.Merged.Annotations) > 0 {
+		annotations = maps.Clone(d.Merged.Annotations)
+	}
+	return labels, annotations
 }
 
 // DerivedOp is the write the derived Service needs.
@@ -131,6 +148,7 @@ func Derived(v View, d Decision, imp *mcsv1beta1.ServiceImport, vips VIPs) (Deri
 	same := portsKey(cur.Spec.Ports) == portsKey(want.Spec.Ports) &&
 		cur.Spec.SessionAffinity == want.Spec.SessionAffinity &&
 		equality.Semantic.DeepEqual(cur.Spec.SessionAffinityConfig, want.Spec.SessionAffinityConfig) &&
+		sameTraffic(cur.Spec, want.Spec) &&
 		len(cur.Spec.Selector) == 0 && cur.Spec.Type == corev1.ServiceTypeClusterIP &&
 		equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences)
 	for k, val := range want.Labels {
@@ -147,7 +165,34 @@ func Derived(v View, d Decision, imp *mcsv1beta1.ServiceImport, vips VIPs) (Deri
 	upd.OwnerReferences = want.OwnerReferences
 	upd.Spec.Ports, upd.Spec.Selector, upd.Spec.Type = want.Spec.Ports, nil, corev1.ServiceTypeClusterIP
 	upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
+	if want.Spec.InternalTrafficPolicy != nil {
+		// Unset, the API server defaults it to Cluster: keep that.
+		upd.Spec.InternalTrafficPolicy = want.Spec.InternalTrafficPolicy
+	} else {
+		cluster := corev1.ServiceInternalTrafficPolicyCluster
+		upd.Spec.InternalTrafficPolicy = &cluster
+	}
+	upd.Spec.TrafficDistribution = want.Spec.TrafficDistribution
 	return DerivedUpdate, upd
+}
+
+// sameTraffic reports whether a Service's traffic policy and distribution
+// are the wanted ones; an unset policy is Cluster, as the API server
+// defaults it.
+func sameTraffic(cur, want corev1.ServiceSpec) bool {
+	policy := func(p *corev1.ServiceInternalTrafficPolicy) corev1.ServiceInternalTrafficPolicy {
+		if p == nil {
+			return corev1.ServiceInternalTrafficPolicyCluster
+		}
+		return *p
+	}
+	dist := func(d *string) string {
+		if d == nil {
+			return ""
+		}
+		return *d
+	}
+	return policy(cur.InternalTrafficPolicy) == policy(want.InternalTrafficPolicy) && dist(cur.TrafficDistribution) == dist(want.TrafficDistribution)
 }
 
 // derivedService returns the derived Service the import asks for.
@@ -167,6 +212,9 @@ func derivedService(v View, d Decision, imp *mcsv1beta1.ServiceImport, vips VIPs
 			Ports:                 servicePorts(d.Merged.Ports),
 			SessionAffinity:       d.Merged.SessionAffinity,
 			SessionAffinityConfig: d.Merged.SessionAffinityConfig.DeepCopy(),
+			// kube-proxy honours them on the derived Service as on any.
+			InternalTrafficPolicy: d.Merged.InternalTrafficPolicy,
+			TrafficDistribution:   d.Merged.TrafficDistribution,
 		},
 	}
 	switch {

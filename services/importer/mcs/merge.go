@@ -3,6 +3,8 @@ package mcs
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +19,10 @@ const (
 	PropertyType                  = "type"
 	PropertySessionAffinity       = "sessionAffinity"
 	PropertySessionAffinityConfig = "sessionAffinityConfig"
+	PropertyInternalTrafficPolicy = "internalTrafficPolicy"
+	PropertyTrafficDistribution   = "trafficDistribution"
+	PropertyLabels                = "exportedLabels"
+	PropertyAnnotations           = "exportedAnnotations"
 )
 
 // Reasons of a Conflict, as mcs-api names them for the Conflict condition.
@@ -25,6 +31,10 @@ const (
 	ReasonTypeConflict                  = string(mcsv1beta1.ServiceExportReasonTypeConflict)
 	ReasonSessionAffinityConflict       = string(mcsv1beta1.ServiceExportReasonSessionAffinityConflict)
 	ReasonSessionAffinityConfigConflict = string(mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict)
+	ReasonInternalTrafficPolicyConflict = string(mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict)
+	ReasonTrafficDistributionConflict   = string(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict)
+	ReasonLabelsConflict                = string(mcsv1beta1.ServiceExportReasonLabelsConflict)
+	ReasonAnnotationsConflict           = string(mcsv1beta1.ServiceExportReasonAnnotationsConflict)
 	// ReasonNoConflicts is the reason of a False Conflict condition.
 	ReasonNoConflicts = string(mcsv1beta1.ServiceExportReasonNoConflicts)
 )
@@ -38,6 +48,7 @@ var (
 	ErrInvalidSessionAffinity = errors.New("session affinity must be None or ClientIP")
 	ErrInvalidPort            = errors.New("invalid port")
 	ErrInvalidAffinityTimeout = errors.New("session affinity timeout must be between 1 and 86400 seconds")
+	ErrInvalidTrafficPolicy   = errors.New("internal traffic policy must be Cluster or Local")
 )
 
 // maxClientIPAffinitySeconds is the API server's limit for the ClientIP
@@ -58,6 +69,13 @@ type Export struct {
 	SessionAffinity corev1.ServiceAffinity
 	// SessionAffinityConfig holds the ClientIP timeout, if any.
 	SessionAffinityConfig *corev1.SessionAffinityConfig
+	// InternalTrafficPolicy and TrafficDistribution are the Service's
+	// (empty: unset).
+	InternalTrafficPolicy string
+	TrafficDistribution   string
+	// Labels and Annotations are the ServiceExport's exportedLabels and
+	// exportedAnnotations.
+	Labels, Annotations map[string]string
 }
 
 // Conflict is one property on which exports disagree.
@@ -85,13 +103,22 @@ type Result struct {
 	// SessionAffinityConfig is set exactly when SessionAffinity is ClientIP,
 	// always with its timeout.
 	SessionAffinityConfig *corev1.SessionAffinityConfig
+	// InternalTrafficPolicy and TrafficDistribution are the oldest
+	// export's; nil when it sets none.
+	InternalTrafficPolicy *corev1.ServiceInternalTrafficPolicy
+	TrafficDistribution   *string
+	// Labels and Annotations are the oldest export's exported labels and
+	// annotations, which the ServiceImport carries.
+	Labels, Annotations map[string]string
 	// Clusters are the exporting clusters sorted by name, for
 	// status.clusters.
 	Clusters []string
 	// Precedence is the exporting clusters from oldest export to newest.
 	Precedence []string
-	// Conflicts lists the disagreements, in the order ports, type, session
-	// affinity, session affinity config; empty when there are none.
+	// Conflicts lists the disagreements, in the order ports, type,
+	// internal traffic policy, traffic distribution, exported labels,
+	// exported annotations, session affinity, session affinity config;
+	// empty when there are none.
 	Conflicts []Conflict
 }
 
@@ -147,6 +174,7 @@ func Merge(exports []Export) (Result, error) {
 	if c := disagreement(ordered, PropertyType, ReasonTypeConflict, func(e *Export) string { return string(e.Type) }); c != nil {
 		r.Conflicts = append(r.Conflicts, *c)
 	}
+	r.mergeMetadata(ordered)
 
 	if r.Type == mcsv1beta1.Headless {
 		r.SessionAffinity = corev1.ServiceAffinityNone
@@ -168,6 +196,50 @@ func Merge(exports []Export) (Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// mergeMetadata takes the traffic policies and the exported labels and
+// annotations from the oldest export and reports the exports that differ.
+func (r *Result) mergeMetadata(ordered []Export) {
+	oldest := &ordered[0]
+	if v := oldest.InternalTrafficPolicy; v != "" {
+		p := corev1.ServiceInternalTrafficPolicy(v)
+		r.InternalTrafficPolicy = &p
+	}
+	if v := oldest.TrafficDistribution; v != "" {
+		r.TrafficDistribution = &v
+	}
+	r.Labels, r.Annotations = maps.Clone(oldest.Labels), maps.Clone(oldest.Annotations)
+	for _, d := range []struct {
+		property, reason string
+		value            func(*Export) string
+	}{
+		{PropertyInternalTrafficPolicy, ReasonInternalTrafficPolicyConflict, func(e *Export) string { return orUnset(e.InternalTrafficPolicy) }},
+		{PropertyTrafficDistribution, ReasonTrafficDistributionConflict, func(e *Export) string { return orUnset(e.TrafficDistribution) }},
+		{PropertyLabels, ReasonLabelsConflict, func(e *Export) string { return mapText(e.Labels) }},
+		{PropertyAnnotations, ReasonAnnotationsConflict, func(e *Export) string { return mapText(e.Annotations) }},
+	} {
+		if c := disagreement(ordered, d.property, d.reason, d.value); c != nil {
+			r.Conflicts = append(r.Conflicts, *c)
+		}
+	}
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return s
+}
+
+// mapText renders a map in a stable order, "{}" when empty.
+func mapText(m map[string]string) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // precedes orders exports oldest first, unknown times last, then by name.
@@ -199,7 +271,14 @@ func normalize(exports []Export) ([]Export, error) {
 		if e.Type != mcsv1beta1.ClusterSetIP && e.Type != mcsv1beta1.Headless {
 			return nil, fmt.Errorf("cluster %s: type %q: %w", e.Cluster, e.Type, ErrInvalidType)
 		}
-		n := Export{Cluster: e.Cluster, Created: e.Created, Type: e.Type}
+		n := Export{Cluster: e.Cluster, Created: e.Created, Type: e.Type, TrafficDistribution: e.TrafficDistribution,
+			Labels: e.Labels, Annotations: e.Annotations}
+		switch p := corev1.ServiceInternalTrafficPolicy(e.InternalTrafficPolicy); p {
+		case "", corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal:
+			n.InternalTrafficPolicy = string(p)
+		default:
+			return nil, fmt.Errorf("cluster %s: internal traffic policy %q: %w", e.Cluster, p, ErrInvalidTrafficPolicy)
+		}
 		for j, p := range e.Ports {
 			p := *p.DeepCopy()
 			if p.Protocol == "" {

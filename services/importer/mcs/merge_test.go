@@ -337,3 +337,35 @@ func copyExports(in []Export) []Export {
 	}
 	return out
 }
+
+// TestMergeTrafficAndMetadata: the oldest export's internal traffic
+// policy, traffic distribution and exported labels and annotations win;
+// any difference is a conflict with the mcs-api reason.
+func TestMergeTrafficAndMetadata(t *testing.T) {
+	http := sp("http", corev1.ProtocolTCP, 80)
+	a, b := export("a", at(0), http), export("b", at(1), http)
+	a.InternalTrafficPolicy, a.TrafficDistribution = "Local", "PreferClose"
+	a.Labels, a.Annotations = map[string]string{"tier": "web"}, map[string]string{"note": "a"}
+	b.InternalTrafficPolicy, b.TrafficDistribution = "Local", "PreferClose"
+	b.Labels, b.Annotations = map[string]string{"tier": "web"}, map[string]string{"note": "a"}
+
+	r, err := Merge([]Export{b, a})
+	require.NoError(t, err)
+	require.Empty(t, r.Conflicts)
+	require.Equal(t, corev1.ServiceInternalTrafficPolicyLocal, *r.InternalTrafficPolicy)
+	require.Equal(t, "PreferClose", *r.TrafficDistribution)
+	require.Equal(t, map[string]string{"tier": "web"}, r.Labels)
+
+	b.InternalTrafficPolicy, b.TrafficDistribution = "", "PreferSameZone"
+	b.Labels, b.Annotations = map[string]string{"tier": "api"}, nil
+	r, err = Merge([]Export{b, a})
+	require.NoError(t, err)
+	require.Equal(t, "InternalTrafficPolicyConflict,TrafficDistributionConflict,LabelsConflict,AnnotationsConflict", r.ConflictReason())
+	require.Equal(t, corev1.ServiceInternalTrafficPolicyLocal, *r.InternalTrafficPolicy, "the oldest wins")
+	require.Equal(t, map[string]string{"tier": "web"}, r.Labels)
+	require.Equal(t, map[string]string{"note": "a"}, r.Annotations)
+	for _, c := range r.Conflicts {
+		require.Equal(t, []string{"a", "b"}, c.Clusters)
+	}
+	require.Contains(t, r.ConflictMessage(), "internalTrafficPolicy Local from a (oldest export) conflicts with unset from b")
+}

@@ -120,6 +120,53 @@ func checkEndpoint(v *violations, field string, ep *membershipv1.Endpoint, v6 bo
 	}
 }
 
+// Limits of a push's exported labels and annotations: the ServiceImport of
+// every member cluster carries them.
+const (
+	maxExportedLabels = 64
+	maxExportedBytes  = 64 << 10
+)
+
+// checkExportInfo checks the traffic policy, the traffic distribution and
+// the exported labels and annotations the way the API server would check
+// them on the ServiceImport.
+func checkExportInfo(v *violations, info *membershipv1.ExportInfo) {
+	switch info.GetInternalTrafficPolicy() {
+	case "", "Cluster", "Local":
+	default:
+		v.add("endpoints.export.internal_traffic_policy", "must be Cluster, Local or empty, got %q", bounded(info.GetInternalTrafficPolicy()))
+	}
+	switch info.GetTrafficDistribution() {
+	case "", "PreferClose", "PreferSameZone", "PreferSameNode":
+	default:
+		v.add("endpoints.export.traffic_distribution", "must be PreferClose, PreferSameZone, PreferSameNode or empty, got %q", bounded(info.GetTrafficDistribution()))
+	}
+	size := 0
+	for k, val := range info.GetExportedLabels() {
+		size += len(k) + len(val)
+		if msgs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(val)...); len(msgs) > 0 {
+			v.add("endpoints.export.exported_labels["+bounded(k)+"]", "%s", strings.Join(msgs, "; "))
+		}
+	}
+	for k, val := range info.GetExportedAnnotations() {
+		size += len(k) + len(val)
+		if msgs := validation.IsQualifiedName(strings.ToLower(k)); len(msgs) > 0 {
+			v.add("endpoints.export.exported_annotations["+bounded(k)+"]", "%s", strings.Join(msgs, "; "))
+		}
+	}
+	if n := len(info.GetExportedLabels()) + len(info.GetExportedAnnotations()); n > maxExportedLabels || size > maxExportedBytes {
+		v.add("endpoints.export", "at most %d exported labels and annotations of %d bytes in all, got %d of %d bytes", maxExportedLabels, maxExportedBytes, n, size)
+	}
+}
+
+// bounded cuts a client's text to a short prefix for an error message.
+func bounded(s string) string {
+	if len(s) <= 128 {
+		return s
+	}
+	return s[:128] + "..."
+}
+
 // validateApply checks a push the way the importer would otherwise find out
 // only when the API server refuses its writes.
 func (s *Server) validateApply(req *importerv1.ApplyImportRequest) error {
@@ -141,6 +188,7 @@ func (s *Server) validateApply(req *importerv1.ApplyImportRequest) error {
 		t != membershipv1.ServiceType_SERVICE_TYPE_CLUSTER_SET_IP && t != membershipv1.ServiceType_SERVICE_TYPE_HEADLESS {
 		v.add("endpoints.export.type", "unknown type %d", t)
 	}
+	checkExportInfo(&v, eps.GetExport())
 	if sa := eps.GetExport().GetSessionAffinity(); membershipv1.SessionAffinity_name[int32(sa)] == "" {
 		v.add("endpoints.export.session_affinity", "unknown session affinity %d", sa)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -55,6 +56,22 @@ func TestApplyImportRefusesWhatTheAPIServerWould(t *testing.T) {
 		{"session affinity", func(r *importerv1.ApplyImportRequest) {
 			r.GetEndpoints().GetExport().SessionAffinity = 99
 		}, "endpoints.export.session_affinity"},
+		{"internal traffic policy", func(r *importerv1.ApplyImportRequest) {
+			r.GetEndpoints().GetExport().InternalTrafficPolicy = "Nearby"
+		}, "endpoints.export.internal_traffic_policy"},
+		{"traffic distribution", func(r *importerv1.ApplyImportRequest) {
+			r.GetEndpoints().GetExport().TrafficDistribution = "Anywhere"
+		}, "endpoints.export.traffic_distribution"},
+		{"exported label", func(r *importerv1.ApplyImportRequest) {
+			r.GetEndpoints().GetExport().ExportedLabels = map[string]string{"bad key!": "x"}
+		}, "endpoints.export.exported_labels[bad key!]"},
+		{"too many exported labels", func(r *importerv1.ApplyImportRequest) {
+			m := map[string]string{}
+			for i := range 100 {
+				m[fmt.Sprint("k", i)] = "v"
+			}
+			r.GetEndpoints().GetExport().ExportedLabels = m
+		}, "endpoints.export"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

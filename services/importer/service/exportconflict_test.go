@@ -60,3 +60,51 @@ func TestConflictOnLocalServiceExport(t *testing.T) {
 	west.Set(westEps)
 	conflict(metav1.ConditionFalse, "NoConflicts")
 }
+
+// TestImportCarriesTrafficAndExportedMetadata: on a real kube-apiserver,
+// the ServiceImport carries the exported labels and annotations and the
+// traffic fields, the derived Service the traffic fields; a second cluster
+// that disagrees raises the mcs-api conflict reasons, the oldest export
+// winning.
+func TestImportCarriesTrafficAndExportedMetadata(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "vips", "10.96.100.0/24")
+	e.namespace(t, "shop")
+	east, west := sourcetest.Start(t, "east"), sourcetest.Start(t, "west")
+	eastEps := sourcetest.Endpoints("shop", "cart", []string{"http=80"}, "10.1.0.1")
+	eastEps.Export.ExportCreateTime = timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	eastEps.Export.InternalTrafficPolicy, eastEps.Export.TrafficDistribution = "Local", "PreferClose"
+	eastEps.Export.ExportedLabels = map[string]string{"dummy-label": "true"}
+	eastEps.Export.ExportedAnnotations = map[string]string{"dummy-annotation": "true"}
+	east.Set(eastEps)
+	e.startImporter(t, e.options("vips"), east, west)
+
+	var si *mcsv1beta1.ServiceImport
+	require.Eventually(t, func() bool {
+		var err error
+		si, err = e.serviceImport("shop", "cart")
+		return err == nil && si.Spec.InternalTrafficPolicy != nil && condition(si, "Ready") != nil
+	}, waitFor, tick)
+	require.Equal(t, "true", si.Labels["dummy-label"])
+	require.Equal(t, "true", si.Annotations["dummy-annotation"])
+	require.Equal(t, "PreferClose", *si.Spec.TrafficDistribution)
+	svc, err := e.derived("shop", "cart")
+	require.NoError(t, err)
+	require.Equal(t, "Local", string(*svc.Spec.InternalTrafficPolicy))
+
+	westEps := sourcetest.Endpoints("shop", "cart", []string{"http=80"}, "10.2.0.1")
+	westEps.Export.ExportCreateTime = timestamppb.New(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC))
+	westEps.Export.ExportedLabels = map[string]string{"dummy-label2": "true"}
+	west.Set(westEps)
+	require.Eventually(t, func() bool {
+		si, err = e.serviceImport("shop", "cart")
+		c := condition(si, "Conflict")
+		return err == nil && c != nil && c.Status == metav1.ConditionTrue
+	}, waitFor, tick)
+	c := condition(si, "Conflict")
+	require.Contains(t, c.Reason, "InternalTrafficPolicyConflict")
+	require.Contains(t, c.Reason, "LabelsConflict")
+	require.Contains(t, c.Reason, "AnnotationsConflict")
+	require.Equal(t, "true", si.Labels["dummy-label"], "the oldest export's labels")
+	require.NotContains(t, si.Labels, "dummy-label2")
+}

@@ -190,9 +190,17 @@ func exportInfo(svc *corev1.Service, export *mcsv1beta1.ServiceExport) *membersh
 		}
 		info.SessionAffinityTimeout = durationpb.New(time.Duration(timeout) * time.Second)
 	}
+	if p := svc.Spec.InternalTrafficPolicy; p != nil {
+		info.InternalTrafficPolicy = string(*p)
+	}
+	if d := svc.Spec.TrafficDistribution; d != nil {
+		info.TrafficDistribution = *d
+	}
 	if export != nil {
 		info.Exported = true
 		info.ExportCreateTime = timestamppb.New(export.CreationTimestamp.Time)
+		info.ExportedLabels = export.Spec.ExportedLabels
+		info.ExportedAnnotations = export.Spec.ExportedAnnotations
 	}
 	return info
 }

@@ -177,4 +177,16 @@ func TestServiceModelAndEndpoints(t *testing.T) {
 	require.Nil(t, info.GetExportCreateTime())
 	require.Equal(t, membershipv1.ServiceType_SERVICE_TYPE_CLUSTER_SET_IP, info.GetType())
 	require.Equal(t, 3*time.Hour, info.GetSessionAffinityTimeout().AsDuration(), "the Kubernetes default")
+
+	// Traffic fields come from the Service, exported labels and
+	// annotations from the ServiceExport.
+	local, closeBy := corev1.ServiceInternalTrafficPolicyLocal, "PreferClose"
+	svc.Spec.InternalTrafficPolicy, svc.Spec.TrafficDistribution = &local, &closeBy
+	export.Spec.ExportedLabels = map[string]string{"tier": "web"}
+	export.Spec.ExportedAnnotations = map[string]string{"owner": "a"}
+	info = ServiceEndpoints(svc, &set, export).GetExport()
+	require.Equal(t, "Local", info.GetInternalTrafficPolicy())
+	require.Equal(t, "PreferClose", info.GetTrafficDistribution())
+	require.Equal(t, map[string]string{"tier": "web"}, info.GetExportedLabels())
+	require.Equal(t, map[string]string{"owner": "a"}, info.GetExportedAnnotations())
 }

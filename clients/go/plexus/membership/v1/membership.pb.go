@@ -1612,8 +1612,19 @@ type ExportInfo struct {
 	SessionAffinity SessionAffinity `protobuf:"varint,4,opt,name=session_affinity,json=sessionAffinity,proto3,enum=plexus.membership.v1.SessionAffinity" json:"session_affinity,omitempty"`
 	// Session affinity timeout, for CLIENT_IP affinity.
 	SessionAffinityTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=session_affinity_timeout,json=sessionAffinityTimeout,proto3" json:"session_affinity_timeout,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The Service's spec.internalTrafficPolicy: "Cluster" or "Local"; empty
+	// when unset.
+	InternalTrafficPolicy string `protobuf:"bytes,6,opt,name=internal_traffic_policy,json=internalTrafficPolicy,proto3" json:"internal_traffic_policy,omitempty"`
+	// The Service's spec.trafficDistribution (for example "PreferClose");
+	// empty when unset.
+	TrafficDistribution string `protobuf:"bytes,7,opt,name=traffic_distribution,json=trafficDistribution,proto3" json:"traffic_distribution,omitempty"`
+	// The ServiceExport's spec.exportedLabels: labels the clusterset's
+	// ServiceImports carry (the oldest export wins a conflict).
+	ExportedLabels map[string]string `protobuf:"bytes,8,rep,name=exported_labels,json=exportedLabels,proto3" json:"exported_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The ServiceExport's spec.exportedAnnotations, likewise.
+	ExportedAnnotations map[string]string `protobuf:"bytes,9,rep,name=exported_annotations,json=exportedAnnotations,proto3" json:"exported_annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ExportInfo) Reset() {
@@ -1677,6 +1688,34 @@ func (x *ExportInfo) GetSessionAffinity() SessionAffinity {
 func (x *ExportInfo) GetSessionAffinityTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.SessionAffinityTimeout
+	}
+	return nil
+}
+
+func (x *ExportInfo) GetInternalTrafficPolicy() string {
+	if x != nil {
+		return x.InternalTrafficPolicy
+	}
+	return ""
+}
+
+func (x *ExportInfo) GetTrafficDistribution() string {
+	if x != nil {
+		return x.TrafficDistribution
+	}
+	return ""
+}
+
+func (x *ExportInfo) GetExportedLabels() map[string]string {
+	if x != nil {
+		return x.ExportedLabels
+	}
+	return nil
+}
+
+func (x *ExportInfo) GetExportedAnnotations() map[string]string {
+	if x != nil {
+		return x.ExportedAnnotations
 	}
 	return nil
 }
@@ -2233,14 +2272,24 @@ const file_plexus_membership_v1_membership_proto_rawDesc = "" +
 	"\rEndpointGroup\x12D\n" +
 	"\faddress_type\x18\x01 \x01(\x0e2!.plexus.membership.v1.AddressTypeR\vaddressType\x128\n" +
 	"\x05ports\x18\x02 \x03(\v2\".plexus.membership.v1.EndpointPortR\x05ports\x12<\n" +
-	"\tendpoints\x18\x03 \x03(\v2\x1e.plexus.membership.v1.EndpointR\tendpoints\"\xd0\x02\n" +
+	"\tendpoints\x18\x03 \x03(\v2\x1e.plexus.membership.v1.EndpointR\tendpoints\"\x93\x06\n" +
 	"\n" +
 	"ExportInfo\x12\x1a\n" +
 	"\bexported\x18\x01 \x01(\bR\bexported\x12H\n" +
 	"\x12export_create_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x10exportCreateTime\x125\n" +
 	"\x04type\x18\x03 \x01(\x0e2!.plexus.membership.v1.ServiceTypeR\x04type\x12P\n" +
 	"\x10session_affinity\x18\x04 \x01(\x0e2%.plexus.membership.v1.SessionAffinityR\x0fsessionAffinity\x12S\n" +
-	"\x18session_affinity_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x16sessionAffinityTimeout\"\x88\x02\n" +
+	"\x18session_affinity_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x16sessionAffinityTimeout\x126\n" +
+	"\x17internal_traffic_policy\x18\x06 \x01(\tR\x15internalTrafficPolicy\x121\n" +
+	"\x14traffic_distribution\x18\a \x01(\tR\x13trafficDistribution\x12]\n" +
+	"\x0fexported_labels\x18\b \x03(\v24.plexus.membership.v1.ExportInfo.ExportedLabelsEntryR\x0eexportedLabels\x12l\n" +
+	"\x14exported_annotations\x18\t \x03(\v29.plexus.membership.v1.ExportInfo.ExportedAnnotationsEntryR\x13exportedAnnotations\x1aA\n" +
+	"\x13ExportedLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aF\n" +
+	"\x18ExportedAnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x02\n" +
 	"\x10ServiceEndpoints\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x127\n" +
@@ -2318,7 +2367,7 @@ func file_plexus_membership_v1_membership_proto_rawDescGZIP() []byte {
 }
 
 var file_plexus_membership_v1_membership_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_plexus_membership_v1_membership_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_plexus_membership_v1_membership_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_plexus_membership_v1_membership_proto_goTypes = []any{
 	(Protocol)(0),                           // 0: plexus.membership.v1.Protocol
 	(AddressType)(0),                        // 1: plexus.membership.v1.AddressType
@@ -2353,23 +2402,25 @@ var file_plexus_membership_v1_membership_proto_goTypes = []any{
 	(*WatchServicesRequest)(nil),            // 30: plexus.membership.v1.WatchServicesRequest
 	(*WatchServicesResponse)(nil),           // 31: plexus.membership.v1.WatchServicesResponse
 	nil,                                     // 32: plexus.membership.v1.Workload.LabelsEntry
-	nil,                                     // 33: plexus.membership.v1.WatchServicesResponse.TraceContextEntry
-	(*durationpb.Duration)(nil),             // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 35: google.protobuf.Timestamp
+	nil,                                     // 33: plexus.membership.v1.ExportInfo.ExportedLabelsEntry
+	nil,                                     // 34: plexus.membership.v1.ExportInfo.ExportedAnnotationsEntry
+	nil,                                     // 35: plexus.membership.v1.WatchServicesResponse.TraceContextEntry
+	(*durationpb.Duration)(nil),             // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 37: google.protobuf.Timestamp
 }
 var file_plexus_membership_v1_membership_proto_depIdxs = []int32{
 	0,  // 0: plexus.membership.v1.WorkloadPort.protocol:type_name -> plexus.membership.v1.Protocol
 	32, // 1: plexus.membership.v1.Workload.labels:type_name -> plexus.membership.v1.Workload.LabelsEntry
 	5,  // 2: plexus.membership.v1.Workload.ports:type_name -> plexus.membership.v1.WorkloadPort
-	34, // 3: plexus.membership.v1.Workload.ttl:type_name -> google.protobuf.Duration
-	35, // 4: plexus.membership.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
-	35, // 5: plexus.membership.v1.Workload.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	36, // 3: plexus.membership.v1.Workload.ttl:type_name -> google.protobuf.Duration
+	37, // 4: plexus.membership.v1.Workload.create_time:type_name -> google.protobuf.Timestamp
+	37, // 5: plexus.membership.v1.Workload.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	6,  // 6: plexus.membership.v1.GetWorkloadResponse.workload:type_name -> plexus.membership.v1.Workload
 	6,  // 7: plexus.membership.v1.ListWorkloadsResponse.workloads:type_name -> plexus.membership.v1.Workload
 	6,  // 8: plexus.membership.v1.RegisterWorkloadRequest.workload:type_name -> plexus.membership.v1.Workload
 	6,  // 9: plexus.membership.v1.RegisterWorkloadResponse.workload:type_name -> plexus.membership.v1.Workload
 	6,  // 10: plexus.membership.v1.HeartbeatWorkloadResponse.workload:type_name -> plexus.membership.v1.Workload
-	34, // 11: plexus.membership.v1.HeartbeatWorkloadResponse.next_heartbeat:type_name -> google.protobuf.Duration
+	36, // 11: plexus.membership.v1.HeartbeatWorkloadResponse.next_heartbeat:type_name -> google.protobuf.Duration
 	0,  // 12: plexus.membership.v1.ServicePort.protocol:type_name -> plexus.membership.v1.Protocol
 	0,  // 13: plexus.membership.v1.EndpointPort.protocol:type_name -> plexus.membership.v1.Protocol
 	19, // 14: plexus.membership.v1.Endpoint.conditions:type_name -> plexus.membership.v1.EndpointConditions
@@ -2378,39 +2429,41 @@ var file_plexus_membership_v1_membership_proto_depIdxs = []int32{
 	1,  // 17: plexus.membership.v1.EndpointGroup.address_type:type_name -> plexus.membership.v1.AddressType
 	18, // 18: plexus.membership.v1.EndpointGroup.ports:type_name -> plexus.membership.v1.EndpointPort
 	22, // 19: plexus.membership.v1.EndpointGroup.endpoints:type_name -> plexus.membership.v1.Endpoint
-	35, // 20: plexus.membership.v1.ExportInfo.export_create_time:type_name -> google.protobuf.Timestamp
+	37, // 20: plexus.membership.v1.ExportInfo.export_create_time:type_name -> google.protobuf.Timestamp
 	2,  // 21: plexus.membership.v1.ExportInfo.type:type_name -> plexus.membership.v1.ServiceType
 	3,  // 22: plexus.membership.v1.ExportInfo.session_affinity:type_name -> plexus.membership.v1.SessionAffinity
-	34, // 23: plexus.membership.v1.ExportInfo.session_affinity_timeout:type_name -> google.protobuf.Duration
-	17, // 24: plexus.membership.v1.ServiceEndpoints.ports:type_name -> plexus.membership.v1.ServicePort
-	23, // 25: plexus.membership.v1.ServiceEndpoints.groups:type_name -> plexus.membership.v1.EndpointGroup
-	24, // 26: plexus.membership.v1.ServiceEndpoints.export:type_name -> plexus.membership.v1.ExportInfo
-	25, // 27: plexus.membership.v1.GetServiceMembersResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
-	4,  // 28: plexus.membership.v1.WatchServicesResponse.type:type_name -> plexus.membership.v1.WatchEventType
-	25, // 29: plexus.membership.v1.WatchServicesResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
-	35, // 30: plexus.membership.v1.WatchServicesResponse.observe_time:type_name -> google.protobuf.Timestamp
-	33, // 31: plexus.membership.v1.WatchServicesResponse.trace_context:type_name -> plexus.membership.v1.WatchServicesResponse.TraceContextEntry
-	7,  // 32: plexus.membership.v1.MembershipService.GetWorkload:input_type -> plexus.membership.v1.GetWorkloadRequest
-	9,  // 33: plexus.membership.v1.MembershipService.ListWorkloads:input_type -> plexus.membership.v1.ListWorkloadsRequest
-	11, // 34: plexus.membership.v1.MembershipService.RegisterWorkload:input_type -> plexus.membership.v1.RegisterWorkloadRequest
-	13, // 35: plexus.membership.v1.MembershipService.HeartbeatWorkload:input_type -> plexus.membership.v1.HeartbeatWorkloadRequest
-	15, // 36: plexus.membership.v1.MembershipService.DeregisterWorkload:input_type -> plexus.membership.v1.DeregisterWorkloadRequest
-	26, // 37: plexus.membership.v1.MembershipService.GetServiceMembers:input_type -> plexus.membership.v1.GetServiceMembersRequest
-	28, // 38: plexus.membership.v1.MembershipService.ListServicesForWorkload:input_type -> plexus.membership.v1.ListServicesForWorkloadRequest
-	30, // 39: plexus.membership.v1.MembershipService.WatchServices:input_type -> plexus.membership.v1.WatchServicesRequest
-	8,  // 40: plexus.membership.v1.MembershipService.GetWorkload:output_type -> plexus.membership.v1.GetWorkloadResponse
-	10, // 41: plexus.membership.v1.MembershipService.ListWorkloads:output_type -> plexus.membership.v1.ListWorkloadsResponse
-	12, // 42: plexus.membership.v1.MembershipService.RegisterWorkload:output_type -> plexus.membership.v1.RegisterWorkloadResponse
-	14, // 43: plexus.membership.v1.MembershipService.HeartbeatWorkload:output_type -> plexus.membership.v1.HeartbeatWorkloadResponse
-	16, // 44: plexus.membership.v1.MembershipService.DeregisterWorkload:output_type -> plexus.membership.v1.DeregisterWorkloadResponse
-	27, // 45: plexus.membership.v1.MembershipService.GetServiceMembers:output_type -> plexus.membership.v1.GetServiceMembersResponse
-	29, // 46: plexus.membership.v1.MembershipService.ListServicesForWorkload:output_type -> plexus.membership.v1.ListServicesForWorkloadResponse
-	31, // 47: plexus.membership.v1.MembershipService.WatchServices:output_type -> plexus.membership.v1.WatchServicesResponse
-	40, // [40:48] is the sub-list for method output_type
-	32, // [32:40] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	36, // 23: plexus.membership.v1.ExportInfo.session_affinity_timeout:type_name -> google.protobuf.Duration
+	33, // 24: plexus.membership.v1.ExportInfo.exported_labels:type_name -> plexus.membership.v1.ExportInfo.ExportedLabelsEntry
+	34, // 25: plexus.membership.v1.ExportInfo.exported_annotations:type_name -> plexus.membership.v1.ExportInfo.ExportedAnnotationsEntry
+	17, // 26: plexus.membership.v1.ServiceEndpoints.ports:type_name -> plexus.membership.v1.ServicePort
+	23, // 27: plexus.membership.v1.ServiceEndpoints.groups:type_name -> plexus.membership.v1.EndpointGroup
+	24, // 28: plexus.membership.v1.ServiceEndpoints.export:type_name -> plexus.membership.v1.ExportInfo
+	25, // 29: plexus.membership.v1.GetServiceMembersResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
+	4,  // 30: plexus.membership.v1.WatchServicesResponse.type:type_name -> plexus.membership.v1.WatchEventType
+	25, // 31: plexus.membership.v1.WatchServicesResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
+	37, // 32: plexus.membership.v1.WatchServicesResponse.observe_time:type_name -> google.protobuf.Timestamp
+	35, // 33: plexus.membership.v1.WatchServicesResponse.trace_context:type_name -> plexus.membership.v1.WatchServicesResponse.TraceContextEntry
+	7,  // 34: plexus.membership.v1.MembershipService.GetWorkload:input_type -> plexus.membership.v1.GetWorkloadRequest
+	9,  // 35: plexus.membership.v1.MembershipService.ListWorkloads:input_type -> plexus.membership.v1.ListWorkloadsRequest
+	11, // 36: plexus.membership.v1.MembershipService.RegisterWorkload:input_type -> plexus.membership.v1.RegisterWorkloadRequest
+	13, // 37: plexus.membership.v1.MembershipService.HeartbeatWorkload:input_type -> plexus.membership.v1.HeartbeatWorkloadRequest
+	15, // 38: plexus.membership.v1.MembershipService.DeregisterWorkload:input_type -> plexus.membership.v1.DeregisterWorkloadRequest
+	26, // 39: plexus.membership.v1.MembershipService.GetServiceMembers:input_type -> plexus.membership.v1.GetServiceMembersRequest
+	28, // 40: plexus.membership.v1.MembershipService.ListServicesForWorkload:input_type -> plexus.membership.v1.ListServicesForWorkloadRequest
+	30, // 41: plexus.membership.v1.MembershipService.WatchServices:input_type -> plexus.membership.v1.WatchServicesRequest
+	8,  // 42: plexus.membership.v1.MembershipService.GetWorkload:output_type -> plexus.membership.v1.GetWorkloadResponse
+	10, // 43: plexus.membership.v1.MembershipService.ListWorkloads:output_type -> plexus.membership.v1.ListWorkloadsResponse
+	12, // 44: plexus.membership.v1.MembershipService.RegisterWorkload:output_type -> plexus.membership.v1.RegisterWorkloadResponse
+	14, // 45: plexus.membership.v1.MembershipService.HeartbeatWorkload:output_type -> plexus.membership.v1.HeartbeatWorkloadResponse
+	16, // 46: plexus.membership.v1.MembershipService.DeregisterWorkload:output_type -> plexus.membership.v1.DeregisterWorkloadResponse
+	27, // 47: plexus.membership.v1.MembershipService.GetServiceMembers:output_type -> plexus.membership.v1.GetServiceMembersResponse
+	29, // 48: plexus.membership.v1.MembershipService.ListServicesForWorkload:output_type -> plexus.membership.v1.ListServicesForWorkloadResponse
+	31, // 49: plexus.membership.v1.MembershipService.WatchServices:output_type -> plexus.membership.v1.WatchServicesResponse
+	42, // [42:50] is the sub-list for method output_type
+	34, // [34:42] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_plexus_membership_v1_membership_proto_init() }
@@ -2425,7 +2478,7 @@ func file_plexus_membership_v1_membership_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plexus_membership_v1_membership_proto_rawDesc), len(file_plexus_membership_v1_membership_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
