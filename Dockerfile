@@ -7,7 +7,7 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ \
       ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl \
-      ./internal/kubetest/cmd/localkube
+      ./internal/testing/kubetest/cmd/localkube
 
 # Static binaries on a minimal, non-root base.
 FROM gcr.io/distroless/static-debian12:nonroot AS base

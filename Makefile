@@ -61,7 +61,7 @@ lint: tools ## buf lint, buf breaking against main, gofmt, go vet, docker-compos
 .PHONY: build
 build: ## Build the four services and plexusctl into bin/.
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
+	CGO_ENABLED=0 $(GO) build -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/testing/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
 	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test

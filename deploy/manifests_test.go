@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/plexusnet/plexus/internal/proctest"
+	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
 
 // manifests holds the decoded objects by kind and name.

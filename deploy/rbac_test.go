@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 
 // fieldManager owns what the test applies.

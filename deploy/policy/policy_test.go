@@ -34,8 +34,8 @@ import (
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/internal/server/servertest"
-	"github.com/plexusnet/plexus/internal/testcerts"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
+	"github.com/plexusnet/plexus/internal/testing/testcerts"
 )
 
 // needs is the call graph between the services: the methods of other

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/plexusnet/plexus/internal/otlpsink"
+	"github.com/plexusnet/plexus/internal/testing/otlpsink"
 )
 
 func main() {

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plexusnet/plexus/internal/config"
-	"github.com/plexusnet/plexus/internal/testcerts"
+	"github.com/plexusnet/plexus/internal/testing/testcerts"
 	"github.com/plexusnet/plexus/internal/tlsconf"
 )
 

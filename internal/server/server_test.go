@@ -26,7 +26,7 @@ import (
 	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/internal/server/servertest"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/internal/telemetry"
 )
 

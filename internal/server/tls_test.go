@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plexusnet/plexus/internal/dial"
-	"github.com/plexusnet/plexus/internal/testcerts"
+	"github.com/plexusnet/plexus/internal/testing/testcerts"
 )
 
 func TestMutualTLS(t *testing.T) {

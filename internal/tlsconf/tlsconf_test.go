@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plexusnet/plexus/internal/testcerts"
+	"github.com/plexusnet/plexus/internal/testing/testcerts"
 )
 
 func copyFile(t *testing.T, from, to string, mtime time.Time) {

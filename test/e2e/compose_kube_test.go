@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexusnet/plexus/internal/kubetest"
-	"github.com/plexusnet/plexus/internal/proctest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
 
 // plexusServices are the Dockerfile targets of the four services.
@@ -62,7 +62,7 @@ func TestComposeKubeAPIServer(t *testing.T) {
 		}
 		return arg
 	}
-	localkube := proctest.Build(t, "./internal/kubetest/cmd/localkube")
+	localkube := proctest.Build(t, "./internal/testing/kubetest/cmd/localkube")
 	run := func(args []string) {
 		t.Helper()
 		var rewritten []string

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexusnet/plexus/internal/proctest"
+	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
 
 // composeFile is the part of docker-compose.yaml this test reads.

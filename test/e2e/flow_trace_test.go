@@ -16,10 +16,10 @@ import (
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/dial"
-	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/mcsnames"
-	"github.com/plexusnet/plexus/internal/otlpsink"
-	"github.com/plexusnet/plexus/internal/proctest"
+	"github.com/plexusnet/plexus/internal/testing/otlpsink"
+	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
 
 // TestExportFlowIsOneConnectedTrace runs the allocator, membership for

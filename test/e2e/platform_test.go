@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plexusnet/plexus/internal/kubetest"
-	"github.com/plexusnet/plexus/internal/proctest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
 
 // TestServicesServeHealthAndReflection starts each of the four services and

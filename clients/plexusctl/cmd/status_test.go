@@ -13,7 +13,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/internal/server/servertest"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 )
 
 // TestStatus runs status against one server of the shared runtime that

@@ -14,7 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 
 // slowProxy forwards TCP connections on a loopback port to target, each

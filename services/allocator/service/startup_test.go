@@ -23,9 +23,9 @@ import (
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
-	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/internal/server/servertest"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/services/allocator/service"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )

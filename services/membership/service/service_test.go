@@ -29,8 +29,8 @@ import (
 	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/clients/plexusctl/cmd"
 	"github.com/plexusnet/plexus/internal/apierr"
-	"github.com/plexusnet/plexus/internal/kubetest"
-	"github.com/plexusnet/plexus/internal/server/servertest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/services/membership/service"
 )
 

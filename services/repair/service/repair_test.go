@@ -24,7 +24,7 @@ import (
 	plexusctl "github.com/plexusnet/plexus/clients/plexusctl/cmd"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/mcsnames"
-	"github.com/plexusnet/plexus/internal/proctest"
+	"github.com/plexusnet/plexus/internal/testing/proctest"
 	"github.com/plexusnet/plexus/services/repair/decide"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/config"
 	rt "github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/internal/server/servertest"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store"

@@ -21,7 +21,7 @@ import (
 
 	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
 	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
-	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 
 // TestControlPlane starts one etcd with two API servers on it and checks

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 
 // Two one-shot modes for a kube-apiserver that localkube does not run

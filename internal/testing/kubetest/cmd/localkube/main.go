@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/plexusnet/plexus/internal/atomicfile"
-	"github.com/plexusnet/plexus/internal/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 
 func main() {
