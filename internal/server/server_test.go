@@ -26,8 +26,8 @@ import (
 	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/internal/telemetry"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 )
 
 const testPolicy = `{

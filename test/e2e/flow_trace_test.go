@@ -16,8 +16,8 @@ import (
 
 	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
 	"github.com/plexusnet/plexus/internal/dial"
-	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/mcsnames"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/testing/otlpsink"
 	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
