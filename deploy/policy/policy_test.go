@@ -47,6 +47,8 @@ var needs = map[string][]string{
 		allocatorv1.AllocatorService_Allocate_FullMethodName,
 		allocatorv1.AllocatorService_GetAllocation_FullMethodName,
 		allocatorv1.AllocatorService_Release_FullMethodName,
+		// A workload's own address is looked up in the pools.
+		allocatorv1.AllocatorService_ListPools_FullMethodName,
 	},
 	"importer": {
 		allocatorv1.AllocatorService_BatchAllocate_FullMethodName,
