@@ -273,6 +273,8 @@ func accessTable() []access {
 	add(grant(importer, []string{"update"}, "serviceimports.multicluster.x-k8s.io/status")...)
 	add(grant(importer, readOnly, "namespaces", "serviceexports.multicluster.x-k8s.io")...)
 	add(grant(importer, []string{"update"}, "serviceexports.multicluster.x-k8s.io/status")...)
+	add(grant(importer, []string{"get", "create"}, "servicecidrs.networking.k8s.io")...)
+	add(deny(importer, []string{"update", "patch", "delete"}, "servicecidrs.networking.k8s.io")...)
 	add(deny(importer, []string{"patch"}, "serviceexports.multicluster.x-k8s.io/status")...)
 	add(grant(importer, emit, "events")...)
 	add(access{sa: importer, verb: "create", resource: "events", namespace: metav1.NamespaceDefault, allowed: true})

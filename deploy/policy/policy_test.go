@@ -52,6 +52,8 @@ var needs = map[string][]string{
 	},
 	"importer": {
 		allocatorv1.AllocatorService_BatchAllocate_FullMethodName,
+		// The VIP pools' CIDRs, for the ServiceCIDRs.
+		allocatorv1.AllocatorService_GetPool_FullMethodName,
 		membershipv1.MembershipService_WatchServices_FullMethodName,
 	},
 	"repair": {

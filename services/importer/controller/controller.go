@@ -64,6 +64,8 @@ type Config struct {
 	// ClusterName is the member cluster's own name (see
 	// reconcile.Config.ClusterName).
 	ClusterName string
+	// ManageServiceCIDRs: see reconcile.Config.ManageServiceCIDRs.
+	ManageServiceCIDRs bool
 	// Recorder emits Kubernetes Events; nil emits none.
 	Recorder record.EventRecorder
 	// Workers reconcile services concurrently; DefaultWorkers when 0.
@@ -130,7 +132,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	rec, err := reconcile.New(reconcile.Config{
 		Store: cfg.Store, Informers: cfg.Informers, Tracker: cfg.Tracker, Writer: cfg.Writer, VIPs: c.vips,
-		Packer: cfg.Packer, Recorder: cfg.Recorder, ClusterName: cfg.ClusterName, Logger: cfg.Logger, Tracer: c.tracer, Registerer: cfg.Registerer,
+		Packer: cfg.Packer, Recorder: cfg.Recorder, ClusterName: cfg.ClusterName, ManageServiceCIDRs: cfg.ManageServiceCIDRs, Logger: cfg.Logger, Tracer: c.tracer, Registerer: cfg.Registerer,
 	})
 	if err != nil {
 		return nil, err

@@ -22,6 +22,8 @@ const (
 	// KindServiceExport is written only through its status (the Conflict
 	// condition of this cluster's export).
 	KindServiceExport Kind = "ServiceExport"
+	// KindServiceCIDR is created only (the VIP pools' ranges).
+	KindServiceCIDR Kind = "ServiceCIDR"
 )
 
 // DefaultTrackerMaxAge is how long the Tracker waits for the cache to show

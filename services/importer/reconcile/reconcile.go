@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/plexusnet/plexus/services/importer/exports"
+	"github.com/plexusnet/plexus/services/importer/kube"
 	"github.com/plexusnet/plexus/services/importer/materialize"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
 )
@@ -168,6 +169,9 @@ func (r *run) sync(ctx context.Context) (time.Duration, error) {
 	}
 	if o.Derived, err = r.writeDerived(ctx, v, d, imp, o); err != nil {
 		r.record(o)
+		if errors.Is(err, errRetrySoon) {
+			return staleRetry, nil
+		}
 		return 0, err
 	}
 	after, werr := r.writeSlices(ctx, v, o)
@@ -229,15 +233,28 @@ func (r *run) writeImport(ctx context.Context, v materialize.View, d materialize
 	return out, err
 }
 
-// writeDerived makes the derived Service's write, if it needs one.
+// writeDerived makes the derived Service's write, if it needs one. When
+// the API server refuses the VIPs as cluster IPs and the importer manages
+// ServiceCIDRs, it first makes the VIP pools' ranges known to the API server
+// and tries again once it took them up (errRetrySoon meanwhile); only then
+// does the Service get addresses of the cluster's own.
 func (r *run) writeDerived(ctx context.Context, v materialize.View, d materialize.Decision, imp *mcsv1beta1.ServiceImport, o *materialize.Outcome) (*corev1.Service, error) {
 	op, want := materialize.Derived(v, d, imp, o.VIPs)
 	if op == materialize.DerivedForeign {
 		o.Problem = materialize.DerivedProblem(v)
 		return nil, materialize.ErrDerivedNotManaged
 	}
-	out, n, note, err := r.c.cfg.Writer.ApplyDerived(ctx, r.key, op, v.Derived, want)
+	w := r.c.cfg.Writer
+	manage := r.c.cfg.ManageServiceCIDRs && o.VIPs.FromAllocator
+	out, n, note, err := w.ApplyDerived(ctx, r.key, op, v.Derived, want, !manage)
 	r.writes += n
+	if manage && errors.Is(err, kube.ErrVIPRefused) {
+		if r.ensureServiceCIDRs(ctx) {
+			return nil, errRetrySoon
+		}
+		out, n, note, err = w.ApplyDerived(ctx, r.key, materialize.DerivedCreate, nil, want, true)
+		r.writes += n
+	}
 	if note != nil {
 		// The import still works through an address of the cluster's
 		// own, and the Ready condition says so.
@@ -248,6 +265,33 @@ func (r *run) writeDerived(ctx context.Context, v materialize.View, d materializ
 		o.Problem = materialize.DerivedProblem(v)
 	}
 	return out, err
+}
+
+// serviceCIDRSettle is how long after creating a ServiceCIDR the importer
+// waits for the API server's allocator to take it up before it gives up on
+// the VIPs as cluster IPs.
+const serviceCIDRSettle = 15 * time.Second
+
+// errRetrySoon asks for the service to be looked at again shortly, without
+// counting a failure.
+var errRetrySoon = errors.New("retry soon")
+
+// ensureServiceCIDRs makes the VIP pools' ranges known to the API server
+// and reports whether to wait for it to take them up.
+func (r *run) ensureServiceCIDRs(ctx context.Context) bool {
+	cidrs, err := r.c.cfg.VIPs.CIDRs(ctx)
+	if err == nil {
+		var youngest time.Time
+		if youngest, err = r.c.cfg.Writer.EnsureServiceCIDRs(ctx, cidrs); err == nil {
+			wait := time.Since(youngest) < serviceCIDRSettle
+			if wait {
+				r.c.logger.Info("VIP ranges made known to the API server as ServiceCIDRs; the derived Service waits for them", "service", r.key, "cidrs", cidrs)
+			}
+			return wait
+		}
+	}
+	r.c.logger.Warn("could not make the VIP ranges known to the API server as ServiceCIDRs", "service", r.key, "error", err)
+	return false
 }
 
 // finish records the outcome and writes the ServiceImport's status from

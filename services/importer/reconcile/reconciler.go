@@ -55,6 +55,9 @@ type Config struct {
 	// service too, its ServiceExport carries the import's Conflict
 	// condition. Empty writes none.
 	ClusterName string
+	// ManageServiceCIDRs lets the importer create ServiceCIDRs for the VIP
+	// pools' ranges when the API server refuses a VIP as a cluster IP.
+	ManageServiceCIDRs bool
 	// Recorder emits Kubernetes Events.
 	Recorder record.EventRecorder
 	Logger   *slog.Logger

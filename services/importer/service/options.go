@@ -25,6 +25,9 @@ type Options struct {
 	// VIPPools are the allocator pools of the clusterset VIPs, one per
 	// family.
 	VIPPools []string
+	// ManageServiceCIDRs lets the importer create ServiceCIDRs for the VIP
+	// pools' CIDRs when the API server refuses a VIP as a cluster IP.
+	ManageServiceCIDRs bool
 	// MaxEndpointsPerSlice is the slice capacity.
 	MaxEndpointsPerSlice int
 	// Workers reconcile services concurrently.
@@ -62,6 +65,7 @@ func DefaultOptions() Options {
 	return Options{
 		SourceGrace:          controller.DefaultSourceGrace,
 		MaxEndpointsPerSlice: islices.DefaultMaxEndpointsPerSlice,
+		ManageServiceCIDRs:   true,
 		Workers:              controller.DefaultWorkers,
 		KubeQPS:              DefaultKubeQPS,
 		KubeBurst:            DefaultKubeBurst,
@@ -74,6 +78,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.Sources, "source", o.Sources, "NAME=ADDR of a source cluster's membership (repeatable; ADDR may list replicas, comma-separated); its exported services are imported here, recorded under NAME")
 	fs.DurationVar(&o.SourceGrace, "source-grace", o.SourceGrace, "how long, after this replica starts leading, the slices of a cluster it has not heard from (a source not reached yet, a cluster that pushed before a restart) are kept before they count as orphaned")
 	fs.StringArrayVar(&o.VIPPools, "vip-pool", o.VIPPools, "allocator pool (pools/ID or ID) of the clusterset VIPs, repeatable: one per family, two for dual stack (both allocated together or neither); none: an import carries its derived Service's own cluster IPs")
+	fs.BoolVar(&o.ManageServiceCIDRs, "manage-service-cidrs", o.ManageServiceCIDRs, "when the API server refuses a clusterset VIP as the derived Service's cluster IP (outside its --service-cluster-ip-range), create a ServiceCIDR (networking.k8s.io/v1) for each CIDR of the VIP pools, so that every member cluster routes the same VIP; off: the derived Service then gets an address of the cluster's own")
 	fs.IntVar(&o.MaxEndpointsPerSlice, "max-endpoints-per-slice", o.MaxEndpointsPerSlice, "most endpoints in one EndpointSlice (1 to 1000)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "services reconciled concurrently")
 	fs.Float32Var(&o.KubeQPS, "kube-api-qps", o.KubeQPS, "queries per second to the Kubernetes API (client-side limit)")

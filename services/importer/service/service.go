@@ -202,7 +202,7 @@ func (im *importer) controller(alloc allocatorv1.AllocatorServiceClient, pools [
 	if im.ctrl, err = controller.New(controller.Config{
 		Store: im.store, Informers: im.informers, Tracker: tracker, Writer: writer, Kube: kubeClient,
 		Allocator: alloc, VIPPools: pools, Guard: im.lead.Valid, Packer: packer, Recorder: im.recorder,
-		Workers: o.Workers, SourceGrace: o.SourceGrace, ClusterName: im.rt.Config.ClusterName,
+		Workers: o.Workers, SourceGrace: o.SourceGrace, ClusterName: im.rt.Config.ClusterName, ManageServiceCIDRs: o.ManageServiceCIDRs,
 		Logger: im.rt.Logger.With("component", "controller"), Registerer: reg,
 	}); err != nil {
 		return err

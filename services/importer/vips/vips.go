@@ -24,6 +24,7 @@ type Cache struct {
 
 	mu    sync.Mutex
 	cache map[exports.Key][]string
+	cidrs []string // of the pools, once read
 }
 
 // New returns a Cache that allocates from pools (at most one per family)
@@ -97,4 +98,28 @@ func (v *Cache) Forget(key exports.Key) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.cache, key)
+}
+
+// CIDRs returns the CIDRs of the VIP pools, read from the allocator once:
+// what a member cluster's API server must accept as Service ranges for the
+// VIPs to be cluster IPs. (A pool that grows later is read again after a
+// restart of the importer.)
+func (v *Cache) CIDRs(ctx context.Context) ([]string, error) {
+	v.mu.Lock()
+	cidrs := v.cidrs
+	v.mu.Unlock()
+	if cidrs != nil {
+		return cidrs, nil
+	}
+	for _, p := range v.pools {
+		resp, err := v.client.GetPool(ctx, &allocatorv1.GetPoolRequest{Name: p})
+		if err != nil {
+			return nil, fmt.Errorf("read VIP pool %s: %w", p, err)
+		}
+		cidrs = append(cidrs, resp.GetPool().GetCidrs()...)
+	}
+	v.mu.Lock()
+	v.cidrs = cidrs
+	v.mu.Unlock()
+	return cidrs, nil
 }
