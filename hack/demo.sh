@@ -110,6 +110,10 @@ if [[ -z "${OTEL_EXPORTER_OTLP_ENDPOINT:-}" ]]; then
   tracedump serve --otlp 127.0.0.1:4317 --http "$TRACES_HTTP" >"$LOGS/tracedump.log" 2>&1 &
   pids+=($!)
   export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 OWN_TRACEDUMP=1
+  # tracedump receives traces only: the endpoint above would otherwise
+  # have every service push its metrics there too, and warn each minute
+  # that nothing takes them (Prometheus /metrics stays on regardless).
+  export OTEL_METRICS_EXPORTER="${OTEL_METRICS_EXPORTER:-none}" OTEL_LOGS_EXPORTER="${OTEL_LOGS_EXPORTER:-none}"
 fi
 export OTEL_EXPORTER_OTLP_PROTOCOL="${OTEL_EXPORTER_OTLP_PROTOCOL:-grpc}" OTEL_BSP_SCHEDULE_DELAY="${OTEL_BSP_SCHEDULE_DELAY:-500}"
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path"
 	"strings"
@@ -30,7 +31,9 @@ type callLogKey struct{}
 // accessLogLevel is the level of a call's line: successful calls at debug,
 // the rest as go-grpc-middleware's server default has them.
 func accessLogLevel(c codes.Code) slog.Level {
-	if c == codes.OK {
+	if c == codes.OK || c == codes.Canceled {
+		// A client that went away (Ctrl-C on a watch) is no problem of
+		// the server's.
 		return slog.LevelDebug
 	}
 	return slog.Level(logging.DefaultServerCodeToLevel(c))
@@ -83,4 +86,26 @@ func principalLogField(ctx context.Context) {
 		return
 	}
 	logging.AddFields(ctx, logging.Fields{"principal", p})
+}
+
+// clientCanceled answers Canceled for a call that ended because its client
+// went away: a handler that returns the context's error would otherwise be
+// reported (and logged) as Unknown.
+func clientCanceled(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if _, ok := status.FromError(err); ok && status.Code(err) != codes.Unknown {
+		return err
+	}
+	return status.Error(codes.Canceled, "the client canceled the call")
+}
+
+func canceledUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	return resp, clientCanceled(ctx, err)
+}
+
+func canceledStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return clientCanceled(ss.Context(), handler(srv, ss))
 }

@@ -243,6 +243,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		s.healthHeaders,
 		s.metrics.UnaryServerInterceptor(exemplar),
 		accessLogUnary(s.logger),
+		canceledUnary,
 		recovery.UnaryServerInterceptor(recoverOpt),
 		lim.unary,
 		grpcauth.UnaryServerInterceptor(guard.Authorize),
@@ -252,6 +253,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 	stream := append([]grpc.StreamServerInterceptor{
 		s.metrics.StreamServerInterceptor(exemplar),
 		selector.StreamServerInterceptor(accessLogStream, notHealth),
+		canceledStream,
 		recovery.StreamServerInterceptor(recoverOpt),
 		drainStreams(s.drainCtx),
 		lim.stream,

@@ -556,3 +556,30 @@ func TestAccessLogLevelsAndPrincipal(t *testing.T) {
 	require.Contains(t, l, "grpc.time_ms")
 	require.Contains(t, l, "peer.address")
 }
+
+// TestClientCancellationIsNoError: a watch the client cancels (Ctrl-C on
+// `alloc watch`) ends with code Canceled, logged at debug; before, the
+// handler's context error was logged as ERROR with code Unknown.
+func TestClientCancellationIsNoError(t *testing.T) {
+	var out servertest.Buffer
+	logger, err := telemetry.NewLogger(&out, "debug", "json")
+	require.NoError(t, err)
+	r := start(t, testConfig(), server.WithLogger(logger))
+	client := connect(t, r.srv.GRPCAddr())
+
+	ctx, cancel := context.WithCancel(callCtx(t))
+	stream, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	require.NoError(t, err)
+	cancel()
+
+	require.Eventually(t, func() bool {
+		for _, l := range jsonLines(&out) {
+			if l["msg"] == "finished streaming call" || (l["msg"] == "finished call" && l["grpc.method"] == "StreamingOutputCall") {
+				return l["grpc.code"] == "Canceled" && l["level"] == "DEBUG"
+			}
+		}
+		return false
+	}, 5*time.Second, 20*time.Millisecond, "no debug line with code Canceled: %s", out.String())
+}
