@@ -24,31 +24,54 @@ import (
 	"github.com/plexusnet/plexus/internal/testing/otlpsink"
 )
 
+const usage = `usage: tracedump serve|flow [flags]
+
+  serve   receive spans over OTLP/gRPC and serve them as JSON over HTTP
+  flow    print the trace of the latest span matching --service and --name
+          as a tree, from a running "tracedump serve"
+
+flags:`
+
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: tracedump serve|flow [flags]")
-		os.Exit(2)
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		out, code := os.Stderr, 2
+		if len(os.Args) >= 2 {
+			out, code = os.Stdout, 0
+		}
+		fmt.Fprintln(out, usage)
+		flags("help").SetOutput(out)
+		flags("help").PrintDefaults()
+		os.Exit(code)
 	}
-	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	otlp := fs.String("otlp", "127.0.0.1:4317", "OTLP/gRPC address to receive spans on (serve)")
-	httpAddr := fs.String("http", "127.0.0.1:9499", "HTTP address serving the spans as JSON")
-	service := fs.String("service", "plexus-importer", "service of the span the flow ends in (flow)")
-	name := fs.String("name", "kube P.* endpointslices", "regular expression matching that span's name; the latest match is taken (flow)")
-	wait := fs.Duration("wait", 10*time.Second, "how long to wait for a matching span (flow)")
+	fs := flags(os.Args[1])
+	otlp, httpAddr := fs.Lookup("otlp").Value.(flag.Getter), fs.Lookup("http").Value.(flag.Getter)
+	service, name := fs.Lookup("service").Value.(flag.Getter), fs.Lookup("name").Value.(flag.Getter)
+	wait := fs.Lookup("wait").Value.(flag.Getter)
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
 	case "serve":
-		err = serve(*otlp, *httpAddr)
+		err = serve(otlp.Get().(string), httpAddr.Get().(string))
 	case "flow":
-		err = flow(*httpAddr, *service, *name, *wait)
+		err = flow(httpAddr.Get().(string), service.Get().(string), name.Get().(string), wait.Get().(time.Duration))
 	default:
-		err = fmt.Errorf("unknown command %q", os.Args[1])
+		err = fmt.Errorf("unknown command %q (tracedump --help lists them)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tracedump:", err)
 		os.Exit(1)
 	}
+}
+
+// flags returns the flags of a command; -h and --help print them and exit 0.
+func flags(cmd string) *flag.FlagSet {
+	fs := flag.NewFlagSet("tracedump "+cmd, flag.ExitOnError)
+	fs.String("otlp", "127.0.0.1:4317", "OTLP/gRPC address to receive spans on (serve)")
+	fs.String("http", "127.0.0.1:9499", "HTTP address serving the spans as JSON")
+	fs.String("service", "plexus-importer", "service of the span the flow ends in (flow)")
+	fs.String("name", "kube P.* endpointslices", "regular expression matching that span's name; the latest match is taken (flow)")
+	fs.Duration("wait", 10*time.Second, "how long to wait for a matching span (flow)")
+	return fs
 }
 
 func serve(otlp, httpAddr string) error {

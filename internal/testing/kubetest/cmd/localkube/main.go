@@ -39,10 +39,19 @@ func main() {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(ctx, os.Args[1:], os.Stdout, log); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // the usage is printed; asking for it is no failure
+		}
 		log.Error("localkube failed", "error", err)
 		os.Exit(1)
 	}
 }
+
+const usage = `usage: localkube [flags]       run etcd and one kube-apiserver per cluster until interrupted
+       localkube pki [flags]   write an API server's certificates and kubeconfig, and exit
+       localkube crds [flags]  install the CRDs into a running API server, and exit
+
+flags of localkube:`
 
 // maxClusters keeps every cluster's Service range inside 10.96.0.0/11.
 const maxClusters = 32
@@ -56,8 +65,16 @@ type options struct {
 	crds     bool
 }
 
-func parseFlags(args []string) (options, error) {
+func parseFlags(args []string) (options, error) { return parseFlagsTo(os.Stderr, args) }
+
+// parseFlagsTo parses args, writing usage and errors to out.
+func parseFlagsTo(out io.Writer, args []string) (options, error) {
 	fs := flag.NewFlagSet("localkube", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	clusters := fs.String("clusters", "a", "comma-separated cluster names; each gets its own kube-apiserver on the shared etcd")
 	dir := fs.String("dir", "", "folder for kubeconfigs, certificates, data and logs (default: a temporary folder, removed on exit)")
 	kubeBin := fs.String("kube-bin", "", "folder holding etcd and kube-apiserver (default: $"+kubetest.EnvKubeBin+" or the build cache)")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -139,4 +140,15 @@ func parseEnv(t *testing.T, data string) map[string]string {
 		env[key] = strings.ReplaceAll(value[1:len(value)-1], `'\''`, "'")
 	}
 	return env
+}
+
+// TestHelp: --help prints the usage with the pki and crds subcommands and
+// is no failure.
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseFlagsTo(&out, []string{"--help"})
+	require.ErrorIs(t, err, flag.ErrHelp)
+	require.Contains(t, out.String(), "localkube pki")
+	require.Contains(t, out.String(), "localkube crds")
+	require.Contains(t, out.String(), "-clusters")
 }
