@@ -5,7 +5,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ \
+# docker build --build-arg VERSION=$(git describe --tags --always --dirty)
+ARG VERSION=unknown
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/plexusnet/plexus/internal/server.version=${VERSION}" -o /out/ \
       ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl \
       ./internal/testing/kubetest/cmd/localkube
 

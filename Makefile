@@ -18,6 +18,8 @@ SERVICES := allocator membership importer repair
 SECURE ?=
 # make demo ALLOCATOR_STORE=etcd: two allocator replicas on etcd instead of one on bolt.
 ALLOCATOR_STORE ?= bolt
+# The version stamped into the binaries (--version, plexusctl status).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 # Where make certs writes the CA and the certificates.
 CERTS_DIR ?= .certs
 
@@ -61,7 +63,7 @@ lint: tools ## buf lint, buf breaking against main, gofmt, go vet, docker-compos
 .PHONY: build
 build: ## Build the four services and plexusctl into bin/.
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/testing/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
+	CGO_ENABLED=0 $(GO) build -ldflags "-X github.com/plexusnet/plexus/internal/server.version=$(VERSION)" -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/testing/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
 	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test

@@ -65,13 +65,21 @@ func SpecOf[O any, P Flags[O]](svc config.Service, short string, defaults func()
 	}
 }
 
-// Version is the module version the binary was built from.
+// Version is the version the binary was built as: the one stamped at build
+// time, else the module version Go recorded, else "(devel)".
 func Version() string {
+	if version != "" {
+		return version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
 	return "(devel)"
 }
+
+// version is stamped at build time (`make build` sets it to `git describe
+// --tags --always --dirty` with -ldflags -X); empty in a plain go build.
+var version string
 
 // Command returns the root command of a service: the common flags (with
 // their PLEXUS_* environment variables), the service's own flags, and a run

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/plexusnet/plexus/internal/server"
 	"io"
 	"os"
 	"os/signal"
@@ -44,6 +45,7 @@ func NewRoot(out io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "plexusctl",
 		Short:         "Drive the Plexus services: allocator, membership, importer and repair",
+		Version:       server.Version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

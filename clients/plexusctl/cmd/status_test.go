@@ -106,3 +106,13 @@ func TestUnknownOutputFormatCallsNothing(t *testing.T) {
 	require.ErrorContains(t, err, "--output")
 	require.ErrorContains(t, err, `"jsn"`)
 }
+
+// TestVersion: --version prints the version the binary was stamped with
+// (make build sets it from git describe), and exits cleanly.
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	root := NewRoot(&out)
+	root.SetArgs([]string{"--version"})
+	require.NoError(t, root.Execute())
+	require.Equal(t, "plexusctl version "+server.Version()+"\n", out.String())
+}
