@@ -2,6 +2,7 @@ package kubetest_test
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
@@ -311,4 +312,39 @@ func testExternalWorkloadValidation(ctx context.Context, t *testing.T, c *kubete
 			require.ErrorContains(t, err, tc.wantErr)
 		})
 	}
+}
+
+// TestPodRunner: a Pod is bound, reported Running and Ready with an
+// address of the pod range, and removed at once when deleted, as a kubelet
+// would confirm it.
+func TestPodRunner(t *testing.T) {
+	etcd := kubetest.StartEtcd(t)
+	c := kubetest.StartAPIServer(t, etcd, kubetest.WithName("pods"))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := kubetest.NewPodRunner(c.Clientset, "node-1", netip.MustParsePrefix("10.128.0.0/16"), slog.New(slog.DiscardHandler))
+	go func() { _ = r.Run(ctx) }()
+
+	pods := c.Clientset.CoreV1().Pods("default")
+	_, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var p *corev1.Pod
+	require.Eventually(t, func() bool {
+		p, err = pods.Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, "node-1", p.Spec.NodeName)
+	require.True(t, netip.MustParsePrefix("10.128.0.0/16").Contains(netip.MustParseAddr(p.Status.PodIP)))
+	ready := false
+	for _, cond := range p.Status.Conditions {
+		ready = ready || (cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue)
+	}
+	require.True(t, ready)
+
+	require.NoError(t, pods.Delete(ctx, "web", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, err := pods.Get(ctx, "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, 20*time.Second, 20*time.Millisecond, "a deleted Pod goes at once")
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -63,6 +64,7 @@ type options struct {
 	dir      string
 	kubeBin  string
 	crds     bool
+	runPods  bool
 }
 
 func parseFlags(args []string) (options, error) { return parseFlagsTo(os.Stderr, args) }
@@ -79,13 +81,14 @@ func parseFlagsTo(out io.Writer, args []string) (options, error) {
 	dir := fs.String("dir", "", "folder for kubeconfigs, certificates, data and logs (default: a temporary folder, removed on exit)")
 	kubeBin := fs.String("kube-bin", "", "folder holding etcd and kube-apiserver (default: $"+kubetest.EnvKubeBin+" or the build cache)")
 	crds := fs.Bool("crds", true, "install the ServiceExport, ServiceImport and ExternalWorkload CRDs")
+	runPods := fs.Bool("run-pods", false, "stand in for the scheduler and kubelets: bind every Pod to a node of its cluster and report it Running and Ready with an address of the cluster's pod range (10.128+N.0.0/16, the N-th cluster); nothing runs in it")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o := options{dir: *dir, kubeBin: *kubeBin, crds: *crds}
+	o := options{dir: *dir, kubeBin: *kubeBin, crds: *crds, runPods: *runPods}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(*clusters, ",") {
 		name = strings.TrimSpace(name)
@@ -171,6 +174,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 		return launchErr
 	}
 	log.Info("control plane ready", "clusters", len(clusters), "elapsed", time.Since(start).Round(time.Millisecond))
+	if o.runPods {
+		runPods(ctx, clusters, log)
+	}
 
 	env := envLines(dir, etcd, clusters)
 	if err := atomicfile.Write(envPath, []byte(env), 0o600); err != nil {
@@ -245,6 +251,19 @@ func launchClusters(ctx context.Context, bins kubetest.Binaries, dir string, etc
 		}
 	}
 	return started, errors.Join(errs...)
+}
+
+// runPods starts a pod runner per cluster, each with a pod range of its
+// own, until ctx ends.
+func runPods(ctx context.Context, clusters []*kubetest.Cluster, log *slog.Logger) {
+	for i, c := range clusters {
+		r := kubetest.NewPodRunner(c.Clientset, "localkube-"+c.Name, netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", 128+i)), log.With("cluster", c.Name))
+		go func() {
+			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("pod runner stopped", "cluster", c.Name, "error", err)
+			}
+		}()
+	}
 }
 
 func envLines(dir string, etcd *kubetest.Etcd, clusters []*kubetest.Cluster) string {
