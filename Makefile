@@ -32,7 +32,7 @@ tools: ## Install the pinned tools (buf, protoc plugins, grpcurl, controller-gen
 	@cd tools && GOBIN=$(BIN) $(GO) install tool
 
 .PHONY: kube-binaries
-kube-binaries: ## Build and cache kube-apiserver and etcd (first run takes minutes).
+kube-binaries: ## Build and cache kube-apiserver, kube-controller-manager and etcd (first run takes minutes).
 	@hack/kube-binaries.sh >/dev/null
 
 .PHONY: generate
@@ -70,6 +70,10 @@ build: ## Build the four services and plexusctl into bin/.
 test: lint check-generated kube-binaries ## Unit and integration tests (real kube-apiserver and etcd), race detector on the pure cores.
 	$(GO) test -race -count=1 $(CORE_PKGS)
 	$(GO) test -count=1 -timeout 30m ./...
+
+.PHONY: conformance
+conformance: build kube-binaries ## The upstream MCS API conformance suite against two local clusters (MCS_API=<mcs-api checkout>, default ../shared/mcs-api).
+	hack/conformance.sh
 
 .PHONY: bench
 bench: ## Benchmarks of the pure cores and against peer implementations (see BENCHMARKS.md).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and etcd at pinned versions from the Go module proxy
-# and caches them. Tests and the demo find them in $PLEXUS_KUBE_BIN (printed
+# Builds kube-apiserver, kube-controller-manager and etcd at pinned versions
+# from the Go module proxy and caches them. Tests and the demo find them in $PLEXUS_KUBE_BIN (printed
 # on the last line). A second run with the binaries present does nothing.
 set -euo pipefail
 
@@ -15,9 +15,10 @@ log() { printf 'kube-binaries: %s\n' "$*" >&2; }
 # version, so a broken or stale build in the cache is rebuilt.
 etcd_ok() { "$BIN/etcd" --version 2>/dev/null | grep -q "etcd Version: ${ETCD_VERSION#v}"; }
 kube_ok() { "$BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; }
+kcm_ok() { "$BIN/kube-controller-manager" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; }
 
 mkdir -p "$BIN"
-if etcd_ok && kube_ok; then
+if etcd_ok && kube_ok && kcm_ok; then
   echo "$BIN"
   exit 0
 fi
@@ -30,7 +31,7 @@ if command -v flock >/dev/null; then
     log "another build is running; waiting for it"
     flock 9
   fi
-  if etcd_ok && kube_ok; then
+  if etcd_ok && kube_ok && kcm_ok; then
     echo "$BIN"
     exit 0
   fi
@@ -62,8 +63,7 @@ GO
   etcd_ok || { log "built etcd does not report version $ETCD_VERSION"; exit 1; }
 fi
 
-if ! kube_ok; then
-  log "building kube-apiserver $KUBE_VERSION (about 4-6 minutes on 2 cores)"
+if ! kube_ok || ! kcm_ok; then
   mkdir -p "$work/kube" && cd "$work/kube"
   go mod init plexus.local/kubebuild >/dev/null 2>&1
   modfile="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
@@ -76,6 +76,7 @@ if ! kube_ok; then
   done
   echo 'package main' > tools.go
   echo 'import _ "k8s.io/kubernetes/cmd/kube-apiserver"' >> tools.go
+  echo 'import _ "k8s.io/kubernetes/cmd/kube-controller-manager"' >> tools.go
   GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
   # Without the version stamp the server reports v0.0.0-master, which
   # clients that check the server version reject.
@@ -83,9 +84,19 @@ if ! kube_ok; then
   minor="${minor%%.*}"
   pkg=k8s.io/component-base/version
   ldflags="-X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-  CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
-  kube_ok || { log "built kube-apiserver does not report version $KUBE_VERSION"; exit 1; }
+  if ! kube_ok; then
+    log "building kube-apiserver $KUBE_VERSION (about 4-6 minutes on 2 cores)"
+    CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+    kube_ok || { log "built kube-apiserver does not report version $KUBE_VERSION"; exit 1; }
+  fi
+  if ! kcm_ok; then
+    # Most of it is built already with kube-apiserver.
+    log "building kube-controller-manager $KUBE_VERSION (about 1-3 minutes more)"
+    CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
+    mv "$BIN/kube-controller-manager.tmp" "$BIN/kube-controller-manager"
+    kcm_ok || { log "built kube-controller-manager does not report version $KUBE_VERSION"; exit 1; }
+  fi
 fi
 
 log "binaries ready in $BIN"

@@ -65,6 +65,8 @@ type options struct {
 	kubeBin  string
 	crds     bool
 	runPods  bool
+	// controllers runs kube-controller-manager in each cluster.
+	controllers bool
 }
 
 func parseFlags(args []string) (options, error) { return parseFlagsTo(os.Stderr, args) }
@@ -81,6 +83,7 @@ func parseFlagsTo(out io.Writer, args []string) (options, error) {
 	dir := fs.String("dir", "", "folder for kubeconfigs, certificates, data and logs (default: a temporary folder, removed on exit)")
 	kubeBin := fs.String("kube-bin", "", "folder holding etcd and kube-apiserver (default: $"+kubetest.EnvKubeBin+" or the build cache)")
 	crds := fs.Bool("crds", true, "install the ServiceExport, ServiceImport and ExternalWorkload CRDs")
+	controllers := fs.Bool("controllers", false, "run kube-controller-manager in each cluster ("+strings.Join(kubetest.Controllers, ", ")+"); needs the binary (make kube-binaries)")
 	runPods := fs.Bool("run-pods", false, "stand in for the scheduler and kubelets: bind every Pod to a node of its cluster and report it Running and Ready with an address of the cluster's pod range (10.128+N.0.0/16, the N-th cluster); nothing runs in it")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -88,7 +91,7 @@ func parseFlagsTo(out io.Writer, args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o := options{dir: *dir, kubeBin: *kubeBin, crds: *crds, runPods: *runPods}
+	o := options{dir: *dir, kubeBin: *kubeBin, crds: *crds, runPods: *runPods, controllers: *controllers}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(*clusters, ",") {
 		name = strings.TrimSpace(name)
@@ -176,6 +179,20 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	log.Info("control plane ready", "clusters", len(clusters), "elapsed", time.Since(start).Round(time.Millisecond))
 	if o.runPods {
 		runPods(ctx, clusters, log)
+	}
+	if o.controllers {
+		for _, c := range clusters {
+			m, err := kubetest.LaunchControllerManager(bins, c, filepath.Join(dir, c.Name))
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if stopErr := m.Stop(); stopErr != nil {
+					err = errors.Join(err, stopErr)
+				}
+			}()
+		}
+		log.Info("controllers running", "controllers", kubetest.Controllers)
 	}
 
 	env := envLines(dir, etcd, clusters)

@@ -1,0 +1,63 @@
+package kubetest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Controllers are the kube-controller-manager controllers a local cluster
+// runs: what turns Deployments into Pods, Services into EndpointSlices,
+// and deletes what owners and namespaces leave behind. With the PodRunner
+// standing in for the scheduler and kubelets, a Deployment gets Running
+// Pods and its Service real EndpointSlices.
+var Controllers = []string{
+	"deployment-controller", "replicaset-controller", "endpointslice-controller",
+	"endpointslice-mirroring-controller", "garbage-collector-controller", "namespace-controller",
+}
+
+// ControllerManager is the path of the kube-controller-manager executable.
+func (b Binaries) ControllerManager() string { return filepath.Join(b.Dir, "kube-controller-manager") }
+
+// HasControllerManager reports whether kube-controller-manager was built
+// (hack/kube-binaries.sh builds it; a cache from before it did lacks it).
+func (b Binaries) HasControllerManager() bool {
+	info, err := os.Stat(b.ControllerManager())
+	return err == nil && !info.IsDir() && info.Mode()&0o111 != 0
+}
+
+// ControllerManagerProcess is a running kube-controller-manager.
+type ControllerManagerProcess struct{ proc *process }
+
+// Stop terminates it and returns once it is gone.
+func (m *ControllerManagerProcess) Stop() error { return m.proc.stop(DefaultStopGrace) }
+
+// Exited is closed when the process has exited.
+func (m *ControllerManagerProcess) Exited() <-chan struct{} { return m.proc.done }
+
+// LogPath is the file its output goes to.
+func (m *ControllerManagerProcess) LogPath() string { return m.proc.logPath }
+
+// LaunchControllerManager runs kube-controller-manager against c with the
+// Controllers, logging to dir. It serves nothing (--secure-port=0) and
+// elects no leader, so several clusters' managers run side by side.
+func LaunchControllerManager(b Binaries, c *Cluster, dir string) (*ControllerManagerProcess, error) {
+	if !b.HasControllerManager() {
+		return nil, fmt.Errorf("%w: no executable %s (build it with %s)", ErrBinariesMissing, b.ControllerManager(), BuildCommand)
+	}
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--controllers=" + strings.Join(Controllers, ","),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+		"--concurrent-service-endpoint-syncs=5",
+		"--v=1",
+	}
+	p, err := startProcess("kube-controller-manager "+c.Name, b.ControllerManager(), args, filepath.Join(dir, "kube-controller-manager.log"))
+	if err != nil {
+		return nil, err
+	}
+	return &ControllerManagerProcess{proc: p}, nil
+}
