@@ -136,37 +136,28 @@ func NodeName(field, s string) error {
 // ZoneHints checks the zones of an endpoint's hints: at most MaxZoneHints,
 // each a label value, none twice.
 func ZoneHints(field string, zones []string) error {
-	if len(zones) > MaxZoneHints {
-		return refuse(field, "", fmt.Sprintf("at most %d zones, got %d", MaxZoneHints, len(zones)))
-	}
-	for i, z := range zones {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if err := messages(f, z, validation.IsValidLabelValue(z)); err != nil {
-			return err
-		}
-		for _, o := range zones[:i] {
-			if o == z {
-				return refuse(f, z, "appears twice")
-			}
-		}
-	}
-	return nil
+	return hintNames(field, zones, MaxZoneHints, "zones", validation.IsValidLabelValue)
 }
 
 // NodeHints checks the nodes of an endpoint's hints: at most MaxNodeHints,
 // each a node name, none twice.
 func NodeHints(field string, nodes []string) error {
-	if len(nodes) > MaxNodeHints {
-		return refuse(field, "", fmt.Sprintf("at most %d nodes, got %d", MaxNodeHints, len(nodes)))
+	return hintNames(field, nodes, MaxNodeHints, "nodes", validation.IsDNS1123Subdomain)
+}
+
+// hintNames checks the names of one kind of hint: at most most of them,
+// each passing rule, none twice.
+func hintNames(field string, names []string, most int, what string, rule func(string) []string) error {
+	if len(names) > most {
+		return refuse(field, "", fmt.Sprintf("at most %d %s, got %d", most, what, len(names)))
 	}
-	for i, n := range nodes {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if err := NodeName(f, n); err != nil {
-			return err
+	for i, n := range names {
+		if msgs := rule(n); len(msgs) > 0 {
+			return messages(fmt.Sprintf("%s[%d]", field, i), n, msgs)
 		}
-		for _, o := range nodes[:i] {
+		for _, o := range names[:i] {
 			if o == n {
-				return refuse(f, n, "appears twice")
+				return refuse(fmt.Sprintf("%s[%d]", field, i), n, "appears twice")
 			}
 		}
 	}
@@ -303,33 +294,20 @@ func (c *Checker) Endpoint(at discovery.AddressType, ep *discovery.Endpoint) err
 }
 
 func (c *Checker) hints(h *discovery.EndpointHints) error {
-	if len(h.ForZones) > MaxZoneHints {
-		return refuse("hints.forZones", "", fmt.Sprintf("at most %d zones, got %d", MaxZoneHints, len(h.ForZones)))
-	}
+	zones := make([]string, len(h.ForZones))
 	for i, z := range h.ForZones {
-		if msgs := c.memo('z', z.Name, validation.IsValidLabelValue); len(msgs) > 0 {
-			return messages(fmt.Sprintf("hints.forZones[%d]", i), z.Name, msgs)
-		}
-		for _, o := range h.ForZones[:i] {
-			if o.Name == z.Name {
-				return refuse(fmt.Sprintf("hints.forZones[%d]", i), z.Name, "appears twice")
-			}
-		}
+		zones[i] = z.Name
 	}
-	if len(h.ForNodes) > MaxNodeHints {
-		return refuse("hints.forNodes", "", fmt.Sprintf("at most %d nodes, got %d", MaxNodeHints, len(h.ForNodes)))
+	zone := func(n string) []string { return c.memo('z', n, validation.IsValidLabelValue) }
+	if err := hintNames("hints.forZones", zones, MaxZoneHints, "zones", zone); err != nil {
+		return err
 	}
+	nodes := make([]string, len(h.ForNodes))
 	for i, n := range h.ForNodes {
-		if msgs := c.memo('n', n.Name, validation.IsDNS1123Subdomain); len(msgs) > 0 {
-			return messages(fmt.Sprintf("hints.forNodes[%d]", i), n.Name, msgs)
-		}
-		for _, o := range h.ForNodes[:i] {
-			if o.Name == n.Name {
-				return refuse(fmt.Sprintf("hints.forNodes[%d]", i), n.Name, "appears twice")
-			}
-		}
+		nodes[i] = n.Name
 	}
-	return nil
+	node := func(n string) []string { return c.memo('n', n, validation.IsDNS1123Subdomain) }
+	return hintNames("hints.forNodes", nodes, MaxNodeHints, "nodes", node)
 }
 
 // Ports checks the ports of one slice: each port, and no name twice.
