@@ -287,6 +287,7 @@ func allocCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			out := &watchOutput{w: g.out, format: g.output}
 			for {
 				ev, err := stream.Recv()
 				if errors.Is(err, io.EOF) || errors.Is(cmd.Context().Err(), context.Canceled) {
@@ -295,7 +296,7 @@ func allocCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := render(g.out, g.output, ev, func() *table {
+				if err := out.render(ev, func() *table {
 					t := allocTable(ev.GetAllocation())()
 					t.header = append([]string{"EVENT", "REVISION"}, t.header...)
 					for i := range t.rows {

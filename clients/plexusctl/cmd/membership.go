@@ -310,6 +310,7 @@ func membersCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			out := &watchOutput{w: g.out, format: g.output}
 			for {
 				ev, err := stream.Recv()
 				if errors.Is(err, io.EOF) || errors.Is(cmd.Context().Err(), context.Canceled) {
@@ -318,7 +319,7 @@ func membersCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := render(g.out, g.output, ev, watchTable(ev)); err != nil {
+				if err := out.render(ev, watchTable(ev)); err != nil {
 					return err
 				}
 			}

@@ -55,13 +55,36 @@ func render(w io.Writer, format string, msg proto.Message, tbl func() *table) er
 		_, err = w.Write(y)
 		return err
 	case "table", "":
-		t := tbl()
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, strings.Join(t.header, "\t"))
-		for _, r := range t.rows {
-			fmt.Fprintln(tw, strings.Join(r, "\t"))
-		}
-		return tw.Flush()
+		return writeTable(w, tbl(), true)
 	}
 	return checkFormat(format)
+}
+
+func writeTable(w io.Writer, t *table, header bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if header {
+		fmt.Fprintln(tw, strings.Join(t.header, "\t"))
+	}
+	for _, r := range t.rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// watchOutput renders the events of a watch: in the table form the header is
+// printed once, before the first event, not again for every batch.
+type watchOutput struct {
+	w      io.Writer
+	format string
+	headed bool
+}
+
+func (s *watchOutput) render(msg proto.Message, tbl func() *table) error {
+	if s.format != "table" && s.format != "" {
+		return render(s.w, s.format, msg, tbl)
+	}
+	t := tbl()
+	err := writeTable(s.w, t, !s.headed)
+	s.headed = true
+	return err
 }

@@ -3,9 +3,11 @@ package cmd
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +117,18 @@ func TestVersion(t *testing.T) {
 	root.SetArgs([]string{"--version"})
 	require.NoError(t, root.Execute())
 	require.Equal(t, "plexusctl version "+server.Version()+"\n", out.String())
+}
+
+// TestWatchOutputHeaderOnce: a watch prints its table header once, not
+// before every event.
+func TestWatchOutputHeaderOnce(t *testing.T) {
+	var out bytes.Buffer
+	w := &watchOutput{w: &out, format: "table"}
+	for i := range 3 {
+		require.NoError(t, w.render(nil, func() *table {
+			return &table{header: []string{"EVENT", "ADDRESS"}, rows: [][]string{{"ADDED", fmt.Sprint("10.0.0.", i)}}}
+		}))
+	}
+	require.Equal(t, 1, strings.Count(out.String(), "EVENT"), "%s", out.String())
+	require.Equal(t, 3, strings.Count(out.String(), "ADDED"))
 }
