@@ -92,6 +92,14 @@ demo: tools build kube-binaries ## Run the whole system locally end to end, then
 demo-up: tools build kube-binaries ## Like demo, but keep everything running for exploring.
 	SECURE=$(SECURE) ALLOCATOR_STORE=$(ALLOCATOR_STORE) hack/demo.sh --keep
 
+.PHONY: demo-down
+demo-down: ## Stop what make demo-up started.
+	@if [[ -s .demo/demo.pid ]] && kill -0 "$$(cat .demo/demo.pid)" 2>/dev/null; then \
+		kill -TERM "$$(cat .demo/demo.pid)"; \
+		for _ in $$(seq 1 100); do kill -0 "$$(cat .demo/demo.pid 2>/dev/null)" 2>/dev/null || break; sleep 0.2; done; \
+		echo "demo stopped"; \
+	else echo "no demo is running"; fi
+
 .PHONY: clean
 clean: ## Remove built binaries and demo state.
 	rm -rf bin .demo

@@ -29,18 +29,26 @@ rm -rf "$DEMO"
 mkdir -p "$LOGS"
 
 pids=()
+stopping=0
 cleanup() {
   local code=$?
   if ((${#pids[@]})); then
     kill -TERM "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
   fi
-  if ((code != 0)); then
+  rm -f "$DEMO/demo.pid"
+  if ((stopping)); then
+    echo
+    echo "demo stopped: every process it started is gone (logs stay in $LOGS)"
+  elif ((code != 0)); then
     echo
     echo "demo failed (exit $code); logs of every process are in $LOGS"
   fi
 }
 trap cleanup EXIT
+# make demo-down (SIGTERM) and Ctrl-C stop the demo; neither is a failure.
+trap 'stopping=1; exit 0' INT TERM
+echo $$ >"$DEMO/demo.pid"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say() { printf '   %s\n' "$*"; }
@@ -290,7 +298,7 @@ MSG
   demokube set-ready --kubeconfig $KUBECONFIG_A --namespace shop --pod cart-1 --ready=true
   demokube show --kubeconfig $KUBECONFIG_B --namespace shop --service cart
   $GRPCURL_SHOWN $IMPORTER describe plexus.importer.v1.ImporterService
-Press Ctrl-C to stop.
+Stop it with \`make demo-down\` (from another terminal) or Ctrl-C.
 MSG
   wait "${pids[0]}"
 fi
