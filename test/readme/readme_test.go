@@ -32,7 +32,7 @@ import (
 var notRun = map[string]string{
 	"make demo":                  "runs the whole system itself",
 	"make test":                  "is the test suite",
-	"plexusctl alloc watch vips": "streams until interrupted",
+	"plexusctl alloc watch lab-vips": "streams until interrupted",
 	"plexusctl members watch":    "streams until interrupted",
 	"make demo SECURE=1":         "runs the whole system itself",
 	"plexusctl --tls-ca .certs/ca.crt --tls-cert .certs/operator/tls.crt --tls-key .certs/operator/tls.key status": "needs the services serving mutual TLS",
