@@ -35,6 +35,10 @@ tools: ## Install the pinned tools (buf, protoc plugins, grpcurl, controller-gen
 kube-binaries: ## Build and cache kube-apiserver, kube-controller-manager and etcd (first run takes minutes).
 	@hack/kube-binaries.sh >/dev/null
 
+.PHONY: coredns
+coredns: ## Build and cache CoreDNS (kubernetes plugin with multicluster) for the clusterset DNS test.
+	@hack/coredns.sh >/dev/null
+
 .PHONY: generate
 generate: tools ## Regenerate Go code from the protos and the CRD manifests.
 	buf generate
@@ -67,7 +71,7 @@ build: ## Build the four services and plexusctl into bin/.
 	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test
-test: lint check-generated kube-binaries ## Unit and integration tests (real kube-apiserver and etcd), race detector on the pure cores.
+test: lint check-generated kube-binaries coredns ## Unit and integration tests (real kube-apiserver and etcd), race detector on the pure cores.
 	$(GO) test -race -count=1 $(CORE_PKGS)
 	$(GO) test -count=1 -timeout 30m ./...
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds CoreDNS at a pinned version from the Go module proxy, with only
+# the plugins the clusterset DNS tests need (kubernetes, with its
+# multicluster option, errors and log), and caches it. Tests find it in
+# $PLEXUS_COREDNS (printed on the last line). A second run with the binary
+# present does nothing.
+set -euo pipefail
+
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+CACHE="${PLEXUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}"
+OUT="${PLEXUS_COREDNS:-$CACHE/coredns-$COREDNS_VERSION/coredns}"
+
+ok() { "$OUT" -version 2>/dev/null | grep -q "CoreDNS-${COREDNS_VERSION#v}"; }
+if ok; then
+  echo "$OUT"
+  exit 0
+fi
+mkdir -p "$(dirname "$OUT")"
+if command -v flock >/dev/null; then
+  exec 9>"$OUT.lock"
+  flock 9
+  if ok; then
+    echo "$OUT"
+    exit 0
+  fi
+fi
+printf 'coredns: building CoreDNS %s (about 2-5 minutes on 2 cores)\n' "$COREDNS_VERSION" >&2
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+go mod init plexus.local/corednsbuild >/dev/null 2>&1
+go get "github.com/coredns/coredns@$COREDNS_VERSION" >/dev/null 2>&1
+cat > main.go <<'GO'
+// A CoreDNS with the plugins the clusterset DNS needs only.
+package main
+
+import (
+	"github.com/coredns/coredns/coremain"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+)
+
+func main() { coremain.Run() }
+GO
+go mod tidy >/dev/null 2>&1
+CGO_ENABLED=0 go build -trimpath -o "$OUT.tmp" .
+mv "$OUT.tmp" "$OUT"
+ok || { echo "coredns: the built binary does not report $COREDNS_VERSION" >&2; exit 1; }
+echo "$OUT"
