@@ -89,11 +89,11 @@ certs: ## Create a local CA and mutual TLS certificates for the services and an 
 	$(GO) run ./clients/plexusctl certs --dir $(CERTS_DIR)
 
 .PHONY: demo
-demo: tools build kube-binaries ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies; ALLOCATOR_STORE=etcd: two allocator replicas on etcd).
+demo: tools build kube-binaries coredns ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies; ALLOCATOR_STORE=etcd: two allocator replicas on etcd).
 	SECURE=$(SECURE) ALLOCATOR_STORE=$(ALLOCATOR_STORE) hack/demo.sh
 
 .PHONY: demo-up
-demo-up: tools build kube-binaries ## Like demo, but keep everything running for exploring.
+demo-up: tools build kube-binaries coredns ## Like demo, but keep everything running for exploring.
 	SECURE=$(SECURE) ALLOCATOR_STORE=$(ALLOCATOR_STORE) hack/demo.sh --keep
 
 .PHONY: demo-down

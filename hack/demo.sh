@@ -24,6 +24,7 @@ BIN="$ROOT/bin"
 DEMO="$ROOT/.demo"
 LOGS="$DEMO/logs"
 export PATH="$BIN:$ROOT/.bin:$PATH"
+COREDNS="$("$ROOT/hack/coredns.sh")"
 
 rm -rf "$DEMO"
 mkdir -p "$LOGS"
@@ -159,12 +160,31 @@ if [[ "$ALLOCATOR_STORE" == etcd ]]; then
   done
 fi
 
-step "Starting membership for cluster a, the importer for cluster b, and repair"
+step "Starting membership for cluster a, an importer in each cluster, and repair"
+say "every cluster imports, the exporting one too, as the MCS API wants the ServiceImport everywhere"
 service_env membership
 env "${SERVICE_ENV[@]}" plexus-membership --cluster-name a --kubeconfig "$KUBECONFIG_A" >"$LOGS/membership.log" 2>&1 &
 pids+=($!)
 service_env importer
 env "${SERVICE_ENV[@]}" plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" --source "a=$MEMBERS" --vip-pool vips >"$LOGS/importer.log" 2>&1 &
+pids+=($!)
+# Cluster a's importer sends no spans, so the trace below is cluster b's.
+IMPORTER_A=127.0.0.1:7413
+env "${SERVICE_ENV[@]}" OTEL_TRACES_EXPORTER=none plexus-importer --cluster-name a --kubeconfig "$KUBECONFIG_A" --source "a=$MEMBERS" \
+  --vip-pool vips --grpc-addr "$IMPORTER_A" --http-addr 127.0.0.1:9413 >"$LOGS/importer-a.log" 2>&1 &
+pids+=($!)
+# CoreDNS for cluster b: its kubernetes plugin serves clusterset.local from
+# the ServiceImports and EndpointSlices the importer writes.
+cat >"$DEMO/Corefile" <<COREFILE
+.:1053 {
+    errors
+    kubernetes cluster.local clusterset.local {
+        kubeconfig $KUBECONFIG_B b
+        multicluster clusterset.local
+    }
+}
+COREFILE
+"$COREDNS" -conf "$DEMO/Corefile" >"$LOGS/coredns.log" 2>&1 &
 pids+=($!)
 # Short intervals so the demo sees a leak released within a minute; the
 # defaults are a pass a minute and a minute of grace.
@@ -174,6 +194,7 @@ env "${SERVICE_ENV[@]}" plexus-repair --cluster-name a --kubeconfig "$KUBECONFIG
 pids+=($!)
 wait_healthy membership "$MEMBERS"
 wait_healthy importer "$IMPORTER"
+wait_healthy importer "$IMPORTER_A"
 wait_healthy repair "$REPAIR"
 say "plexusctl status asks each one's health service (version, and who leads importer and repair):"
 run plexusctl status
@@ -221,6 +242,17 @@ if [[ -z "$VIP" ]]; then
 fi
 say "the VIP $VIP is one allocation, owned by the clusterset service (not by a cluster):"
 run plexusctl alloc list vips
+
+step "Cluster a imports its own export too: the same VIP is both derived Services' cluster IP"
+say "cluster a's Service range is 10.96.0.0/16, the VIPs are 10.97.0.0/24: its importer made that range"
+say "known to cluster a's API server as a ServiceCIDR, so kube-proxy routes the same VIP in both clusters"
+run demokube wait --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --endpoints 4 --ready-endpoints 4
+run demokube show --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart
+say "the ServiceExport in cluster a: Valid and Ready from membership, Conflict from cluster a's importer:"
+run demokube export --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart
+
+step "DNS: CoreDNS of cluster b answers the clusterset name with the VIP, and SRV with the port"
+run demokube dns --server 127.0.0.1:1053 cart.shop.svc.clusterset.local _http._tcp.cart.shop.svc.clusterset.local
 
 step "A Pod in cluster a stops being ready; the slice in cluster b follows"
 run demokube set-ready --kubeconfig "$KUBECONFIG_A" --namespace shop --pod cart-1 --ready=false

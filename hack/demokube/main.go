@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -39,7 +40,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demokube seed|set-ready|show|wait|delete-workload [flags]")
+		fmt.Fprintln(os.Stderr, "usage: demokube seed|namespace|set-ready|show|wait|export|dns|delete-workload [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -53,7 +54,14 @@ func main() {
 	readyEndpoints := fs.Int("ready-endpoints", -1, "ready endpoints to wait for (wait)")
 	name := fs.String("name", "", "object name (delete-workload)")
 	timeout := fs.Duration("timeout", 60*time.Second, "how long to wait")
+	server := fs.String("server", "127.0.0.1:1053", "DNS server to ask (dns)")
 	_ = fs.Parse(os.Args[2:])
+	if os.Args[1] == "dns" {
+		if err := dig(*server, fs.Args(), *timeout); err != nil {
+			fail(err)
+		}
+		return
+	}
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -76,6 +84,8 @@ func main() {
 		err = d.show(ctx, *ns, *service)
 	case "wait":
 		err = d.wait(ctx, *ns, *service, *endpoints, *readyEndpoints)
+	case "export":
+		err = d.export(ctx, *ns, *service)
 	case "delete-workload":
 		err = workloadClientDelete(ctx, cfg, *ns, *name)
 	default:
@@ -300,4 +310,70 @@ func workloadClientDelete(ctx context.Context, cfg *rest.Config, ns, name string
 	}
 	fmt.Printf("deleted ExternalWorkload %s/%s directly in the API (its address is now leaked)\n", ns, name)
 	return nil
+}
+
+// export prints a ServiceExport's conditions, waiting until it carries
+// Valid, Ready and Conflict.
+func (d *driver) export(ctx context.Context, ns, service string) error {
+	for {
+		se, err := d.mcs.MulticlusterV1beta1().ServiceExports(ns).Get(ctx, service, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("service export: %w", err)
+		}
+		if len(se.Status.Conditions) >= 3 {
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "ServiceExport %s/%s\n", ns, se.Name)
+			for _, c := range se.Status.Conditions {
+				fmt.Fprintf(w, "  condition %s=%s\treason=%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
+			}
+			return w.Flush()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ServiceExport %s/%s has only %d conditions: %w", ns, service, len(se.Status.Conditions), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// dig asks server for the A records of each name (SRV for _port._tcp.
+// names) and prints the answers, retrying until they come or timeout.
+func dig(server string, names []string, timeout time.Duration) error {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", server)
+	}}
+	deadline := time.Now().Add(timeout)
+	for _, name := range names {
+		for {
+			answer, err := ask(r, name)
+			if err == nil && len(answer) > 0 {
+				fmt.Println(strings.Join(answer, "\n"))
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no answer from %s for %s: %v", server, name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func ask(r *net.Resolver, name string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var answer []string
+	if svc, rest, ok := strings.Cut(name, "._tcp."); ok && strings.HasPrefix(svc, "_") {
+		_, srvs, err := r.LookupSRV(ctx, strings.TrimPrefix(svc, "_"), "tcp", rest)
+		for _, s := range srvs {
+			answer = append(answer, fmt.Sprintf("%s.\tIN SRV %d %d %d %s", name, s.Priority, s.Weight, s.Port, s.Target))
+		}
+		return answer, err
+	}
+	addrs, err := r.LookupHost(ctx, name)
+	for _, a := range addrs {
+		answer = append(answer, fmt.Sprintf("%s.\tIN A %s", name, a))
+	}
+	return answer, err
 }
