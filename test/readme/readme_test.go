@@ -30,11 +30,11 @@ import (
 // notRun are the README commands that are not run, as written (without
 // the marker), and why.
 var notRun = map[string]string{
-	"make demo":                  "runs the whole system itself",
-	"make test":                  "is the test suite",
+	"make demo":                      "runs the whole system itself",
+	"make test":                      "is the test suite",
 	"plexusctl alloc watch lab-vips": "streams until interrupted",
-	"plexusctl members watch":    "streams until interrupted",
-	"make demo SECURE=1":         "runs the whole system itself",
+	"plexusctl members watch":        "streams until interrupted",
+	"make demo SECURE=1":             "runs the whole system itself",
 	"plexusctl --tls-ca .certs/ca.crt --tls-cert .certs/operator/tls.crt --tls-key .certs/operator/tls.key status": "needs the services serving mutual TLS",
 }
 
