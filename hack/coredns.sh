@@ -6,6 +6,7 @@
 # present does nothing.
 set -euo pipefail
 
+# Keep in step with kubetest.CoreDNSVersion, where the tests look for it.
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 CACHE="${PLEXUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}"
 OUT="${PLEXUS_COREDNS:-$CACHE/coredns-$COREDNS_VERSION/coredns}"

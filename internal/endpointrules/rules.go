@@ -6,8 +6,9 @@
 // The rules follow k8s.io/kubernetes/pkg/apis/discovery/validation (and the
 // endpoint address rule of pkg/apis/core/validation) at the Kubernetes
 // version the project pins; they are built from the apimachinery validation
-// functions the API server itself calls. A differential fuzz test in the
-// bench module (which builds k8s.io/kubernetes) checks that the two agree.
+// functions the API server itself calls. (Nothing yet checks that the two
+// stay in step when the pinned version moves: a differential test against
+// k8s.io/kubernetes's validation, in the bench module, would.)
 //
 // Addresses are also canonicalised: an IPv6 address written in upper case or
 // with leading zeros is the same address as its canonical form, and an
@@ -139,12 +140,6 @@ func ZoneHints(field string, zones []string) error {
 	return hintNames(field, zones, MaxZoneHints, "zones", validation.IsValidLabelValue)
 }
 
-// NodeHints checks the nodes of an endpoint's hints: at most MaxNodeHints,
-// each a node name, none twice.
-func NodeHints(field string, nodes []string) error {
-	return hintNames(field, nodes, MaxNodeHints, "nodes", validation.IsDNS1123Subdomain)
-}
-
 // hintNames checks the names of one kind of hint: at most most of them,
 // each passing rule, none twice.
 func hintNames(field string, names []string, most int, what string, rule func(string) []string) error {
@@ -206,21 +201,6 @@ func PortNames(field string, names []string) error {
 		}
 	}
 	return nil
-}
-
-// Endpoint checks one endpoint of a slice of the given address type and
-// canonicalises its IP addresses in place: use it where endpoints enter.
-// FQDN addresses are checked as fully qualified domain names.
-func Endpoint(at discovery.AddressType, ep *discovery.Endpoint) error {
-	for i, a := range ep.Addresses {
-		if at != discovery.AddressTypeIPv4 && at != discovery.AddressTypeIPv6 {
-			break
-		}
-		if c, rule := address(a, at == discovery.AddressTypeIPv6); rule == "" {
-			ep.Addresses[i] = c
-		}
-	}
-	return (&Checker{}).Endpoint(at, ep)
 }
 
 // Checker checks endpoints without changing them; it remembers the verdict

@@ -50,6 +50,15 @@ func TestAddress(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// Endpoint canonicalises ep's addresses, as the entry points do, and checks
+// it.
+func Endpoint(at discovery.AddressType, ep *discovery.Endpoint) error {
+	for i, a := range ep.Addresses {
+		ep.Addresses[i] = Canonical(a, at == discovery.AddressTypeIPv6)
+	}
+	return (&Checker{}).Endpoint(at, ep)
+}
+
 func TestEndpoint(t *testing.T) {
 	good := func() discovery.Endpoint {
 		return discovery.Endpoint{

@@ -46,19 +46,56 @@ func (b Binaries) APIServer() string { return filepath.Join(b.Dir, "kube-apiserv
 // PLEXUS_KUBE_BIN is not set: $PLEXUS_CACHE, else $XDG_CACHE_HOME/plexus,
 // else $HOME/.cache/plexus, then a folder named after both versions.
 func DefaultBinDir() (string, error) {
-	cache := os.Getenv(EnvCache)
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return "", fmt.Errorf("locate the cache folder: %w", err)
-			}
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "plexus")
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
 	}
 	return filepath.Join(cache, "kube-"+KubeVersion+"-etcd-"+EtcdVersion), nil
+}
+
+// cacheDir is the cache root the build scripts share: $PLEXUS_CACHE, else
+// $XDG_CACHE_HOME/plexus, else $HOME/.cache/plexus.
+func cacheDir() (string, error) {
+	if cache := os.Getenv(EnvCache); cache != "" {
+		return cache, nil
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("locate the cache folder: %w", err)
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "plexus"), nil
+}
+
+// CoreDNSVersion is the CoreDNS hack/coredns.sh builds.
+const CoreDNSVersion = "v1.15.0"
+
+// RequireCoreDNS returns the CoreDNS binary hack/coredns.sh built
+// ($PLEXUS_COREDNS, else the cache). Like RequireBinaries, a missing binary
+// skips the test on a developer machine and fails it in CI (CI set; make
+// test builds CoreDNS first), so CI cannot pass without the DNS test.
+func RequireCoreDNS(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("PLEXUS_COREDNS")
+	if path == "" {
+		cache, err := cacheDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path = filepath.Join(cache, "coredns-"+CoreDNSVersion, "coredns")
+	}
+	info, err := os.Stat(path)
+	if err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+		return path
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI is set and CoreDNS is missing at %s (%v): make coredns builds it", path, err)
+	}
+	t.Skipf("skipping: CoreDNS not built at %s (%v): run make coredns", path, err)
+	return ""
 }
 
 // FindBinaries returns the binaries named by PLEXUS_KUBE_BIN, else those in

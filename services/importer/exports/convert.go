@@ -124,9 +124,19 @@ func endpoint(ep *membershipv1.Endpoint, v6 bool) discovery.Endpoint {
 // materialize): its properties for the merge and its endpoints for the
 // packer, addresses canonicalised.
 func (e Export) Core() materialize.Export {
-	out := materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e)}
+	out := e.Summary()
 	out.Groups, out.Unusable = groups(e.Endpoints)
 	return out
+}
+
+// Summary is Core without the endpoints themselves: what a status read
+// needs, without converting every endpoint on each read.
+func (e Export) Summary() materialize.Export {
+	n := 0
+	for _, g := range e.Endpoints.GetGroups() {
+		n += len(g.GetEndpoints())
+	}
+	return materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e), Endpoints: n}
 }
 
 // mcsExport converts one cluster's export for the merge.

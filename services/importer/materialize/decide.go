@@ -19,7 +19,10 @@ type Export struct {
 	Cluster string
 	// Properties are what the merge compares (type, ports, affinity).
 	Properties mcs.Export
-	// Groups are the endpoints, by address type and port set.
+	// Endpoints counts the endpoints the cluster exports.
+	Endpoints int
+	// Groups are the endpoints, by address type and port set; a view
+	// read only to report status may leave them out.
 	Groups []islices.Group
 	// Unusable is set when the endpoint set could not be turned into
 	// groups; the cluster's slices are then left as they are.

@@ -37,7 +37,8 @@ func endpoints(from, to int) []discovery.Endpoint {
 func export(cluster string, age time.Duration, port int32, eps ...discovery.Endpoint) Export {
 	name, proto := "http", corev1.ProtocolTCP
 	return Export{
-		Cluster: cluster,
+		Cluster:   cluster,
+		Endpoints: len(eps),
 		Properties: mcs.Export{Created: t0.Add(-age), Type: mcsv1beta1.ClusterSetIP, SessionAffinity: corev1.ServiceAffinityNone,
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: port}}},
 		Groups: []islices.Group{{AddressType: discovery.AddressTypeIPv4,

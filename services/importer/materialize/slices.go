@@ -57,7 +57,7 @@ func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, final func(c
 			var desired []islices.Group
 			if has {
 				desired = e.Groups
-				cp.Exported = countGroups(e.Groups)
+				cp.Exported = e.Endpoints
 			}
 			tmpl := islices.ImportTemplate(v.Namespace, derived.Name, derived.UID, v.Name, cl)
 			plan, err := p.Plan(tmpl, desired, v.Slices[cl])
@@ -66,14 +66,6 @@ func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, final func(c
 		out = append(out, cp)
 	}
 	return out
-}
-
-func countGroups(groups []islices.Group) int {
-	n := 0
-	for _, g := range groups {
-		n += len(g.Endpoints)
-	}
-	return n
 }
 
 // Removal is what goes when no cluster exports a service.

@@ -113,6 +113,9 @@ type ClusterStatus struct {
 	// export was left out of the merge, its endpoints are unusable, or a
 	// write failed.
 	Problem string
+	// WriteFailed is true when the problem is a write the API server
+	// refused or did not take (Ready says EndpointSlicesNotWritten).
+	WriteFailed bool
 }
 
 // Status is the one status value of an import: the ServiceImport's status
@@ -146,7 +149,7 @@ func Report(v View, d Decision, slices map[string][]*discovery.EndpointSlice, o 
 		cs.Endpoints, cs.ReadyEndpoints = countSlices(slices[cl])
 		st.EndpointSlices += len(slices[cl])
 		if e, ok := v.Export(cl); ok {
-			cs.Exported = countGroups(e.Groups)
+			cs.Exported = e.Endpoints
 		}
 		if err := excluded[cl]; err != nil {
 			cs.Problem = "export left out: " + err.Error()
@@ -161,7 +164,7 @@ func Report(v View, d Decision, slices map[string][]*discovery.EndpointSlice, o 
 			case co.Skipped != nil:
 				cs.Problem = "endpoints unusable: " + co.Skipped.Error()
 			case co.WriteErr != nil:
-				cs.Problem = "slices not written: " + co.WriteErr.Error()
+				cs.Problem, cs.WriteFailed = "slices not written: "+co.WriteErr.Error(), true
 			}
 		}
 		st.Clusters = append(st.Clusters, cs)
@@ -306,7 +309,7 @@ func readyCondition(d Decision, o *Outcome, clusters []ClusterStatus) Condition 
 	var wparts, iparts []string
 	for _, cs := range clusters {
 		switch {
-		case strings.HasPrefix(cs.Problem, "slices not written"):
+		case cs.WriteFailed:
 			written, wparts = append(written, cs.Cluster), append(wparts, cs.Cluster+": "+cs.Problem)
 		case cs.Problem != "":
 			invalid, iparts = append(invalid, cs.Cluster), append(iparts, cs.Cluster+": "+cs.Problem)

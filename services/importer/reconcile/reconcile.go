@@ -83,8 +83,10 @@ func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(
 	return after, err
 }
 
-// view reads what the core decides on from the store and the caches.
-func (c *Reconciler) view(key exports.Key) materialize.View {
+// view reads what the core decides on from the store and the caches; the
+// endpoints themselves only when withEndpoints (a reconcile plans them, a
+// status read only counts them).
+func (c *Reconciler) view(key exports.Key, withEndpoints bool) materialize.View {
 	svc, _ := c.cfg.Store.Get(key)
 	v := materialize.View{
 		Namespace: key.Namespace, Name: key.Name,
@@ -97,7 +99,11 @@ func (c *Reconciler) view(key exports.Key) materialize.View {
 		v.LocalExport = c.cfg.Informers.Export(key.Namespace, key.Name)
 	}
 	for _, e := range svc.Exports {
-		v.Exports = append(v.Exports, e.Core())
+		if withEndpoints {
+			v.Exports = append(v.Exports, e.Core())
+		} else {
+			v.Exports = append(v.Exports, e.Summary())
+		}
 	}
 	for _, s := range c.cfg.Informers.SlicesOf(key) {
 		cl := s.Labels[islices.LabelSourceCluster]
@@ -150,7 +156,7 @@ func (r *run) sync(ctx context.Context) (time.Duration, error) {
 		c.logger.Debug("cache older than the last write; waiting", "service", r.key, "object", obj)
 		return staleRetry, nil
 	}
-	v := c.view(r.key)
+	v := c.view(r.key, true)
 	d := materialize.Decide(v)
 	switch d.Verdict {
 	case materialize.Withdrawn:
@@ -168,7 +174,7 @@ func (r *run) sync(ctx context.Context) (time.Duration, error) {
 		return 0, errors.Join(o.VIPs.Err, r.finish(ctx, v, d, imp, v.Slices, o))
 	}
 	if o.Derived, err = r.writeDerived(ctx, v, d, imp, o); err != nil {
-		r.record(o)
+		r.record(o, nil)
 		if errors.Is(err, errRetrySoon) {
 			return staleRetry, nil
 		}
@@ -200,10 +206,10 @@ func (r *run) hold(v materialize.View, d materialize.Decision) {
 	r.c.cfg.Recorder.Event(r.importRef(v.Import), corev1.EventTypeWarning, p.Reason, p.Message)
 }
 
-// record keeps the outcome of a reconcile for the status this replica
-// serves.
-func (r *run) record(o *materialize.Outcome) {
-	r.setLocal(func(l *local) { l.outcome, l.problem, l.written = o, nil, nil })
+// record keeps the outcome of a reconcile, and the slices it left (nil:
+// as the cache shows them), for the status this replica serves.
+func (r *run) record(o *materialize.Outcome, written map[string][]*discovery.EndpointSlice) {
+	r.setLocal(func(l *local) { l.outcome, l.problem, l.written = o, nil, written })
 }
 
 // vips asks the allocator for the import's VIPs, when it hands them out.
@@ -298,8 +304,7 @@ func (r *run) ensureServiceCIDRs(ctx context.Context) bool {
 // what was written, with the Events its changes call for.
 func (r *run) finish(ctx context.Context, v materialize.View, d materialize.Decision, imp *mcsv1beta1.ServiceImport,
 	after map[string][]*discovery.EndpointSlice, o *materialize.Outcome) error {
-	r.record(o)
-	r.setLocal(func(l *local) { l.written = after })
+	r.record(o, after)
 	st := materialize.Report(v, d, after, o)
 	exporting := make([]string, len(v.Exports))
 	for i, e := range v.Exports {

@@ -14,36 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/importer/sourcetest"
 )
-
-// coreDNS returns the CoreDNS binary hack/coredns.sh built: $PLEXUS_COREDNS,
-// else the cache. Missing, the test is skipped on a developer machine and
-// fails in CI (make test builds it first).
-func coreDNS(t *testing.T) string {
-	t.Helper()
-	path := os.Getenv("PLEXUS_COREDNS")
-	if path == "" {
-		cache := os.Getenv("PLEXUS_CACHE")
-		if cache == "" {
-			base := os.Getenv("XDG_CACHE_HOME")
-			if base == "" {
-				home, err := os.UserHomeDir()
-				require.NoError(t, err)
-				base = filepath.Join(home, ".cache")
-			}
-			cache = filepath.Join(base, "plexus")
-		}
-		path = filepath.Join(cache, "coredns-v1.15.0", "coredns")
-	}
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set and CoreDNS is missing (%v): run hack/coredns.sh", err)
-		}
-		t.Skipf("skipping: CoreDNS not built (%v): run hack/coredns.sh", err)
-	}
-	return path
-}
 
 // freeUDPPort returns a loopback UDP port nobody uses right now.
 func freeUDPPort(t *testing.T) int {
@@ -61,7 +34,7 @@ func freeUDPPort(t *testing.T) int {
 // clusterset VIP, SRV records carry the ports, a headless service's name
 // is its ready endpoints and <hostname>.<cluster>.<svc>... one endpoint.
 func TestClusterSetDNSThroughCoreDNS(t *testing.T) {
-	bin := coreDNS(t)
+	bin := kubetest.RequireCoreDNS(t)
 	e := newEnv(t)
 	e.pool(t, "vips", "10.96.100.0/24")
 	e.namespace(t, "shop")
