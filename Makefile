@@ -42,13 +42,13 @@ coredns: ## Build and cache CoreDNS (kubernetes plugin with multicluster) for th
 .PHONY: generate
 generate: tools ## Regenerate Go code from the protos and the CRD manifests.
 	buf generate
-	buf build --as-file-descriptor-set -o clients/go/plexus/apidesc/plexus.binpb
+	buf build --as-file-descriptor-set -o api/apidesc/plexus.binpb
 	hack/generate-crds.sh
 
 .PHONY: check-generated
 check-generated: generate ## Fail when checked-in generated code is stale.
-	@git diff --exit-code --stat -- clients deploy/crds || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- clients deploy/crds)" || { git status --porcelain -- clients deploy/crds; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
+	@git diff --exit-code --stat -- api deploy/crds || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy/crds)" || { git status --porcelain -- api deploy/crds; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
 .PHONY: docs
 docs: ## Regenerate the flag and metric references (docs/flags.md, docs/metrics.md) from the code.

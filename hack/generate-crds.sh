@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Generates the deepcopy functions of the Kubernetes API types under
-# clients/go/workload and their CustomResourceDefinitions in deploy/crds.
+# api/workload and their CustomResourceDefinitions in deploy/crds.
 # Run from anywhere; uses the pinned controller-gen in .bin (built from
 # tools/go.mod: cd tools && GOBIN=$PWD/../.bin go install tool).
 set -euo pipefail
@@ -13,6 +13,6 @@ if [[ ! -x "$CONTROLLER_GEN" ]]; then
   exit 1
 fi
 
-"$CONTROLLER_GEN" object paths=./clients/go/workload/...
+"$CONTROLLER_GEN" object paths=./api/workload/...
 # crd:maxDescLen is left at its default so kubectl explain shows the docs.
-"$CONTROLLER_GEN" crd paths=./clients/go/workload/... output:crd:artifacts:config=deploy/crds
+"$CONTROLLER_GEN" crd paths=./api/workload/... output:crd:artifacts:config=deploy/crds

@@ -34,7 +34,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
-	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 )
 

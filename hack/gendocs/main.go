@@ -17,10 +17,10 @@ import (
 	"strings"
 
 	"github.com/plexusnet/plexus/internal/server"
-	allocator "github.com/plexusnet/plexus/services/allocator/service"
-	importer "github.com/plexusnet/plexus/services/importer/service"
-	membership "github.com/plexusnet/plexus/services/membership/service"
-	repair "github.com/plexusnet/plexus/services/repair/service"
+	allocator "github.com/plexusnet/plexus/services/allocator/app"
+	importer "github.com/plexusnet/plexus/services/importer/app"
+	membership "github.com/plexusnet/plexus/services/membership/app"
+	repair "github.com/plexusnet/plexus/services/repair/app"
 )
 
 // regenerate is the command that brings the references up to date.

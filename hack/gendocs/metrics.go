@@ -21,7 +21,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/server"

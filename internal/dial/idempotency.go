@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 
-	"github.com/plexusnet/plexus/clients/go/plexus/apidesc"
+	"github.com/plexusnet/plexus/api/apidesc"
 )
 
 // A call that fails with UNAVAILABLE may still have taken effect: the

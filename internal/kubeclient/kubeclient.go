@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
-	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 )
 
 // Options say where the cluster is and how hard to use it.

@@ -9,7 +9,7 @@ import (
 	v1alphareflectiongrpc "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/plexusnet/plexus/clients/go/plexus/apidesc"
+	"github.com/plexusnet/plexus/api/apidesc"
 )
 
 // registerReflection serves reflection (v1 and v1alpha) from the documented

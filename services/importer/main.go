@@ -4,7 +4,7 @@ package main
 
 import (
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/services/importer/service"
+	"github.com/plexusnet/plexus/services/importer/app"
 )
 
-func main() { server.Main(service.Spec()) }
+func main() { server.Main(app.Spec()) }

@@ -3,7 +3,7 @@ package main
 
 import (
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/services/membership/service"
+	"github.com/plexusnet/plexus/services/membership/app"
 )
 
-func main() { server.Main(service.Spec()) }
+func main() { server.Main(app.Spec()) }

@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/services/repair/service"
+	"github.com/plexusnet/plexus/services/repair/app"
 )
 
-func main() { server.Main(service.Spec()) }
+func main() { server.Main(app.Spec()) }

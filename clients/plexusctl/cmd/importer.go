@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
-	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
+	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
 )
 
 // importName accepts "NAMESPACE/SERVICE" (with -n as the default

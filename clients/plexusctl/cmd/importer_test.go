@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 )
 
 func TestImportName(t *testing.T) {

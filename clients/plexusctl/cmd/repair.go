@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	repairv1 "github.com/plexusnet/plexus/clients/go/plexus/repair/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 )
 
 // repairRunTimeout is the deadline of `repair run` when --timeout is not

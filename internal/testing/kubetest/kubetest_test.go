@@ -20,8 +20,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
-	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
+	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 

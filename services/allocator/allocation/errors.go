@@ -21,7 +21,7 @@ var (
 	ErrFamilyMismatch     = errors.New("address family does not match the pool")
 	ErrConflict           = errors.New("concurrent change, try again")
 	// ErrStoreUnavailable and ErrBehind refuse a read that could not be
-	// made as fresh as the store (see Service.Sync).
+	// made as fresh as the store (see Allocator.Sync).
 	ErrStoreUnavailable = errors.New("store unavailable")
 	ErrBehind           = errors.New("replica behind the store")
 )

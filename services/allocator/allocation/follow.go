@@ -17,12 +17,12 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// WithFollow makes the Service follow the store's watch from the revision
+// WithFollow makes the Allocator follow the store's watch from the revision
 // it was rebuilt at (see Follow). Needed when other allocator replicas
 // commit to the same store (etcd): without it this replica's free-space
 // index would not know their allocations, and every one of its proposals
 // for an address they hold would lose its transaction.
-func WithFollow() Option { return func(s *Service) { s.follow = true } }
+func WithFollow() Option { return func(s *Allocator) { s.follow = true } }
 
 // followRetry bounds the wait between two attempts to re-establish the
 // watch after it ended with an error other than compaction.
@@ -33,12 +33,12 @@ const followRetry = 2 * time.Second
 // replicas, and this replica's own commits again (they are recognised by
 // their revision and change nothing). When the history it needs is
 // compacted away it takes a new snapshot and rebuilds. New starts it when
-// the Service was built WithFollow; it returns when ctx ends.
+// the Allocator was built WithFollow; it returns when ctx ends.
 //
 // Applying an event is idempotent and never undoes a newer state: every
 // record carries the revision of the commit that wrote it, and an event
 // older than what a pool or allocation already shows is dropped.
-func (s *Service) Follow(ctx context.Context) {
+func (s *Allocator) Follow(ctx context.Context) {
 	from := s.rev
 	for ctx.Err() == nil {
 		events, err := s.store.Watch(ctx, from)
@@ -75,7 +75,7 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // apply handles events until the channel closes and returns the last
 // revision applied and the watch's error.
-func (s *Service) apply(events <-chan store.Event, from int64) (int64, error) {
+func (s *Allocator) apply(events <-chan store.Event, from int64) (int64, error) {
 	for ev := range events {
 		if ev.Err != nil {
 			return from, ev.Err
@@ -86,7 +86,7 @@ func (s *Service) apply(events <-chan store.Event, from int64) (int64, error) {
 	return from, nil
 }
 
-func (s *Service) applyEvent(ev store.Event) {
+func (s *Allocator) applyEvent(ev store.Event) {
 	if ev.Last {
 		// Only once the whole commit is in: Sync's waiters read next.
 		defer s.followed.advance(ev.Revision)
@@ -111,7 +111,7 @@ func (s *Service) applyEvent(ev store.Event) {
 }
 
 // withPool runs fn under the pool's lock, if the pool exists.
-func (s *Service) withPool(id string, fn func(ps *poolState)) {
+func (s *Allocator) withPool(id string, fn func(ps *poolState)) {
 	s.mu.RLock()
 	ps, ok := s.pools[id]
 	s.mu.RUnlock()
@@ -125,7 +125,7 @@ func (s *Service) withPool(id string, fn func(ps *poolState)) {
 	}
 }
 
-func (s *Service) applyPutPool(p store.Pool) {
+func (s *Allocator) applyPutPool(p store.Pool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps, ok := s.pools[p.ID]
@@ -162,7 +162,7 @@ func (s *Service) applyPutPool(p store.Pool) {
 	s.scatter(ps)
 }
 
-func (s *Service) applyDeletePool(p store.Pool, rev int64) {
+func (s *Allocator) applyDeletePool(p store.Pool, rev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps, ok := s.pools[p.ID]
@@ -180,7 +180,7 @@ func (s *Service) applyDeletePool(p store.Pool, rev int64) {
 
 // applyPutAllocation records an allocation committed by any replica. The
 // caller holds ps.mu.
-func (s *Service) applyPutAllocation(ps *poolState, a store.Allocation) {
+func (s *Allocator) applyPutAllocation(ps *poolState, a store.Allocation) {
 	cur := ps.allocs[a.Address]
 	if cur != nil && cur.Revision >= a.Revision {
 		return
@@ -204,7 +204,7 @@ func (s *Service) applyPutAllocation(ps *poolState, a store.Allocation) {
 
 // applyDeleteAllocation forgets a released allocation. The caller holds
 // ps.mu.
-func (s *Service) applyDeleteAllocation(ps *poolState, a store.Allocation) {
+func (s *Allocator) applyDeleteAllocation(ps *poolState, a store.Allocation) {
 	cur := ps.allocs[a.Address]
 	if cur == nil || (a.Revision != 0 && cur.Revision > a.Revision) {
 		return // gone already, or allocated again since
@@ -219,7 +219,7 @@ func (s *Service) applyDeleteAllocation(ps *poolState, a store.Allocation) {
 // store and returns its revision. Requests in flight finish against the
 // pool states they hold; their commits reach the new state through the
 // watch that follows from the snapshot.
-func (s *Service) rebuild(ctx context.Context) (int64, error) {
+func (s *Allocator) rebuild(ctx context.Context) (int64, error) {
 	fresh, err := load(ctx, s.store, s.now, s.logger)
 	if err != nil {
 		return 0, fmt.Errorf("rebuild: %w", err)
@@ -246,7 +246,7 @@ func (s *Service) rebuild(ctx context.Context) (int64, error) {
 // far apart instead of all proposing the pool's lowest free address and
 // losing each other's transactions. Alone on its store a replica keeps the
 // cursor where it is. The caller holds ps.mu (or owns ps).
-func (s *Service) scatter(ps *poolState) {
+func (s *Allocator) scatter(ps *poolState) {
 	if !s.follow {
 		return
 	}
@@ -285,12 +285,12 @@ const syncLimit = 2 * time.Second
 // Sync waits until the in-memory state holds every commit the store held
 // when it was called, by any replica, so that a read made after it
 // includes every change acknowledged before it: a replica's answers are
-// then as fresh as the store's. It does nothing for a Service that does
+// then as fresh as the store's. It does nothing for a Allocator that does
 // not follow its store (all commits are its own). It fails when the store
 // cannot tell its revision (ErrStoreUnavailable) or the follower does not
 // reach it within syncLimit (ErrBehind): the caller is better served by
 // another replica than by an answer that may be stale.
-func (s *Service) Sync(ctx context.Context) error {
+func (s *Allocator) Sync(ctx context.Context) error {
 	if !s.follow {
 		return nil
 	}
@@ -314,7 +314,7 @@ type revisioner interface {
 	Revision(context.Context) (int64, error)
 }
 
-func (s *Service) sync(ctx context.Context, r revisioner) error {
+func (s *Allocator) sync(ctx context.Context, r revisioner) error {
 	rev, err := r.Revision(ctx)
 	switch {
 	case ctx.Err() != nil:
@@ -327,9 +327,9 @@ func (s *Service) sync(ctx context.Context, r revisioner) error {
 }
 
 // applied waits until the in-memory state holds every commit up to rev
-// (at once for a Service alone on its store, which makes every commit
+// (at once for a Allocator alone on its store, which makes every commit
 // itself), or fails with ErrBehind after syncLimit.
-func (s *Service) applied(ctx context.Context, rev int64) error {
+func (s *Allocator) applied(ctx context.Context, rev int64) error {
 	if !s.follow {
 		return nil
 	}

@@ -23,7 +23,7 @@ import (
 
 // replicas starts n allocation services on one etcd prefix, each with its
 // own client, following the store as the allocator does with --store etcd.
-func replicas(t *testing.T, n int) []*allocation.Service {
+func replicas(t *testing.T, n int) []*allocation.Allocator {
 	t.Helper()
 	out, _ := replicasOf(t, n, nil)
 	return out
@@ -31,13 +31,13 @@ func replicas(t *testing.T, n int) []*allocation.Service {
 
 // replicasOf is replicas with each store passed through wrap (when not
 // nil) and the stores returned too.
-func replicasOf(t *testing.T, n int, wrap func(i int, st store.Store) store.Store) ([]*allocation.Service, []*etcd.Store) {
+func replicasOf(t *testing.T, n int, wrap func(i int, st store.Store) store.Store) ([]*allocation.Allocator, []*etcd.Store) {
 	t.Helper()
 	e := kubetest.StartEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var (
-		out    []*allocation.Service
+		out    []*allocation.Allocator
 		stores []*etcd.Store
 	)
 	for i := range n {
@@ -58,7 +58,7 @@ func replicasOf(t *testing.T, n int, wrap func(i int, st store.Store) store.Stor
 
 // allocations lists every allocation a replica knows of, as address →
 // owner name.
-func allocations(t *testing.T, svc *allocation.Service, pool string) map[netip.Addr]string {
+func allocations(t *testing.T, svc *allocation.Allocator, pool string) map[netip.Addr]string {
 	t.Helper()
 	list, _, err := svc.ListAllocations(pool, allocation.Filter{}, allocation.Cursor{}, 1<<20)
 	require.NoError(t, err)
@@ -290,7 +290,7 @@ func TestFollowerRebuildsAfterCompaction(t *testing.T) {
 
 // pairWithPool starts two replicas and creates pool p with cidr through
 // the first; the second serves it once Sync returns.
-func pairWithPool(t *testing.T, cidr string) (a, b *allocation.Service) {
+func pairWithPool(t *testing.T, cidr string) (a, b *allocation.Allocator) {
 	t.Helper()
 	rs := replicas(t, 2)
 	a, b = rs[0], rs[1]

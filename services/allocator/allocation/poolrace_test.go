@@ -69,7 +69,7 @@ func (s gatedStore) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 
 // gatedReplicas starts two replicas on one etcd; the commits of replica
 // i pass through g.
-func gatedReplicas(t *testing.T, i int, g *gate) (a, b *allocation.Service) {
+func gatedReplicas(t *testing.T, i int, g *gate) (a, b *allocation.Allocator) {
 	t.Helper()
 	rs, _ := replicasOf(t, 2, func(n int, st store.Store) store.Store {
 		if n == i {
@@ -100,7 +100,7 @@ func TestOverlappingPoolsThroughTwoReplicas(t *testing.T) {
 	close(g.open)
 	require.ErrorIs(t, <-errc, allocation.ErrPoolOverlap)
 
-	for _, r := range []*allocation.Service{a, b} {
+	for _, r := range []*allocation.Allocator{a, b} {
 		require.NoError(t, r.Sync(ctx))
 		_, err := r.GetPool("narrow")
 		require.ErrorIs(t, err, allocation.ErrPoolNotFound)

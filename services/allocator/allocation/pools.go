@@ -172,7 +172,7 @@ func indexConfig(p store.Pool) (ipam.Config, error) {
 // overlapping returns the id of a pool (other than self) whose CIDRs
 // overlap any of cidrs, when either side forbids overlap. The caller holds
 // s.mu.
-func (s *Service) overlapping(self string, cidrs []string, allow bool) (string, error) {
+func (s *Allocator) overlapping(self string, cidrs []string, allow bool) (string, error) {
 	for id, ps := range s.pools {
 		if id == self || (allow && ps.rec.AllowOverlap) {
 			continue
@@ -191,7 +191,7 @@ func (s *Service) overlapping(self string, cidrs []string, allow bool) (string, 
 }
 
 // CreatePool creates a pool.
-func (s *Service) CreatePool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
+func (s *Allocator) CreatePool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
 	// Check the new pool against every pool created so far, through any
 	// replica (and this one's own, which its follower may not have
 	// applied yet).
@@ -203,7 +203,7 @@ func (s *Service) CreatePool(ctx context.Context, id string, spec PoolSpec) (Poo
 	return v, err
 }
 
-func (s *Service) createPool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
+func (s *Allocator) createPool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
 	if err := ValidatePoolID("pool_id", id); err != nil {
 		return PoolView{}, err
 	}
@@ -262,7 +262,7 @@ func (ps *poolState) view() PoolView {
 }
 
 // GetPool returns a pool.
-func (s *Service) GetPool(id string) (PoolView, error) {
+func (s *Allocator) GetPool(id string) (PoolView, error) {
 	ps, err := s.pool(id)
 	if err != nil {
 		return PoolView{}, err
@@ -274,7 +274,7 @@ func (s *Service) GetPool(id string) (PoolView, error) {
 
 // ListPools returns up to limit pools with ids after `after`, in id order,
 // and the id to continue after ("" on the last page).
-func (s *Service) ListPools(after string, limit int) ([]PoolView, string) {
+func (s *Allocator) ListPools(after string, limit int) ([]PoolView, string) {
 	s.mu.RLock()
 	ids := make([]string, 0, len(s.pools))
 	for id := range s.pools {
@@ -304,7 +304,7 @@ func (s *Service) ListPools(after string, limit int) ([]PoolView, string) {
 	return out, ""
 }
 
-func (s *Service) lastPoolID() string {
+func (s *Allocator) lastPoolID() string {
 	last := ""
 	for id := range s.pools {
 		if id > last {
@@ -321,7 +321,7 @@ type UpdateMask struct {
 
 // UpdatePool changes a pool. Removing a CIDR that holds allocations needs
 // force; the allocations left outside are returned.
-func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
+func (s *Allocator) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
 	// Whether a CIDR still holds allocations is decided on every
 	// allocation acknowledged so far, by any replica; the store checks
 	// again for those committed meanwhile.
@@ -336,7 +336,7 @@ func (s *Service) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask
 	return v, outside, err
 }
 
-func (s *Service) updatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
+func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
 	ps, err := s.pool(id)
 	if err != nil {
 		return PoolView{}, nil, err
@@ -426,9 +426,9 @@ func (s *Service) updatePool(ctx context.Context, id string, spec PoolSpec, mask
 // poolsSeen is the condition that no pool changed after the revision up
 // to which this replica has applied every commit: an overlap check made
 // on its pools then holds in the store too. Alone on its store, the
-// Service makes every pool change itself, under s.mu, and needs none. The
+// Allocator makes every pool change itself, under s.mu, and needs none. The
 // caller holds s.mu, which the follower takes to apply a pool change.
-func (s *Service) poolsSeen() []store.Cond {
+func (s *Allocator) poolsSeen() []store.Cond {
 	if !s.follow {
 		return nil
 	}
@@ -453,7 +453,7 @@ func removedFree(pool string, from, to []netip.Prefix) []store.Cond {
 }
 
 // DeletePool deletes a pool; with force its allocations go with it.
-func (s *Service) DeletePool(ctx context.Context, id, etag string, force, allowMissing bool) (int, error) {
+func (s *Allocator) DeletePool(ctx context.Context, id, etag string, force, allowMissing bool) (int, error) {
 	var n int
 	err := s.fresh(ctx, func() (err error) { n, err = s.deletePool(ctx, id, etag, force); return err })
 	if allowMissing && errors.Is(err, ErrPoolNotFound) {
@@ -462,7 +462,7 @@ func (s *Service) DeletePool(ctx context.Context, id, etag string, force, allowM
 	return n, err
 }
 
-func (s *Service) deletePool(ctx context.Context, id, etag string, force bool) (int, error) {
+func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool) (int, error) {
 	ps, err := s.pool(id)
 	if err != nil {
 		return 0, err
@@ -516,7 +516,7 @@ type Cursor struct {
 // ListAllocations returns up to limit allocations after cursor in (pool,
 // address) order, of pool (or every pool when pool is "-"), matching f,
 // and the cursor of the next page (zero on the last page).
-func (s *Service) ListAllocations(pool string, f Filter, after Cursor, limit int) ([]store.Allocation, Cursor, error) {
+func (s *Allocator) ListAllocations(pool string, f Filter, after Cursor, limit int) ([]store.Allocation, Cursor, error) {
 	var ids []string
 	if pool == "-" {
 		s.mu.RLock()
@@ -581,7 +581,7 @@ type WatchEvent struct {
 
 // Watch streams allocation events of pool ("-" for all): a snapshot first
 // when fromRev is 0, then every change after fromRev.
-func (s *Service) Watch(ctx context.Context, pool string, fromRev int64) (<-chan WatchEvent, error) {
+func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-chan WatchEvent, error) {
 	if pool != "-" {
 		if _, err := s.pool(pool); err != nil {
 			return nil, err
@@ -643,7 +643,7 @@ func (s *Service) Watch(ctx context.Context, pool string, fromRev int64) (<-chan
 }
 
 // Pools returns the ids of every pool, sorted (metrics).
-func (s *Service) Pools() []string {
+func (s *Allocator) Pools() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	ids := slices.Collect(maps.Keys(s.pools))

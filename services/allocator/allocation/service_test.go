@@ -32,7 +32,7 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newService(t *testing.T, st store.Store) (*allocation.Service, *clock) {
+func newService(t *testing.T, st store.Store) (*allocation.Allocator, *clock) {
 	t.Helper()
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	svc, err := allocation.New(context.Background(), st, allocation.WithClock(clk.Now))

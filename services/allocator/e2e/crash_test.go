@@ -16,7 +16,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 )

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 )
 

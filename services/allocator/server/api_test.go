@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 )
 
 func TestAllocateIsIdempotentPerOwner(t *testing.T) {

@@ -17,7 +17,7 @@ type Metrics struct {
 
 // NewMetrics registers the allocator's metrics, including per-pool gauges
 // read from svc at scrape time.
-func NewMetrics(reg prometheus.Registerer, svc *allocation.Service) *Metrics {
+func NewMetrics(reg prometheus.Registerer, svc *allocation.Allocator) *Metrics {
 	m := &Metrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "plexus_allocator_allocation_duration_seconds",
@@ -52,7 +52,7 @@ var (
 // poolCollector reads pool statistics and the service's counters at
 // scrape time, so the gauges are never stale and cost nothing between
 // scrapes.
-type poolCollector struct{ svc *allocation.Service }
+type poolCollector struct{ svc *allocation.Allocator }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- capacityDesc

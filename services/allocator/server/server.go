@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/netparse"
 	"github.com/plexusnet/plexus/internal/pagination"
@@ -32,12 +32,12 @@ const MaxBatch = 10000
 // Server implements allocatorv1.AllocatorServiceServer.
 type Server struct {
 	allocatorv1.UnimplementedAllocatorServiceServer
-	svc     *allocation.Service
+	svc     *allocation.Allocator
 	metrics *Metrics
 }
 
 // New returns a Server around svc. metrics may be nil.
-func New(svc *allocation.Service, metrics *Metrics) *Server {
+func New(svc *allocation.Allocator, metrics *Metrics) *Server {
 	return &Server{svc: svc, metrics: metrics}
 }
 

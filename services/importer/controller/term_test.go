@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/kube"

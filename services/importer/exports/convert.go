@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/endpointrules"
 	"github.com/plexusnet/plexus/services/importer/materialize"
 	"github.com/plexusnet/plexus/services/importer/mcs"

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 )
 
 // Errors of the Store.

@@ -41,8 +41,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/pagination"
 	"github.com/plexusnet/plexus/services/importer/exports"

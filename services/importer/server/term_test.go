@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/reconcile"
 )

@@ -7,8 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/endpointrules"
 	"github.com/plexusnet/plexus/services/importer/exports"

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	importerv1 "github.com/plexusnet/plexus/clients/go/plexus/importer/v1"
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/services/importer/exports"
 )

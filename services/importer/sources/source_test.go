@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/sources"
 	"github.com/plexusnet/plexus/services/importer/sourcetest"

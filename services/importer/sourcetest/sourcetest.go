@@ -24,7 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 )
 
 // entry is a service's latest change.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/materialize"

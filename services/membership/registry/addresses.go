@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/netparse"
 )

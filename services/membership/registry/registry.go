@@ -20,9 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
-	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
+	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/apierr"
 )
 

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	"github.com/plexusnet/plexus/internal/apierr"
 )
 

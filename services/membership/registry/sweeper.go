@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
-	workloadclient "github.com/plexusnet/plexus/clients/go/workload/v1alpha1/client"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
+	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 )
 
 // Sweeper turns external workloads not-ready when their heartbeats stop:

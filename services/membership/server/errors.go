@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/plexusnet/plexus/internal/apierr"
-	"github.com/plexusnet/plexus/services/membership/informers"
+	"github.com/plexusnet/plexus/services/membership/kube"
 	"github.com/plexusnet/plexus/services/membership/registry"
 	"github.com/plexusnet/plexus/services/membership/watch"
 )
@@ -36,7 +36,7 @@ var (
 // place where that happens.
 var errorTable = apierr.Table{
 	{Err: registry.ErrNotFound, Code: codes.NotFound, Reason: ReasonWorkloadNotFound},
-	{Err: informers.ErrWorkloadNotFound, Code: codes.NotFound, Reason: ReasonWorkloadNotFound},
+	{Err: kube.ErrWorkloadNotFound, Code: codes.NotFound, Reason: ReasonWorkloadNotFound},
 	{Err: errServiceNotFound, Code: codes.NotFound, Reason: ReasonServiceNotFound},
 	{Err: registry.ErrAllocatorUnavailable, Code: codes.Unavailable, Reason: ReasonAllocatorUnavailable},
 	{Err: registry.ErrEtagMismatch, Code: codes.FailedPrecondition, Reason: ReasonEtagMismatch},

@@ -11,11 +11,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	"github.com/plexusnet/plexus/internal/pagination"
 	"github.com/plexusnet/plexus/services/membership/endpoints"
-	"github.com/plexusnet/plexus/services/membership/informers"
+	"github.com/plexusnet/plexus/services/membership/kube"
 	"github.com/plexusnet/plexus/services/membership/registry"
 	"github.com/plexusnet/plexus/services/membership/selector"
 	"github.com/plexusnet/plexus/services/membership/watch"
@@ -47,7 +47,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 type Server struct {
 	membershipv1.UnimplementedMembershipServiceServer
 
-	hub        *informers.Hub
+	hub        *kube.Hub
 	members    Members
 	registry   *registry.Registry
 	cluster    string
@@ -60,7 +60,7 @@ type Server struct {
 }
 
 // New returns a Server. cluster names the cluster in deletion events.
-func New(hub *informers.Hub, members Members, reg *registry.Registry, cluster string, opts ...Option) (*Server, error) {
+func New(hub *kube.Hub, members Members, reg *registry.Registry, cluster string, opts ...Option) (*Server, error) {
 	s := &Server{hub: hub, members: members, registry: reg, cluster: cluster, logger: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o(s)
@@ -231,7 +231,7 @@ func (s *Server) ListServicesForWorkload(_ context.Context, req *membershipv1.Li
 	}
 	resp := &membershipv1.ListServicesForWorkloadResponse{Services: make([]string, 0, len(keys))}
 	for _, k := range keys {
-		resp.Services = append(resp.Services, informers.ServiceName(k.Namespace, k.Name))
+		resp.Services = append(resp.Services, kube.ServiceName(k.Namespace, k.Name))
 	}
 	return resp, nil
 }

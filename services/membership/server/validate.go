@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/labels"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/netparse"
 	"github.com/plexusnet/plexus/services/membership/endpoints"

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/services/membership/endpoints"
 	"github.com/plexusnet/plexus/services/membership/registry"

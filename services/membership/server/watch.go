@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
-	"github.com/plexusnet/plexus/services/membership/informers"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
+	"github.com/plexusnet/plexus/services/membership/kube"
 	"github.com/plexusnet/plexus/services/membership/watch"
 )
 
@@ -107,7 +107,7 @@ func (s *Server) send(stream grpc.ServerStreamingServer[membershipv1.WatchServic
 		resp.Endpoints = ev.Value
 	case watch.Delete:
 		resp.Endpoints = &membershipv1.ServiceEndpoints{
-			Service: informers.ServiceName(ev.Key.Namespace, ev.Key.Name),
+			Service: kube.ServiceName(ev.Key.Namespace, ev.Key.Name),
 			Cluster: s.cluster,
 		}
 	}

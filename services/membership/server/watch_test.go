@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/services/membership/endpoints"
-	"github.com/plexusnet/plexus/services/membership/informers"
+	"github.com/plexusnet/plexus/services/membership/kube"
 	"github.com/plexusnet/plexus/services/membership/selector"
 	"github.com/plexusnet/plexus/services/membership/server"
 	"github.com/plexusnet/plexus/services/membership/watch"
@@ -29,11 +29,11 @@ type synced struct{}
 func (synced) IsSynced() bool { return true }
 
 func (synced) ServicesFor(endpoints.Kind, string, string) ([]selector.ServiceKey, error) {
-	return nil, informers.ErrWorkloadNotFound
+	return nil, kube.ErrWorkloadNotFound
 }
 
 // serve runs the API over hub on a loopback port and returns a client.
-func serve(t *testing.T, hub *informers.Hub) membershipv1.MembershipServiceClient {
+func serve(t *testing.T, hub *kube.Hub) membershipv1.MembershipServiceClient {
 	t.Helper()
 	api, err := server.New(hub, synced{}, nil, "c1")
 	require.NoError(t, err)

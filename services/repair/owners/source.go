@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 )
 
 // Backoff between two attempts to watch a source.

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	membershipv1 "github.com/plexusnet/plexus/clients/go/plexus/membership/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/services/repair/owners"
 )

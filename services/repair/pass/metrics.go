@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	repairv1 "github.com/plexusnet/plexus/clients/go/plexus/repair/v1"
+	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 )
 
 // metrics are the runner's Prometheus collectors. Every label value exists

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/tools/record"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	repairv1 "github.com/plexusnet/plexus/clients/go/plexus/repair/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/services/repair/decide"
 	"github.com/plexusnet/plexus/services/repair/internal/repairtest"

@@ -11,8 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	repairv1 "github.com/plexusnet/plexus/clients/go/plexus/repair/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/services/repair/decide"
 )

@@ -19,8 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
-	repairv1 "github.com/plexusnet/plexus/clients/go/plexus/repair/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 	"github.com/plexusnet/plexus/services/repair/decide"
 )
 

@@ -31,7 +31,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	repairv1 "github.com/plexusnet/plexus/clients/go/plexus/repair/v1"
+	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/pagination"
 	"github.com/plexusnet/plexus/services/repair/pass"

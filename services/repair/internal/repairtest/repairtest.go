@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	allocatorv1 "github.com/plexusnet/plexus/clients/go/plexus/allocator/v1"
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"

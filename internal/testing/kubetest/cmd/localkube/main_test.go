@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	workloadv1alpha1 "github.com/plexusnet/plexus/clients/go/workload/v1alpha1"
+	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 

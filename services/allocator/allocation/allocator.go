@@ -1,0 +1,888 @@
+// Package allocation is the allocator's service layer: pools, allocations,
+// idempotency, guarded release and watch, on top of the pure free-space
+// index (package ipam) and a durable store (package store). It knows nothing
+// of gRPC; the server package is a thin adapter around it.
+//
+// Every pool has an in-memory index and a mutex. An allocation first
+// reserves an address in the index under the pool's mutex, then commits to
+// the store outside of it, so concurrent requests reach the store together
+// and are committed as one group. A failed commit gives the address back.
+package allocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/btree"
+
+	"github.com/plexusnet/plexus/services/allocator/ipam"
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// Allocator is the allocator. It is safe for concurrent use.
+type Allocator struct {
+	store  store.Store
+	now    func() time.Time
+	logger *slog.Logger
+
+	mu    sync.RWMutex
+	pools map[string]*poolState
+
+	// follow is set by WithFollow; rev is the revision the state was
+	// rebuilt at, followed the last revision the follower applied.
+	follow   bool
+	rev      int64
+	followed progress
+
+	// counters are read by Counters (metrics).
+	conflicts, watchRestarts, rebuilds atomic.Uint64
+}
+
+// Option configures a Allocator.
+type Option func(*Allocator)
+
+// WithClock sets the clock (tests).
+func WithClock(now func() time.Time) Option { return func(s *Allocator) { s.now = now } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(s *Allocator) { s.logger = l } }
+
+type poolState struct {
+	mu      sync.Mutex
+	rec     store.Pool
+	index   *ipam.Pool
+	deleted bool
+	// allocs holds the committed allocations by address; byOwner maps an
+	// owner key to its address.
+	allocs map[netip.Addr]*store.Allocation
+	// order holds the allocated addresses sorted, so a list page costs
+	// O(log n + page), not a walk of the pool.
+	order   *btree.BTreeG[netip.Addr]
+	byOwner map[string]netip.Addr
+	// pending holds in-flight allocations by owner key, so a concurrent
+	// request for the same owner waits for the first one's result.
+	pending map[string]*pendingAlloc
+	// releasing holds addresses whose release is being committed; the
+	// channel closes when it is done.
+	releasing map[netip.Addr]chan struct{}
+}
+
+type pendingAlloc struct {
+	done  chan struct{}
+	alloc store.Allocation
+	err   error
+}
+
+// New rebuilds the in-memory state from the store and returns the Allocator.
+// Built WithFollow, it also follows the store's changes until ctx ends.
+func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error) {
+	s := &Allocator{store: st, now: time.Now, logger: slog.Default(), pools: map[string]*poolState{}}
+	for _, o := range opts {
+		o(s)
+	}
+	l, err := load(ctx, st, s.now, s.logger)
+	if err != nil {
+		return nil, err
+	}
+	s.pools, s.rev = l.pools, l.rev
+	s.followed.advance(l.rev)
+	for _, ps := range s.pools {
+		s.scatter(ps)
+	}
+	if s.follow {
+		go s.Follow(ctx)
+	}
+	return s, nil
+}
+
+// loaded is the in-memory state rebuilt from a snapshot.
+type loaded struct {
+	pools map[string]*poolState
+	rev   int64
+}
+
+// load rebuilds the pools and their indexes from a snapshot of the store.
+func load(ctx context.Context, st store.Store, clock func() time.Time, logger *slog.Logger) (*loaded, error) {
+	snap, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load store snapshot: %w", err)
+	}
+	pools := map[string]*poolState{}
+	// Size each pool's maps once: grown one entry at a time, the maps of a
+	// million allocations rehash over and over, which took most of a
+	// restart's time.
+	counts := map[string]int{}
+	for i := range snap.Allocations {
+		counts[snap.Allocations[i].Pool]++
+	}
+	for _, p := range snap.Pools {
+		ps, err := newPoolState(p)
+		if err != nil {
+			return nil, fmt.Errorf("rebuild pool %s: %w", p.ID, err)
+		}
+		ps.allocs = make(map[netip.Addr]*store.Allocation, counts[p.ID])
+		ps.byOwner = make(map[string]netip.Addr, counts[p.ID])
+		pools[p.ID] = ps
+	}
+	for i := range snap.Allocations {
+		// Records are never changed in place (an update stores a new
+		// one), so the map may point into the snapshot instead of
+		// copying each record to the heap.
+		a := &snap.Allocations[i]
+		ps, ok := pools[a.Pool]
+		if !ok {
+			logger.Warn("allocation of unknown pool ignored", "pool", a.Pool, "address", a.Address)
+			continue
+		}
+		if err := ps.index.Restore(a.Address); err != nil {
+			return nil, fmt.Errorf("rebuild pool %s: restore %s: %w", a.Pool, a.Address, err)
+		}
+		ps.put(a)
+	}
+	now := clock()
+	for _, q := range snap.Quarantine {
+		ps, ok := pools[q.Pool]
+		if !ok || !q.Until.After(now) {
+			continue
+		}
+		if err := ps.index.Quarantine(q.Address, q.Until); err != nil {
+			logger.Warn("quarantine record ignored", "pool", q.Pool, "address", q.Address, "err", err)
+		}
+	}
+	logger.Info("allocator state rebuilt", "pools", len(snap.Pools), "allocations", len(snap.Allocations), "revision", snap.Revision)
+	return &loaded{pools: pools, rev: snap.Revision}, nil
+}
+
+func newPoolState(p store.Pool) (*poolState, error) {
+	cfg, err := indexConfig(p)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := ipam.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &poolState{
+		rec:     p,
+		index:   idx,
+		allocs:  map[netip.Addr]*store.Allocation{},
+		order:   btree.NewG(32, netip.Addr.Less),
+		byOwner: map[string]netip.Addr{},
+		pending: map[string]*pendingAlloc{},
+
+		releasing: map[netip.Addr]chan struct{}{},
+	}, nil
+}
+
+// put records a committed allocation; the caller holds ps.mu.
+func (ps *poolState) put(a *store.Allocation) {
+	if _, ok := ps.allocs[a.Address]; !ok {
+		ps.order.ReplaceOrInsert(a.Address)
+	}
+	ps.allocs[a.Address] = a
+	ps.byOwner[a.Owner.Key()] = a.Address
+}
+
+// installOwn records an allocation this Allocator has just committed. A
+// follower may have applied that commit already, and commits after it too
+// (a release through another replica, say): the state is then the
+// follower's, and putting the record back would resurrect what is gone.
+// The caller holds ps.mu.
+func (s *Allocator) installOwn(ps *poolState, a *store.Allocation) {
+	if s.follow && s.followed.load() >= a.Revision {
+		return
+	}
+	if cur := ps.allocs[a.Address]; cur != nil && cur.Revision > a.Revision {
+		return
+	}
+	ps.put(a)
+}
+
+// remove forgets a released allocation; the caller holds ps.mu.
+func (ps *poolState) remove(a store.Allocation) {
+	delete(ps.allocs, a.Address)
+	delete(ps.byOwner, a.Owner.Key())
+	ps.order.Delete(a.Address)
+}
+
+func (s *Allocator) pool(id string) (*poolState, error) {
+	s.mu.RLock()
+	ps, ok := s.pools[id]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("pool %q: %w", id, ErrPoolNotFound)
+	}
+	return ps, nil
+}
+
+// Etag renders a store revision as an etag.
+func Etag(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// Allocate hands out one address. It is idempotent per (pool, owner key):
+// an owner that already holds an address gets it back with created=false.
+func (s *Allocator) Allocate(ctx context.Context, req Request) (store.Allocation, bool, error) {
+	if err := req.validate(""); err != nil {
+		return store.Allocation{}, false, err
+	}
+	if req.RequestID != "" {
+		if got, ok, err := s.replay(ctx, req.RequestID, []Request{req}); err != nil || ok {
+			if err != nil {
+				return store.Allocation{}, false, err
+			}
+			return got[0], false, nil
+		}
+	}
+	var (
+		a       store.Allocation
+		created bool
+	)
+	err := s.fresh(ctx, func() error {
+		var err error
+		a, created, err = retry(ctx, s, func() (store.Allocation, bool, error) { return s.allocateOnce(ctx, req) })
+		return err
+	})
+	return a, created, err
+}
+
+func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Allocation, bool, error) {
+	ps, err := s.pool(req.Pool)
+	if err != nil {
+		return store.Allocation{}, false, err
+	}
+	key := req.Owner.Key()
+	now := s.now()
+
+	ps.mu.Lock()
+	if ps.deleted {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, fmt.Errorf("pool %q: %w", req.Pool, ErrPoolNotFound)
+	}
+	if addr, ok := ps.byOwner[key]; ok {
+		if ch, busy := ps.releasing[addr]; busy {
+			ps.mu.Unlock()
+			if err := wait(ctx, ch); err != nil {
+				return store.Allocation{}, false, err
+			}
+			return store.Allocation{}, false, ErrConflict
+		}
+		a := *ps.allocs[addr]
+		if req.Address.IsValid() && req.Address != addr {
+			ps.mu.Unlock()
+			return store.Allocation{}, false, fmt.Errorf("owner holds %s, not %s: %w", addr, req.Address, ipam.ErrInUse)
+		}
+		if req.Owner.UID == "" || req.Owner.UID == a.Owner.UID {
+			ps.mu.Unlock()
+			return a, false, nil
+		}
+		return s.rebind(ctx, ps, a, req.Owner, now)
+	}
+	if p, ok := ps.pending[key]; ok {
+		ps.mu.Unlock()
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return store.Allocation{}, false, ctx.Err()
+		}
+		switch {
+		case errors.Is(p.err, context.Canceled), errors.Is(p.err, context.DeadlineExceeded):
+			// The first request gave up, which says nothing about this
+			// one: try again, with this request's own context.
+			return store.Allocation{}, false, ErrConflict
+		case p.err != nil:
+			return store.Allocation{}, false, p.err
+		}
+		return p.alloc, false, nil
+	}
+	addr, err := reserve(ps, req, now, "address")
+	if err != nil {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, err
+	}
+	p := &pendingAlloc{done: make(chan struct{})}
+	ps.pending[key] = p
+	poolRev := ps.rec.Revision
+	ps.mu.Unlock()
+
+	rec := store.Allocation{Pool: req.Pool, Address: addr, Owner: req.Owner, CreateTime: now.UTC(), RequestID: req.RequestID}
+	txn := store.Txn{Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: req.Pool, Revision: poolRev}}}
+	appendAllocTxn(&txn, rec)
+	if req.RequestID != "" {
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: req.RequestID})
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: req.RequestID, Allocations: []string{allocKey(req.Pool, addr)}}})
+	}
+	rev, cerr := s.commit(ctx, txn)
+
+	ps.mu.Lock()
+	delete(ps.pending, key)
+	if cerr != nil {
+		// A followed commit of another replica may hold the address
+		// now: it stays taken then.
+		if _, held := ps.allocs[addr]; !held {
+			_ = ps.index.Unallocate(addr)
+		}
+		if errors.Is(cerr, store.ErrConflict) {
+			// Lost to another replica, likely searching the same
+			// stretch of the pool: search elsewhere next time.
+			s.scatter(ps)
+		}
+		if errors.Is(cerr, store.ErrConflict) {
+			cerr = fmt.Errorf("allocate %s in pool %s: %w", addr, req.Pool, ErrConflict)
+		}
+		p.err = cerr
+	} else {
+		rec.Revision = rev
+		s.installOwn(ps, &rec)
+		p.alloc = rec
+	}
+	ps.mu.Unlock()
+	close(p.done)
+	if cerr != nil {
+		if errors.Is(cerr, ErrConflict) {
+			if got, ok, err := s.wonBy(ctx, req.RequestID, []Request{req}); err != nil || ok {
+				if err != nil {
+					return store.Allocation{}, false, err
+				}
+				return got[0], false, nil
+			}
+		}
+		return store.Allocation{}, false, cerr
+	}
+	return rec, true, nil
+}
+
+// rebind hands an owner's address to a new incarnation of the owner (same
+// cluster, kind, namespace and name, new uid: a StatefulSet pod recreated,
+// say). The allocation gets a new revision, so a guarded release by anyone
+// who saw the old incarnation fails. The caller holds ps.mu; rebind
+// releases it.
+func (s *Allocator) rebind(ctx context.Context, ps *poolState, old store.Allocation, owner store.Owner, now time.Time) (store.Allocation, bool, error) {
+	rec := old
+	rec.Owner = owner
+	rec.CreateTime = now.UTC()
+	rec.RequestID = ""
+	ch := make(chan struct{})
+	ps.releasing[old.Address] = ch
+	ps.mu.Unlock()
+	r := rec
+	rev, err := s.commit(ctx, store.Txn{
+		Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: old.Pool, Address: old.Address, Revision: old.Revision}},
+		Ops:   []store.Op{{Kind: store.OpPutAllocation, Allocation: &r}},
+	})
+	ps.mu.Lock()
+	delete(ps.releasing, old.Address)
+	if err == nil {
+		rec.Revision = rev
+		s.installOwn(ps, &rec)
+	}
+	ps.mu.Unlock()
+	close(ch)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return store.Allocation{}, false, fmt.Errorf("rebind %s to uid %s: %w", old.Address, owner.UID, ErrConflict)
+		}
+		return store.Allocation{}, false, fmt.Errorf("rebind %s to uid %s: %w", old.Address, owner.UID, err)
+	}
+	s.logger.Info("allocation handed to a new incarnation of its owner", "pool", old.Pool, "address", old.Address, "owner", owner.Key(), "old_uid", old.Owner.UID, "uid", owner.UID)
+	return rec, false, nil
+}
+
+// reserve takes an address in the index; the caller holds ps.mu. field
+// names the request's address field, for errors that blame it.
+func reserve(ps *poolState, req Request, now time.Time, field string) (netip.Addr, error) {
+	if req.Address.IsValid() {
+		if req.Address.Is4() != ps.index.Is4() {
+			return netip.Addr{}, &FieldError{Field: field, Reason: "ADDRESS_FAMILY_MISMATCH",
+				Message: fmt.Sprintf("%s is not of pool %s's family", req.Address, req.Pool), Err: ErrFamilyMismatch}
+		}
+		if err := ps.index.AllocateAddr(req.Address, now); err != nil {
+			err = fmt.Errorf("allocate %s in pool %s: %w", req.Address, req.Pool, err)
+			if errors.Is(err, ipam.ErrOutOfRange) || errors.Is(err, ipam.ErrReserved) {
+				// The caller asked for an address it can never get: bad
+				// input in a field it chose, whose reason the error table
+				// gives.
+				return netip.Addr{}, &FieldError{Field: field, Message: err.Error(), Err: err}
+			}
+			return netip.Addr{}, err
+		}
+		return req.Address, nil
+	}
+	addr, err := ps.index.AllocateNext(now)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("allocate in pool %s: %w", req.Pool, err)
+	}
+	return addr, nil
+}
+
+func appendAllocTxn(txn *store.Txn, rec store.Allocation) {
+	txn.Conds = append(txn.Conds,
+		store.Cond{Kind: store.CondAllocationAbsent, Pool: rec.Pool, Address: rec.Address},
+		store.Cond{Kind: store.CondOwnerAbsent, Pool: rec.Pool, OwnerKey: rec.Owner.Key()},
+	)
+	r := rec
+	txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &r})
+}
+
+func allocKey(pool string, addr netip.Addr) string { return pool + "/" + addr.String() }
+
+// replay answers a request id seen before with the allocations it made. It
+// returns ok=false when the id is new.
+func (s *Allocator) replay(ctx context.Context, id string, reqs []Request) ([]store.Allocation, bool, error) {
+	rec, ok, err := s.store.GetRequest(ctx, id)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	if len(rec.Allocations) != len(reqs) {
+		return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
+	}
+	// Answered through another replica maybe, a moment ago: its
+	// allocations are here once this replica has applied that commit.
+	if err := s.applied(ctx, rec.Revision); err != nil {
+		return nil, false, fmt.Errorf("request %q: %w", id, err)
+	}
+	out := make([]store.Allocation, len(reqs))
+	for i, k := range rec.Allocations {
+		a, err := s.getByKey(k)
+		if err != nil {
+			return nil, false, fmt.Errorf("request %q answered before, but %s is gone: %w", id, k, err)
+		}
+		if a.Pool != reqs[i].Pool || a.Owner.Key() != reqs[i].Owner.Key() {
+			return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
+		}
+		out[i] = a
+	}
+	return out, true, nil
+}
+
+// wonBy answers requests whose commit lost its transaction, in case
+// another request with the same id won it: with that request's result,
+// with ErrRequestIDReused when it asked for something else, or ok=false.
+func (s *Allocator) wonBy(ctx context.Context, id string, reqs []Request) ([]store.Allocation, bool, error) {
+	if id == "" {
+		return nil, false, nil
+	}
+	got, ok, err := s.replay(ctx, id, reqs)
+	switch {
+	case errors.Is(err, ErrRequestIDReused):
+		return nil, false, err
+	case err != nil || !ok:
+		return nil, false, nil // lost to something else: the caller retries
+	}
+	return got, true, nil
+}
+
+func (s *Allocator) getByKey(key string) (store.Allocation, error) {
+	for i := len(key) - 1; i >= 0; i-- {
+		if key[i] == '/' {
+			addr, err := netip.ParseAddr(key[i+1:])
+			if err != nil {
+				return store.Allocation{}, err
+			}
+			return s.GetAllocation(key[:i], addr)
+		}
+	}
+	return store.Allocation{}, ErrAllocationNotFound
+}
+
+// BatchAllocate allocates every request or none. Requests for owners that
+// already hold an address in the pool get that address back.
+func (s *Allocator) BatchAllocate(ctx context.Context, reqs []Request, requestID string) ([]store.Allocation, error) {
+	if len(reqs) == 0 {
+		return nil, invalid("requests", "EMPTY_BATCH", "at least one request is required")
+	}
+	seen := map[string]bool{}
+	for i := range reqs {
+		if err := reqs[i].validate(fmt.Sprintf("requests[%d].", i)); err != nil {
+			return nil, err
+		}
+		k := reqs[i].Pool + "\x00" + reqs[i].Owner.Key()
+		if seen[k] {
+			return nil, invalid(fmt.Sprintf("requests[%d].owner", i), "DUPLICATE_OWNER", "owner appears twice for pool %s", reqs[i].Pool)
+		}
+		seen[k] = true
+	}
+	if requestID != "" {
+		if got, ok, err := s.replay(ctx, requestID, reqs); err != nil || ok {
+			return got, err
+		}
+	}
+	var out []store.Allocation
+	err := s.fresh(ctx, func() error {
+		var err error
+		out, _, err = retry(ctx, s, func() ([]store.Allocation, bool, error) {
+			out, err := s.batchOnce(ctx, reqs, requestID)
+			return out, false, err
+		})
+		return err
+	})
+	return out, err
+}
+
+func (s *Allocator) batchOnce(ctx context.Context, reqs []Request, requestID string) ([]store.Allocation, error) {
+	// Lock the pools involved in name order so batches never deadlock.
+	states := map[string]*poolState{}
+	for _, r := range reqs {
+		if _, ok := states[r.Pool]; ok {
+			continue
+		}
+		ps, err := s.pool(r.Pool)
+		if err != nil {
+			return nil, err
+		}
+		states[r.Pool] = ps
+	}
+	ids := make([]string, 0, len(states))
+	for id := range states {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		states[id].mu.Lock()
+	}
+	unlock := func() {
+		for _, id := range ids {
+			states[id].mu.Unlock()
+		}
+	}
+	now := s.now()
+	out := make([]store.Allocation, len(reqs))
+	var fresh []int
+	rollback := func() {
+		for _, i := range fresh {
+			_ = states[reqs[i].Pool].index.Unallocate(out[i].Address)
+		}
+	}
+	txn := store.Txn{}
+	for _, id := range ids {
+		if states[id].deleted {
+			unlock()
+			return nil, fmt.Errorf("pool %q: %w", id, ErrPoolNotFound)
+		}
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondPoolRevision, Pool: id, Revision: states[id].rec.Revision})
+	}
+	for i, r := range reqs {
+		ps := states[r.Pool]
+		key := r.Owner.Key()
+		if addr, ok := ps.byOwner[key]; ok {
+			a := *ps.allocs[addr]
+			if _, busy := ps.releasing[addr]; busy || (r.Owner.UID != "" && r.Owner.UID != a.Owner.UID) {
+				// Rare: let the single-request path hand it over, then retry.
+				rollback()
+				unlock()
+				if _, _, err := s.Allocate(ctx, Request{Pool: r.Pool, Owner: r.Owner}); err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("owner %s changed incarnation: %w", key, ErrConflict)
+			}
+			out[i] = a
+			continue
+		}
+		if _, ok := ps.pending[key]; ok {
+			rollback()
+			unlock()
+			return nil, fmt.Errorf("owner %s has an allocation in flight in pool %s: %w", key, r.Pool, ErrConflict)
+		}
+		addr, err := reserve(ps, r, now, fmt.Sprintf("requests[%d].address", i))
+		if err != nil {
+			rollback()
+			unlock()
+			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		out[i] = store.Allocation{Pool: r.Pool, Address: addr, Owner: r.Owner, CreateTime: now.UTC(), RequestID: requestID}
+		fresh = append(fresh, i)
+		appendAllocTxn(&txn, out[i])
+	}
+	if requestID != "" {
+		keys := make([]string, len(out))
+		for i, a := range out {
+			keys[i] = allocKey(a.Pool, a.Address)
+		}
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: requestID})
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: requestID, Allocations: keys}})
+	}
+	if len(fresh) == 0 {
+		unlock()
+		return out, nil
+	}
+	// The pools stay locked during the commit: a batch is rare and large,
+	// and holding the locks keeps all-or-nothing simple.
+	rev, err := s.commit(ctx, txn)
+	if err != nil {
+		rollback()
+		unlock()
+		if errors.Is(err, store.ErrConflict) {
+			if got, ok, err := s.wonBy(ctx, requestID, reqs); err != nil || ok {
+				return got, err
+			}
+			return nil, fmt.Errorf("batch allocate: %w", ErrConflict)
+		}
+		return nil, fmt.Errorf("batch allocate: %w", err)
+	}
+	for _, i := range fresh {
+		out[i].Revision = rev
+		a := out[i]
+		s.installOwn(states[a.Pool], &a)
+	}
+	unlock()
+	return out, nil
+}
+
+// GetAllocation returns the allocation of addr in pool.
+func (s *Allocator) GetAllocation(pool string, addr netip.Addr) (store.Allocation, error) {
+	ps, err := s.pool(pool)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	a, ok := ps.allocs[addr]
+	if !ok {
+		return store.Allocation{}, fmt.Errorf("%s in pool %s: %w", addr, pool, ErrAllocationNotFound)
+	}
+	return *a, nil
+}
+
+// InRange tells whether addr lies within pool's CIDRs.
+func (s *Allocator) InRange(pool string, addr netip.Addr) bool {
+	ps, err := s.pool(pool)
+	if err != nil {
+		return false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.index.Contains(addr)
+}
+
+// ReleaseRequest selects the allocation to release and its guards.
+type ReleaseRequest struct {
+	Pool string
+	// Address selects by address; otherwise Owner selects by owner key.
+	Address netip.Addr
+	Owner   store.Owner
+	// Etag, when set, must equal the allocation's etag.
+	Etag string
+	// OwnerUID, when set, must equal the holder's uid.
+	OwnerUID     string
+	AllowMissing bool
+}
+
+// Release frees an allocation if its guards hold. It returns the released
+// allocation, or ok=false when there was none and AllowMissing is set.
+func (s *Allocator) Release(ctx context.Context, req ReleaseRequest) (store.Allocation, bool, error) {
+	var rec store.Allocation
+	err := s.fresh(ctx, func() error {
+		ps, err := s.pool(req.Pool)
+		if err != nil {
+			return err
+		}
+		for {
+			rec, err = s.releaseOnce(ctx, ps, req)
+			if !errors.Is(err, ErrConflict) {
+				return err
+			}
+			// A concurrent release of the same address finished: look
+			// again.
+		}
+	})
+	if req.AllowMissing && (errors.Is(err, ErrPoolNotFound) || errors.Is(err, ErrAllocationNotFound)) {
+		return store.Allocation{}, false, nil
+	}
+	return rec, err == nil, err
+}
+
+func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseRequest) (store.Allocation, error) {
+	now := s.now()
+	ps.mu.Lock()
+	var a *store.Allocation
+	if req.Address.IsValid() {
+		a = ps.allocs[req.Address]
+	} else if addr, ok := ps.byOwner[req.Owner.Key()]; ok {
+		a = ps.allocs[addr]
+	}
+	if a == nil {
+		ps.mu.Unlock()
+		return store.Allocation{}, fmt.Errorf("release in pool %s: %w", req.Pool, ErrAllocationNotFound)
+	}
+	if ch, busy := ps.releasing[a.Address]; busy {
+		ps.mu.Unlock()
+		if err := wait(ctx, ch); err != nil {
+			return store.Allocation{}, err
+		}
+		return store.Allocation{}, ErrConflict
+	}
+	if req.Etag != "" && req.Etag != Etag(a.Revision) {
+		ps.mu.Unlock()
+		return store.Allocation{}, fmt.Errorf("release %s: etag is %s, not %s: %w", a.Address, Etag(a.Revision), req.Etag, ErrEtagMismatch)
+	}
+	if req.OwnerUID != "" && req.OwnerUID != a.Owner.UID {
+		ps.mu.Unlock()
+		return store.Allocation{}, fmt.Errorf("release %s: held by uid %q, not %q: %w", a.Address, a.Owner.UID, req.OwnerUID, ErrOwnerMismatch)
+	}
+	rec := *a
+	txn := store.Txn{
+		Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: req.Pool, Address: rec.Address, Revision: rec.Revision}},
+		Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: req.Pool, Address: rec.Address}},
+	}
+	if d := ps.rec.ReuseDelay; d > 0 {
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutQuarantine, Quarantine: &store.Quarantine{Pool: req.Pool, Address: rec.Address, Until: now.Add(d).UTC()}})
+	}
+	// The address stays taken in the index while the release commits, so
+	// no allocation can race it; other requests of the pool go on.
+	ch := make(chan struct{})
+	ps.releasing[rec.Address] = ch
+	ps.mu.Unlock()
+
+	_, err := s.commit(ctx, txn)
+
+	ps.mu.Lock()
+	delete(ps.releasing, rec.Address)
+	// The follower may have applied this release already (and the
+	// address may even be allocated again since).
+	if cur := ps.allocs[rec.Address]; err == nil && cur != nil && cur.Revision == rec.Revision {
+		ps.remove(rec)
+		if rerr := ps.index.Release(rec.Address, now); rerr != nil {
+			s.logger.Warn("index release", "pool", req.Pool, "address", rec.Address, "err", rerr)
+		}
+	}
+	ps.mu.Unlock()
+	close(ch)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return store.Allocation{}, fmt.Errorf("release %s: changed concurrently: %w", rec.Address, ErrEtagMismatch)
+		}
+		return store.Allocation{}, fmt.Errorf("release %s: %w", rec.Address, err)
+	}
+	return rec, nil
+}
+
+// commit commits txn to the store, counting the commits that lose their
+// transaction to a concurrent writer. A Allocator alone on its store knows
+// each commit it makes; a follower learns of its own through the watch,
+// in order with the other replicas'.
+func (s *Allocator) commit(ctx context.Context, txn store.Txn) (int64, error) {
+	rev, err := s.store.Commit(ctx, txn)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		s.conflicts.Add(1)
+	case err == nil && !s.follow:
+		// Alone on the store, every commit is this Allocator's own.
+		s.followed.advance(rev)
+	}
+	return rev, err
+}
+
+// Counters are running totals of the Allocator, for metrics.
+type Counters struct {
+	// Conflicts counts store commits that lost their transaction: to
+	// another replica, or to a concurrent request of this one.
+	Conflicts uint64
+	// WatchRestarts counts the follower's store watches that ended with
+	// an error and were started again; Rebuilds, the snapshots it took
+	// because the history it needed was compacted away.
+	WatchRestarts, Rebuilds uint64
+	// Revision is the store revision up to which the in-memory state
+	// holds every commit: the last one the follower applied, or alone
+	// on the store the last one made.
+	Revision int64
+}
+
+// Counters returns the Allocator's running totals.
+func (s *Allocator) Counters() Counters {
+	return Counters{
+		Conflicts:     s.conflicts.Load(),
+		WatchRestarts: s.watchRestarts.Load(),
+		Rebuilds:      s.rebuilds.Load(),
+		Revision:      s.followed.load(),
+	}
+}
+
+// retry runs once, and again after a backoff while it loses its
+// transaction (ErrConflict), up to conflictRetries times.
+func retry[T any](ctx context.Context, s *Allocator, once func() (T, bool, error)) (T, bool, error) {
+	for attempt := 0; ; attempt++ {
+		v, ok, err := once()
+		if errors.Is(err, ErrConflict) && attempt < s.conflictRetries() {
+			if err := s.backoff(ctx, attempt); err != nil {
+				return v, false, err
+			}
+			continue
+		}
+		return v, ok, err
+	}
+}
+
+// fresh runs op and, when the Allocator follows a shared store and op
+// failed in a way that a state behind the store explains (a pool,
+// allocation or free address that another replica has just created,
+// changed or released), runs it once more after Sync. A replica thus
+// refuses a request only on a state as fresh as the store, as it answers
+// reads.
+func (s *Allocator) fresh(ctx context.Context, op func() error) error {
+	err := op()
+	if err == nil || !s.follow || !staleable(err) {
+		return err
+	}
+	if serr := s.Sync(ctx); serr != nil {
+		return serr
+	}
+	return op()
+}
+
+// staleErrors are the refusals that may come from a state behind the
+// store.
+var staleErrors = []error{
+	ErrPoolNotFound, ErrPoolExists, ErrPoolOverlap, ErrPoolNotEmpty, ErrCIDRInUse,
+	ErrAllocationNotFound, ErrEtagMismatch, ErrOwnerMismatch, ErrConflict,
+	ipam.ErrInUse, ipam.ErrExhausted, ipam.ErrInReuseDelay,
+}
+
+func staleable(err error) bool {
+	for _, e := range staleErrors {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// conflictRetries is how often Allocate tries again after losing its
+// transaction. Alone on its store a replica loses only to its own
+// concurrent requests; sharing it, it may lose to other replicas until the
+// follower has brought their commits in.
+func (s *Allocator) conflictRetries() int {
+	if s.follow {
+		return 8
+	}
+	return 3
+}
+
+// backoff waits before the next attempt: nothing alone on the store, a
+// few milliseconds doubling per attempt when other replicas commit too,
+// so the follower catches up with what made the attempt fail.
+func (s *Allocator) backoff(ctx context.Context, attempt int) error {
+	if !s.follow {
+		return nil
+	}
+	select {
+	case <-time.After(time.Millisecond << min(attempt, 6)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func wait(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
