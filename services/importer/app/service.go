@@ -117,9 +117,9 @@ func (im *importer) assemble() error {
 			return err
 		}
 	}
-	im.store = exports.New(func(k exports.Key) {
+	im.store = exports.New(func(ch exports.Change) {
 		if im.ctrl != nil {
-			im.ctrl.Enqueue(k)
+			im.ctrl.Changed(ch)
 		}
 	})
 	alloc, err := im.allocator(pools)

@@ -41,7 +41,7 @@ const (
 
 // Config configures a Controller.
 type Config struct {
-	// Store holds the exports; its notify function should call Enqueue.
+	// Store holds the exports; its notify function should call Changed.
 	Store *exports.Store
 	// Informers are the member cluster's caches; Tracker the record of the
 	// writes; Writer makes them.
@@ -144,6 +144,14 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+// Changed takes a change of the exports store (the store's notify
+// function): the reconciler notes it for the service's next reconcile,
+// which it queues.
+func (c *Controller) Changed(ch exports.Change) {
+	c.rec.Note(ch)
+	c.Enqueue(ch.Key)
+}
+
 // Enqueue asks for a reconcile of key; it does nothing while the
 // controller is not running (a new term reconciles everything anyway).
 func (c *Controller) Enqueue(key exports.Key) {
@@ -233,6 +241,7 @@ func (c *Controller) Run(term context.Context) error {
 	}
 	q.ShutDown()
 	wg.Wait()
+	c.rec.EndTerm()
 	c.logger.Info("importer term ended")
 	return nil
 }

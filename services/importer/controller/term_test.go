@@ -91,9 +91,9 @@ func TestVIPsAskedAgainEachTerm(t *testing.T) {
 	require.NoError(t, err)
 
 	var ctrl *Controller
-	store := exports.New(func(k exports.Key) {
+	store := exports.New(func(ch exports.Change) {
 		if ctrl != nil {
-			ctrl.Enqueue(k)
+			ctrl.Changed(ch)
 		}
 	})
 	store.AddSource("a")

@@ -11,12 +11,10 @@
 // goes down keeps its last known endpoints, marked stale by its
 // SourceState.
 //
-// The Store calls a notify function with the key of every service whose
-// exports changed; the controller queues it. Besides the exports themselves
-// it keeps, per service, what the next reconcile must account for: the
-// oldest observation time of a change not yet written (per cluster), from
-// which the export-to-import latency is measured, and the trace contexts of
-// those changes, to which the reconcile span links.
+// The Store calls a notify function with every change to a service's
+// exports (which cluster, when it was observed, its trace context); the
+// controller queues the service and the reconciler keeps what its next
+// reconcile must account for. The Store itself keeps only the exports.
 //
 // Nothing in it talks to a server; endpoint sets are kept as received and
 // never modified, so readers may share them.

@@ -27,11 +27,6 @@ var (
 	ErrNotExported = errors.New("the service is not exported")
 )
 
-// maxLinks bounds the trace contexts kept for one service's next
-// reconcile: a burst of changes links to its first few, which is enough to
-// follow it in a trace viewer.
-const maxLinks = 8
-
 // Key names a clusterset service.
 type Key struct {
 	Namespace string
@@ -138,52 +133,26 @@ type SourceState struct {
 	LastHeard time.Time
 }
 
-// Pending is what a reconcile of one service must account for.
-type Pending struct {
-	// Since maps each cluster with a change not yet written to the oldest
-	// observation time among its changes.
-	Since map[string]time.Time
-	// Links are the trace contexts of those changes, oldest first, at most
-	// a few.
-	Links []map[string]string
-}
-
-// Empty reports whether nothing is pending.
-func (p Pending) Empty() bool { return len(p.Since) == 0 && len(p.Links) == 0 }
-
-// merge adds o to p: the older time per cluster, links up to the bound.
-func (p *Pending) merge(o Pending) {
-	for c, t := range o.Since {
-		p.note(c, t, nil)
-	}
-	for _, l := range o.Links {
-		if len(p.Links) >= maxLinks {
-			break
-		}
-		p.Links = append(p.Links, l)
-	}
-}
-
-func (p *Pending) note(cluster string, observed time.Time, link map[string]string) {
-	if p.Since == nil {
-		p.Since = map[string]time.Time{}
-	}
-	if old, ok := p.Since[cluster]; !ok || observed.Before(old) {
-		p.Since[cluster] = observed
-	}
-	if len(link) > 0 && len(p.Links) < maxLinks {
-		p.Links = append(p.Links, link)
-	}
+// Change is one cluster's change to one service's exports, as the Store
+// reports it: what the reconcile that writes it measures its latency from
+// (Observed) and links its span to (TraceContext).
+type Change struct {
+	Key     Key
+	Cluster string
+	// Observed is when the change was observed where it happened (the
+	// source's observation time, or when the Store took it).
+	Observed time.Time
+	// TraceContext is the change's W3C trace context, if it carried one.
+	TraceContext map[string]string
 }
 
 type service struct {
 	exports map[string]*Export
-	pending Pending
 }
 
 // Store holds the exports. It is safe for concurrent use.
 type Store struct {
-	notify func(Key)
+	notify func(Change)
 	now    func() time.Time
 
 	mu        sync.RWMutex
@@ -199,11 +168,11 @@ type Option func(*Store)
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // New returns an empty Store that calls notify (which must not block for
-// long and must not call back into the Store) with the key of every
-// service whose exports changed.
-func New(notify func(Key), opts ...Option) *Store {
+// long and must not call back into the Store) with every change to a
+// service's exports.
+func New(notify func(Change), opts ...Option) *Store {
 	if notify == nil {
-		notify = func(Key) {}
+		notify = func(Change) {}
 	}
 	s := &Store{
 		notify:    notify,
@@ -295,15 +264,15 @@ func (s *Store) Upsert(cluster string, origin Origin, u Update) (Key, bool, erro
 		return key, s.Withdraw(cluster, key, u.ObserveTime, u.TraceContext), nil
 	}
 	s.mu.Lock()
-	changed := s.upsertLocked(cluster, origin, key, u)
+	ch, changed := s.upsertLocked(cluster, origin, key, u)
 	s.mu.Unlock()
 	if changed {
-		s.notify(key)
+		s.notify(ch)
 	}
 	return key, changed, nil
 }
 
-func (s *Store) upsertLocked(cluster string, origin Origin, key Key, u Update) bool {
+func (s *Store) upsertLocked(cluster string, origin Origin, key Key, u Update) (Change, bool) {
 	now := s.now()
 	observed := u.ObserveTime
 	if observed.IsZero() {
@@ -317,7 +286,7 @@ func (s *Store) upsertLocked(cluster string, origin Origin, key Key, u Update) b
 	prev := svc.exports[cluster]
 	if prev != nil && prev.Origin == origin && proto.Equal(prev.Endpoints, u.Endpoints) {
 		prev.Revision, prev.ReceiveTime = u.Revision, now
-		return false
+		return Change{}, false
 	}
 	e := &Export{Cluster: cluster, Origin: origin, Endpoints: u.Endpoints, Revision: u.Revision,
 		ObserveTime: observed, ReceiveTime: now, Generation: 1}
@@ -325,42 +294,41 @@ func (s *Store) upsertLocked(cluster string, origin Origin, key Key, u Update) b
 		e.Generation = prev.Generation + 1
 	}
 	svc.exports[cluster] = e
-	svc.pending.note(cluster, observed, u.TraceContext)
 	keys := s.byCluster[cluster]
 	if keys == nil {
 		keys = map[Key]struct{}{}
 		s.byCluster[cluster] = keys
 	}
 	keys[key] = struct{}{}
-	return true
+	return Change{Key: key, Cluster: cluster, Observed: observed, TraceContext: u.TraceContext}, true
 }
 
 // Withdraw removes cluster's contribution to a service, observed at
 // observed (zero: now). It reports whether there was one.
 func (s *Store) Withdraw(cluster string, key Key, observed time.Time, traceContext map[string]string) bool {
 	s.mu.Lock()
-	removed := s.withdrawLocked(cluster, key, observed, traceContext)
+	ch, removed := s.withdrawLocked(cluster, key, observed, traceContext)
 	s.mu.Unlock()
 	if removed {
-		s.notify(key)
+		s.notify(ch)
 	}
 	return removed
 }
 
-func (s *Store) withdrawLocked(cluster string, key Key, observed time.Time, traceContext map[string]string) bool {
+func (s *Store) withdrawLocked(cluster string, key Key, observed time.Time, traceContext map[string]string) (Change, bool) {
 	svc := s.services[key]
 	if svc == nil || svc.exports[cluster] == nil {
-		return false
+		return Change{}, false
 	}
 	if observed.IsZero() {
 		observed = s.now()
 	}
 	delete(svc.exports, cluster)
 	delete(s.byCluster[cluster], key)
-	svc.pending.note(cluster, observed, traceContext)
-	// The entry stays while something is pending, so the reconcile that
-	// removes the service's objects still gets its latency and links.
-	return true
+	if len(svc.exports) == 0 {
+		delete(s.services, key)
+	}
+	return Change{Key: key, Cluster: cluster, Observed: observed, TraceContext: traceContext}, true
 }
 
 // Replace makes updates the complete set of services cluster exports
@@ -369,7 +337,7 @@ func (s *Store) withdrawLocked(cluster string, key Key, observed time.Time, trac
 // that do not parse are skipped and returned as errors.
 func (s *Store) Replace(cluster string, origin Origin, updates []Update) (int, error) {
 	var errs []error
-	var changed []Key
+	var changed []Change
 	s.mu.Lock()
 	now := s.now()
 	seen := make(map[Key]struct{}, len(updates))
@@ -387,8 +355,8 @@ func (s *Store) Replace(cluster string, origin Origin, updates []Update) (int, e
 			continue
 		}
 		seen[key] = struct{}{}
-		if s.upsertLocked(cluster, origin, key, u) {
-			changed = append(changed, key)
+		if ch, ok := s.upsertLocked(cluster, origin, key, u); ok {
+			changed = append(changed, ch)
 		}
 	}
 	for key := range s.byCluster[cluster] {
@@ -398,8 +366,8 @@ func (s *Store) Replace(cluster string, origin Origin, updates []Update) (int, e
 		if e := s.services[key].exports[cluster]; e == nil || e.Origin != origin {
 			continue
 		}
-		if s.withdrawLocked(cluster, key, now, nil) {
-			changed = append(changed, key)
+		if ch, ok := s.withdrawLocked(cluster, key, now, nil); ok {
+			changed = append(changed, ch)
 		}
 	}
 	if st, ok := s.sources[cluster]; ok && origin == OriginWatch {
@@ -407,14 +375,13 @@ func (s *Store) Replace(cluster string, origin Origin, updates []Update) (int, e
 		st.LastHeard = now
 	}
 	s.mu.Unlock()
-	for _, k := range changed {
-		s.notify(k)
+	for _, ch := range changed {
+		s.notify(ch)
 	}
 	return len(changed), errors.Join(errs...)
 }
 
-// Forget drops every export of origin without notifying and without
-// leaving anything pending, and returns how many it dropped. It is for
+// Forget drops every export of origin without notifying, and returns how many it dropped. It is for
 // pushes when the leadership term that accepted them ends: the next
 // leader does not have them, so this replica must not act on them either
 // if it leads again (its pushers push again to whichever replica leads).
@@ -430,7 +397,6 @@ func (s *Store) Forget(origin Origin) int {
 			}
 			delete(svc.exports, cluster)
 			delete(keys, key)
-			delete(svc.pending.Since, cluster)
 			if len(svc.exports) == 0 {
 				delete(s.services, key)
 			}
@@ -498,37 +464,4 @@ func (s *Store) Len() int {
 		}
 	}
 	return n
-}
-
-// TakePending returns and clears what is pending for a service. A
-// reconcile that fails gives it back with RestorePending.
-func (s *Store) TakePending(key Key) Pending {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	svc := s.services[key]
-	if svc == nil {
-		return Pending{}
-	}
-	p := svc.pending
-	svc.pending = Pending{}
-	if len(svc.exports) == 0 {
-		delete(s.services, key)
-	}
-	return p
-}
-
-// RestorePending gives back what a failed reconcile took, merged with
-// whatever arrived in the meantime.
-func (s *Store) RestorePending(key Key, p Pending) {
-	if p.Empty() {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	svc := s.services[key]
-	if svc == nil {
-		svc = &service{exports: map[string]*Export{}}
-		s.services[key] = svc
-	}
-	svc.pending.merge(p)
 }

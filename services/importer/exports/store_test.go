@@ -18,10 +18,10 @@ type recorder struct {
 	keys []Key
 }
 
-func (r *recorder) notify(k Key) {
+func (r *recorder) notify(ch Change) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.keys = append(r.keys, k)
+	r.keys = append(r.keys, ch.Key)
 }
 
 func (r *recorder) take() []Key {
@@ -178,41 +178,33 @@ func TestReplaceWithdrawsWhatTheSnapshotLacks(t *testing.T) {
 	require.Equal(t, []string{"west"}, s.Clusters(OriginWatch))
 }
 
-func TestPendingKeepsOldestObservationAndLinks(t *testing.T) {
-	s := New(nil)
+// TestChangesCarryObservationAndTrace: every change reaches notify with
+// its cluster, observation time and trace context; a withdrawal too, and
+// the service is gone once its last export is.
+func TestChangesCarryObservationAndTrace(t *testing.T) {
+	var got []Change
+	now := t0.Add(time.Hour)
+	s := New(func(ch Change) { got = append(got, ch) }, WithClock(func() time.Time { return now }))
 	key := Key{"shop", "cart"}
-	tc := func(i int) map[string]string { return map[string]string{"traceparent": string(rune('a' + i))} }
-	_, _, err := s.Upsert("east", OriginWatch, Update{Endpoints: eps("shop", "cart", "east", "10.0.0.1"), ObserveTime: t0.Add(2 * time.Second), TraceContext: tc(0)})
+	tc := map[string]string{"traceparent": "a"}
+	_, _, err := s.Upsert("east", OriginWatch, Update{Endpoints: eps("shop", "cart", "east", "10.0.0.1"), ObserveTime: t0, TraceContext: tc})
 	require.NoError(t, err)
-	_, _, err = s.Upsert("east", OriginWatch, Update{Endpoints: eps("shop", "cart", "east", "10.0.0.2"), ObserveTime: t0.Add(3 * time.Second), TraceContext: tc(1)})
+	_, _, err = s.Upsert("east", OriginWatch, Update{Endpoints: eps("shop", "cart", "east", "10.0.0.1"), ObserveTime: t0.Add(time.Second)})
 	require.NoError(t, err)
-	_, _, err = s.Upsert("west", OriginPush, Update{Endpoints: eps("shop", "cart", "west", "10.1.0.1"), ObserveTime: t0.Add(time.Second)})
+	_, err = s.Replace("west", OriginWatch, []Update{{Endpoints: eps("shop", "cart", "west", "10.1.0.1")}})
 	require.NoError(t, err)
-
-	p := s.TakePending(key)
-	require.Equal(t, map[string]time.Time{"east": t0.Add(2 * time.Second), "west": t0.Add(time.Second)}, p.Since)
-	require.Equal(t, []map[string]string{tc(0), tc(1)}, p.Links)
-	require.True(t, s.TakePending(key).Empty(), "taken means cleared")
-
-	// A failed reconcile gives it back; a change that came meanwhile is
-	// merged, the older time winning.
-	for i := 2; i < 2+maxLinks; i++ {
-		_, _, err = s.Upsert("east", OriginWatch, Update{Endpoints: eps("shop", "cart", "east", "10.0.0.2", "10.0.0.3", "10.0.0."+string(rune('0'+i))), ObserveTime: t0.Add(5 * time.Second), TraceContext: tc(i)})
-		require.NoError(t, err)
-	}
-	s.RestorePending(key, p)
-	got := s.TakePending(key)
-	require.Equal(t, t0.Add(2*time.Second), got.Since["east"])
-	require.Len(t, got.Links, maxLinks, "links are bounded")
-
-	// Withdrawing the last export keeps the pending state until taken.
-	require.True(t, s.Withdraw("east", key, t0.Add(9*time.Second), tc(9)))
-	require.True(t, s.Withdraw("west", key, time.Time{}, nil))
+	require.True(t, s.Withdraw("east", key, t0.Add(2*time.Second), nil))
+	_, err = s.Replace("west", OriginWatch, nil)
+	require.NoError(t, err)
+	require.Equal(t, []Change{
+		{Key: key, Cluster: "east", Observed: t0, TraceContext: tc},
+		{Key: key, Cluster: "west", Observed: now},
+		{Key: key, Cluster: "east", Observed: t0.Add(2 * time.Second)},
+		{Key: key, Cluster: "west", Observed: now},
+	}, got, "an unchanged endpoint set is no change")
 	_, ok := s.Get(key)
 	require.False(t, ok)
-	got = s.TakePending(key)
-	require.Equal(t, t0.Add(9*time.Second), got.Since["east"])
-	require.Contains(t, got.Since, "west")
+	require.Empty(t, s.Keys())
 	require.False(t, s.Withdraw("west", key, time.Time{}, nil), "nothing left to withdraw")
 }
 
@@ -235,7 +227,7 @@ func TestSourceState(t *testing.T) {
 }
 
 // TestForgetDropsOnlyThatOrigin: forgetting pushes leaves the watched
-// exports, notifies nothing and leaves nothing pending for them.
+// exports and notifies nothing.
 func TestForgetDropsOnlyThatOrigin(t *testing.T) {
 	var rec recorder
 	s := New(rec.notify)
@@ -246,8 +238,6 @@ func TestForgetDropsOnlyThatOrigin(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.Upsert("vm", OriginPush, Update{Endpoints: eps("shop", "shop", "vm", "10.0.0.3")})
 	require.NoError(t, err)
-	s.TakePending(cart)
-	s.TakePending(shop)
 	rec.take()
 
 	require.Equal(t, 2, s.Forget(OriginPush))
@@ -260,6 +250,5 @@ func TestForgetDropsOnlyThatOrigin(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, []Key{cart}, s.Keys())
 	require.Empty(t, s.Clusters(OriginPush))
-	require.True(t, s.TakePending(cart).Empty())
 	require.Zero(t, s.Forget(OriginPush))
 }

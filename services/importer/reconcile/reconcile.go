@@ -32,7 +32,7 @@ type run struct {
 	c       *Reconciler
 	final   func(cluster string) bool
 	key     exports.Key
-	pending exports.Pending
+	pending pending
 	handled map[string]bool
 	writes  int
 	latency time.Duration
@@ -44,9 +44,9 @@ type run struct {
 // returns a delay after which to look again without counting a failure,
 // or an error to retry with backoff.
 func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(cluster string) bool) (time.Duration, error) {
-	pending := c.cfg.Store.TakePending(key)
+	taken := c.changes.take(key)
 	var links []trace.Link
-	for _, tc := range pending.Links {
+	for _, tc := range taken.links {
 		sc := trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier(tc)))
 		if sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
@@ -56,7 +56,7 @@ func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(
 		attribute.String("plexus.namespace", key.Namespace), attribute.String("plexus.service", key.Name)))
 	defer span.End()
 
-	r := &run{c: c, final: final, key: key, pending: pending, handled: map[string]bool{}}
+	r := &run{c: c, final: final, key: key, pending: taken, handled: map[string]bool{}}
 	after, err := r.sync(ctx)
 	span.SetAttributes(attribute.Int("plexus.writes", r.writes))
 	if r.latency > 0 {
@@ -67,16 +67,16 @@ func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(
 		span.SetStatus(codes.Error, err.Error())
 	}
 	// What this run did not write is still pending for the next one.
-	rest := exports.Pending{Since: map[string]time.Time{}}
-	for cl, t := range pending.Since {
+	rest := pending{since: map[string]time.Time{}}
+	for cl, t := range taken.since {
 		if !r.handled[cl] {
-			rest.Since[cl] = t
+			rest.since[cl] = t
 		}
 	}
-	if len(rest.Since) > 0 {
-		rest.Links = pending.Links
+	if len(rest.since) > 0 {
+		rest.links = taken.links
 	}
-	c.cfg.Store.RestorePending(key, rest)
+	c.changes.restore(key, rest)
 	if err == nil && after == 0 {
 		r.setLocal(func(l *local) { l.reconciled = time.Now() })
 	}
@@ -117,7 +117,7 @@ func (c *Reconciler) view(key exports.Key, withEndpoints bool) materialize.View 
 // run carries its own word about this very service (a withdrawal, pushed
 // or streamed), which is its last word whatever the state of the rest.
 func (r *run) authoritative(cluster string) bool {
-	if _, ok := r.pending.Since[cluster]; ok {
+	if _, ok := r.pending.since[cluster]; ok {
 		return true
 	}
 	return r.final(cluster)
@@ -126,7 +126,7 @@ func (r *run) authoritative(cluster string) bool {
 // observe records the latency of a cluster's pending change once its
 // slices were written.
 func (r *run) observe(cluster string) {
-	t, ok := r.pending.Since[cluster]
+	t, ok := r.pending.since[cluster]
 	if !ok {
 		return
 	}
@@ -348,7 +348,7 @@ func (r *run) remove(ctx context.Context, v materialize.View) error {
 		r.handled[cl] = true
 		r.observe(cl)
 	}
-	for cl := range r.pending.Since {
+	for cl := range r.pending.since {
 		if _, ok := v.Slices[cl]; !ok {
 			r.handled[cl] = true
 		}

@@ -74,9 +74,24 @@ type Reconciler struct {
 	tracer  trace.Tracer
 	metrics *metrics
 
+	// changes are the exports' changes not yet written, per service.
+	changes changes
+
 	mu    sync.Mutex
 	local map[exports.Key]*local
 }
+
+// Note records a change of the exports store for the service's next
+// reconcile: the latency of its write is measured from it, the reconcile's
+// span links to its trace, and a withdrawal in it is the cluster's last
+// word about the service.
+func (c *Reconciler) Note(ch exports.Change) { c.changes.note(ch) }
+
+// EndTerm forgets the changes not yet written: the leadership term that
+// would have written them has ended, and the next term reconciles every
+// service from what it reads then (measuring from changes it notes itself,
+// not from ones another leader wrote meanwhile).
+func (c *Reconciler) EndTerm() { c.changes.reset() }
 
 // local is what only the reconciling replica knows about a service.
 type local struct {
