@@ -1623,8 +1623,13 @@ type ExportInfo struct {
 	ExportedLabels map[string]string `protobuf:"bytes,8,rep,name=exported_labels,json=exportedLabels,proto3" json:"exported_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The ServiceExport's spec.exportedAnnotations, likewise.
 	ExportedAnnotations map[string]string `protobuf:"bytes,9,rep,name=exported_annotations,json=exportedAnnotations,proto3" json:"exported_annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The Service's spec.ipFamilies, in its order: the address families its
+	// endpoints can have. Importers report an IPFamilyConflict when clusters
+	// export different families. Empty when unknown (a membership from
+	// before this field).
+	IpFamilies    []AddressType `protobuf:"varint,10,rep,packed,name=ip_families,json=ipFamilies,proto3,enum=plexus.membership.v1.AddressType" json:"ip_families,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExportInfo) Reset() {
@@ -1716,6 +1721,13 @@ func (x *ExportInfo) GetExportedLabels() map[string]string {
 func (x *ExportInfo) GetExportedAnnotations() map[string]string {
 	if x != nil {
 		return x.ExportedAnnotations
+	}
+	return nil
+}
+
+func (x *ExportInfo) GetIpFamilies() []AddressType {
+	if x != nil {
+		return x.IpFamilies
 	}
 	return nil
 }
@@ -2272,7 +2284,7 @@ const file_plexus_membership_v1_membership_proto_rawDesc = "" +
 	"\rEndpointGroup\x12D\n" +
 	"\faddress_type\x18\x01 \x01(\x0e2!.plexus.membership.v1.AddressTypeR\vaddressType\x128\n" +
 	"\x05ports\x18\x02 \x03(\v2\".plexus.membership.v1.EndpointPortR\x05ports\x12<\n" +
-	"\tendpoints\x18\x03 \x03(\v2\x1e.plexus.membership.v1.EndpointR\tendpoints\"\x93\x06\n" +
+	"\tendpoints\x18\x03 \x03(\v2\x1e.plexus.membership.v1.EndpointR\tendpoints\"\xd7\x06\n" +
 	"\n" +
 	"ExportInfo\x12\x1a\n" +
 	"\bexported\x18\x01 \x01(\bR\bexported\x12H\n" +
@@ -2283,7 +2295,10 @@ const file_plexus_membership_v1_membership_proto_rawDesc = "" +
 	"\x17internal_traffic_policy\x18\x06 \x01(\tR\x15internalTrafficPolicy\x121\n" +
 	"\x14traffic_distribution\x18\a \x01(\tR\x13trafficDistribution\x12]\n" +
 	"\x0fexported_labels\x18\b \x03(\v24.plexus.membership.v1.ExportInfo.ExportedLabelsEntryR\x0eexportedLabels\x12l\n" +
-	"\x14exported_annotations\x18\t \x03(\v29.plexus.membership.v1.ExportInfo.ExportedAnnotationsEntryR\x13exportedAnnotations\x1aA\n" +
+	"\x14exported_annotations\x18\t \x03(\v29.plexus.membership.v1.ExportInfo.ExportedAnnotationsEntryR\x13exportedAnnotations\x12B\n" +
+	"\vip_families\x18\n" +
+	" \x03(\x0e2!.plexus.membership.v1.AddressTypeR\n" +
+	"ipFamilies\x1aA\n" +
 	"\x13ExportedLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aF\n" +
@@ -2435,35 +2450,36 @@ var file_plexus_membership_v1_membership_proto_depIdxs = []int32{
 	36, // 23: plexus.membership.v1.ExportInfo.session_affinity_timeout:type_name -> google.protobuf.Duration
 	33, // 24: plexus.membership.v1.ExportInfo.exported_labels:type_name -> plexus.membership.v1.ExportInfo.ExportedLabelsEntry
 	34, // 25: plexus.membership.v1.ExportInfo.exported_annotations:type_name -> plexus.membership.v1.ExportInfo.ExportedAnnotationsEntry
-	17, // 26: plexus.membership.v1.ServiceEndpoints.ports:type_name -> plexus.membership.v1.ServicePort
-	23, // 27: plexus.membership.v1.ServiceEndpoints.groups:type_name -> plexus.membership.v1.EndpointGroup
-	24, // 28: plexus.membership.v1.ServiceEndpoints.export:type_name -> plexus.membership.v1.ExportInfo
-	25, // 29: plexus.membership.v1.GetServiceMembersResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
-	4,  // 30: plexus.membership.v1.WatchServicesResponse.type:type_name -> plexus.membership.v1.WatchEventType
-	25, // 31: plexus.membership.v1.WatchServicesResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
-	37, // 32: plexus.membership.v1.WatchServicesResponse.observe_time:type_name -> google.protobuf.Timestamp
-	35, // 33: plexus.membership.v1.WatchServicesResponse.trace_context:type_name -> plexus.membership.v1.WatchServicesResponse.TraceContextEntry
-	7,  // 34: plexus.membership.v1.MembershipService.GetWorkload:input_type -> plexus.membership.v1.GetWorkloadRequest
-	9,  // 35: plexus.membership.v1.MembershipService.ListWorkloads:input_type -> plexus.membership.v1.ListWorkloadsRequest
-	11, // 36: plexus.membership.v1.MembershipService.RegisterWorkload:input_type -> plexus.membership.v1.RegisterWorkloadRequest
-	13, // 37: plexus.membership.v1.MembershipService.HeartbeatWorkload:input_type -> plexus.membership.v1.HeartbeatWorkloadRequest
-	15, // 38: plexus.membership.v1.MembershipService.DeregisterWorkload:input_type -> plexus.membership.v1.DeregisterWorkloadRequest
-	26, // 39: plexus.membership.v1.MembershipService.GetServiceMembers:input_type -> plexus.membership.v1.GetServiceMembersRequest
-	28, // 40: plexus.membership.v1.MembershipService.ListServicesForWorkload:input_type -> plexus.membership.v1.ListServicesForWorkloadRequest
-	30, // 41: plexus.membership.v1.MembershipService.WatchServices:input_type -> plexus.membership.v1.WatchServicesRequest
-	8,  // 42: plexus.membership.v1.MembershipService.GetWorkload:output_type -> plexus.membership.v1.GetWorkloadResponse
-	10, // 43: plexus.membership.v1.MembershipService.ListWorkloads:output_type -> plexus.membership.v1.ListWorkloadsResponse
-	12, // 44: plexus.membership.v1.MembershipService.RegisterWorkload:output_type -> plexus.membership.v1.RegisterWorkloadResponse
-	14, // 45: plexus.membership.v1.MembershipService.HeartbeatWorkload:output_type -> plexus.membership.v1.HeartbeatWorkloadResponse
-	16, // 46: plexus.membership.v1.MembershipService.DeregisterWorkload:output_type -> plexus.membership.v1.DeregisterWorkloadResponse
-	27, // 47: plexus.membership.v1.MembershipService.GetServiceMembers:output_type -> plexus.membership.v1.GetServiceMembersResponse
-	29, // 48: plexus.membership.v1.MembershipService.ListServicesForWorkload:output_type -> plexus.membership.v1.ListServicesForWorkloadResponse
-	31, // 49: plexus.membership.v1.MembershipService.WatchServices:output_type -> plexus.membership.v1.WatchServicesResponse
-	42, // [42:50] is the sub-list for method output_type
-	34, // [34:42] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	1,  // 26: plexus.membership.v1.ExportInfo.ip_families:type_name -> plexus.membership.v1.AddressType
+	17, // 27: plexus.membership.v1.ServiceEndpoints.ports:type_name -> plexus.membership.v1.ServicePort
+	23, // 28: plexus.membership.v1.ServiceEndpoints.groups:type_name -> plexus.membership.v1.EndpointGroup
+	24, // 29: plexus.membership.v1.ServiceEndpoints.export:type_name -> plexus.membership.v1.ExportInfo
+	25, // 30: plexus.membership.v1.GetServiceMembersResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
+	4,  // 31: plexus.membership.v1.WatchServicesResponse.type:type_name -> plexus.membership.v1.WatchEventType
+	25, // 32: plexus.membership.v1.WatchServicesResponse.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
+	37, // 33: plexus.membership.v1.WatchServicesResponse.observe_time:type_name -> google.protobuf.Timestamp
+	35, // 34: plexus.membership.v1.WatchServicesResponse.trace_context:type_name -> plexus.membership.v1.WatchServicesResponse.TraceContextEntry
+	7,  // 35: plexus.membership.v1.MembershipService.GetWorkload:input_type -> plexus.membership.v1.GetWorkloadRequest
+	9,  // 36: plexus.membership.v1.MembershipService.ListWorkloads:input_type -> plexus.membership.v1.ListWorkloadsRequest
+	11, // 37: plexus.membership.v1.MembershipService.RegisterWorkload:input_type -> plexus.membership.v1.RegisterWorkloadRequest
+	13, // 38: plexus.membership.v1.MembershipService.HeartbeatWorkload:input_type -> plexus.membership.v1.HeartbeatWorkloadRequest
+	15, // 39: plexus.membership.v1.MembershipService.DeregisterWorkload:input_type -> plexus.membership.v1.DeregisterWorkloadRequest
+	26, // 40: plexus.membership.v1.MembershipService.GetServiceMembers:input_type -> plexus.membership.v1.GetServiceMembersRequest
+	28, // 41: plexus.membership.v1.MembershipService.ListServicesForWorkload:input_type -> plexus.membership.v1.ListServicesForWorkloadRequest
+	30, // 42: plexus.membership.v1.MembershipService.WatchServices:input_type -> plexus.membership.v1.WatchServicesRequest
+	8,  // 43: plexus.membership.v1.MembershipService.GetWorkload:output_type -> plexus.membership.v1.GetWorkloadResponse
+	10, // 44: plexus.membership.v1.MembershipService.ListWorkloads:output_type -> plexus.membership.v1.ListWorkloadsResponse
+	12, // 45: plexus.membership.v1.MembershipService.RegisterWorkload:output_type -> plexus.membership.v1.RegisterWorkloadResponse
+	14, // 46: plexus.membership.v1.MembershipService.HeartbeatWorkload:output_type -> plexus.membership.v1.HeartbeatWorkloadResponse
+	16, // 47: plexus.membership.v1.MembershipService.DeregisterWorkload:output_type -> plexus.membership.v1.DeregisterWorkloadResponse
+	27, // 48: plexus.membership.v1.MembershipService.GetServiceMembers:output_type -> plexus.membership.v1.GetServiceMembersResponse
+	29, // 49: plexus.membership.v1.MembershipService.ListServicesForWorkload:output_type -> plexus.membership.v1.ListServicesForWorkloadResponse
+	31, // 50: plexus.membership.v1.MembershipService.WatchServices:output_type -> plexus.membership.v1.WatchServicesResponse
+	43, // [43:51] is the sub-list for method output_type
+	35, // [35:43] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_plexus_membership_v1_membership_proto_init() }

@@ -59,6 +59,17 @@ func TestConflictOnLocalServiceExport(t *testing.T) {
 	westEps.Ports[0].Protocol = membershipv1.Protocol_PROTOCOL_TCP
 	west.Set(westEps)
 	conflict(metav1.ConditionFalse, "NoConflicts")
+
+	// Different IP families: IPv6 traffic would reach only west.
+	v4, v6 := membershipv1.AddressType_ADDRESS_TYPE_IPV4, membershipv1.AddressType_ADDRESS_TYPE_IPV6
+	localEps.Export.IpFamilies = []membershipv1.AddressType{v4}
+	westEps.Export.IpFamilies = []membershipv1.AddressType{v4, v6}
+	local.Set(localEps)
+	west.Set(westEps)
+	conflict(metav1.ConditionTrue, "IPFamilyConflict")
+	westEps.Export.IpFamilies = []membershipv1.AddressType{v4}
+	west.Set(westEps)
+	conflict(metav1.ConditionFalse, "NoConflicts")
 }
 
 // TestImportCarriesTrafficAndExportedMetadata: on a real kube-apiserver,

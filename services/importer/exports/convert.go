@@ -148,6 +148,14 @@ func mcsExport(e Export) mcs.Export {
 	if t := info.GetExportCreateTime(); t != nil {
 		out.Created = t.AsTime()
 	}
+	for _, f := range info.GetIpFamilies() {
+		switch f {
+		case membershipv1.AddressType_ADDRESS_TYPE_IPV4:
+			out.IPFamilies = append(out.IPFamilies, corev1.IPv4Protocol)
+		case membershipv1.AddressType_ADDRESS_TYPE_IPV6:
+			out.IPFamilies = append(out.IPFamilies, corev1.IPv6Protocol)
+		}
+	}
 	if info.GetType() == membershipv1.ServiceType_SERVICE_TYPE_HEADLESS {
 		out.Type = mcsv1beta1.Headless
 	}

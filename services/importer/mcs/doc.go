@@ -32,8 +32,18 @@
 //
 // A conflicting port is left out; the older port stays. Conflicts are
 // reported per property with the reasons of mcs-api (PortConflict,
-// TypeConflict, SessionAffinityConflict, SessionAffinityConfigConflict) and
-// the clusters involved, the winning cluster first.
+// TypeConflict, SessionAffinityConflict, SessionAffinityConfigConflict,
+// InternalTrafficPolicyConflict, TrafficDistributionConflict,
+// LabelsConflict, AnnotationsConflict, IPFamilyConflict) and the clusters
+// involved, the winning cluster first.
+//
+// # IP families
+//
+// The import's families are its clusterset VIPs'. When clusters export
+// Services of different IP families (one IPv4, another dual-stack),
+// traffic of a family reaches only the clusters that export it, so the
+// merge reports IPFamilyConflict; an export whose families are unknown
+// takes no part.
 //
 // # Session affinity
 //

@@ -23,6 +23,7 @@ const (
 	PropertyTrafficDistribution   = "trafficDistribution"
 	PropertyLabels                = "exportedLabels"
 	PropertyAnnotations           = "exportedAnnotations"
+	PropertyIPFamilies            = "ipFamilies"
 )
 
 // Reasons of a Conflict, as mcs-api names them for the Conflict condition.
@@ -35,6 +36,7 @@ const (
 	ReasonTrafficDistributionConflict   = string(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict)
 	ReasonLabelsConflict                = string(mcsv1beta1.ServiceExportReasonLabelsConflict)
 	ReasonAnnotationsConflict           = string(mcsv1beta1.ServiceExportReasonAnnotationsConflict)
+	ReasonIPFamilyConflict              = string(mcsv1beta1.ServiceExportReasonIPFamilyConflict)
 	// ReasonNoConflicts is the reason of a False Conflict condition.
 	ReasonNoConflicts = string(mcsv1beta1.ServiceExportReasonNoConflicts)
 )
@@ -76,6 +78,9 @@ type Export struct {
 	// Labels and Annotations are the ServiceExport's exportedLabels and
 	// exportedAnnotations.
 	Labels, Annotations map[string]string
+	// IPFamilies are the exported Service's IP families; empty when
+	// unknown, which conflicts with nothing.
+	IPFamilies []corev1.IPFamily
 }
 
 // Conflict is one property on which exports disagree.
@@ -117,7 +122,8 @@ type Result struct {
 	Precedence []string
 	// Conflicts lists the disagreements, in the order ports, type,
 	// internal traffic policy, traffic distribution, exported labels,
-	// exported annotations, session affinity, session affinity config;
+	// exported annotations, IP families, session affinity, session
+	// affinity config;
 	// empty when there are none.
 	Conflicts []Conflict
 }
@@ -223,6 +229,48 @@ func (r *Result) mergeMetadata(ordered []Export) {
 			r.Conflicts = append(r.Conflicts, *c)
 		}
 	}
+	if c := familyConflict(ordered); c != nil {
+		r.Conflicts = append(r.Conflicts, *c)
+	}
+}
+
+// familyConflict reports exports whose IP families differ: traffic of a
+// family then reaches only the clusters that export it. The import's own
+// families are its VIPs', so nothing is "kept"; exports of unknown
+// families take no part.
+func familyConflict(ordered []Export) *Conflict {
+	var known []Export
+	for _, e := range ordered {
+		if len(e.IPFamilies) > 0 {
+			known = append(known, e)
+		}
+	}
+	if len(known) < 2 {
+		return nil
+	}
+	c := disagreement(known, PropertyIPFamilies, ReasonIPFamilyConflict, func(e *Export) string { return familyText(e.IPFamilies) })
+	if c == nil {
+		return nil
+	}
+	parts := make([]string, len(known))
+	for i := range known {
+		parts[i] = known[i].Cluster + " " + familyText(known[i].IPFamilies)
+	}
+	c.Message = PropertyIPFamilies + " differ (" + strings.Join(parts, ", ") +
+		"): traffic of a family reaches only the clusters that export it"
+	return c
+}
+
+// familyText renders a set of IP families in a stable order.
+func familyText(fs []corev1.IPFamily) string {
+	out := make([]string, 0, len(fs))
+	for _, f := range fs {
+		if !slices.Contains(out, string(f)) {
+			out = append(out, string(f))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "+")
 }
 
 func orUnset(s string) string {
@@ -272,7 +320,7 @@ func normalize(exports []Export) ([]Export, error) {
 			return nil, fmt.Errorf("cluster %s: type %q: %w", e.Cluster, e.Type, ErrInvalidType)
 		}
 		n := Export{Cluster: e.Cluster, Created: e.Created, Type: e.Type, TrafficDistribution: e.TrafficDistribution,
-			Labels: e.Labels, Annotations: e.Annotations}
+			Labels: e.Labels, Annotations: e.Annotations, IPFamilies: e.IPFamilies}
 		switch p := corev1.ServiceInternalTrafficPolicy(e.InternalTrafficPolicy); p {
 		case "", corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal:
 			n.InternalTrafficPolicy = string(p)

@@ -369,3 +369,31 @@ func TestMergeTrafficAndMetadata(t *testing.T) {
 	}
 	require.Contains(t, r.ConflictMessage(), "internalTrafficPolicy Local from a (oldest export) conflicts with unset from b")
 }
+
+// TestMergeIPFamilies: clusters exporting different IP families conflict
+// (IPFamilyConflict, every cluster named); the same families in another
+// order do not; an export of unknown families takes no part.
+func TestMergeIPFamilies(t *testing.T) {
+	http := sp("http", corev1.ProtocolTCP, 80)
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
+	a, b, c := export("a", at(0), http), export("b", at(1), http), export("c", at(2), http)
+	a.IPFamilies, b.IPFamilies = []corev1.IPFamily{v4, v6}, []corev1.IPFamily{v6, v4}
+	r, err := Merge([]Export{a, b, c})
+	require.NoError(t, err)
+	require.Empty(t, r.Conflicts, "same set, other order; c unknown")
+
+	b.IPFamilies = []corev1.IPFamily{v4}
+	c.IPFamilies = []corev1.IPFamily{v4}
+	r, err = Merge([]Export{c, b, a})
+	require.NoError(t, err)
+	require.Equal(t, ReasonIPFamilyConflict, r.ConflictReason())
+	require.Equal(t, PropertyIPFamilies, r.Conflicts[0].Property)
+	require.Equal(t, []string{"a", "b", "c"}, r.Conflicts[0].Clusters)
+	require.Equal(t, "ipFamilies differ (a IPv4+IPv6, b IPv4, c IPv4): "+
+		"traffic of a family reaches only the clusters that export it", r.ConflictMessage())
+
+	a.IPFamilies = nil
+	r, err = Merge([]Export{a, b, c})
+	require.NoError(t, err)
+	require.Empty(t, r.Conflicts, "a's families are unknown")
+}

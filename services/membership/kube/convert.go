@@ -196,6 +196,14 @@ func exportInfo(svc *corev1.Service, export *mcsv1beta1.ServiceExport) *membersh
 	if d := svc.Spec.TrafficDistribution; d != nil {
 		info.TrafficDistribution = *d
 	}
+	for _, f := range svc.Spec.IPFamilies {
+		switch f {
+		case corev1.IPv4Protocol:
+			info.IpFamilies = append(info.IpFamilies, membershipv1.AddressType_ADDRESS_TYPE_IPV4)
+		case corev1.IPv6Protocol:
+			info.IpFamilies = append(info.IpFamilies, membershipv1.AddressType_ADDRESS_TYPE_IPV6)
+		}
+	}
 	if export != nil {
 		info.Exported = true
 		info.ExportCreateTime = timestamppb.New(export.CreationTimestamp.Time)

@@ -169,6 +169,7 @@ func TestServiceModelAndEndpoints(t *testing.T) {
 	require.Equal(t, membershipv1.ServiceType_SERVICE_TYPE_HEADLESS, info.GetType())
 	require.Equal(t, membershipv1.SessionAffinity_SESSION_AFFINITY_CLIENT_IP, info.GetSessionAffinity())
 	require.Equal(t, time.Minute, info.GetSessionAffinityTimeout().AsDuration())
+	require.Equal(t, []membershipv1.AddressType{membershipv1.AddressType_ADDRESS_TYPE_IPV6}, info.GetIpFamilies())
 
 	svc.Spec.ClusterIP = "10.96.0.10"
 	svc.Spec.SessionAffinityConfig = nil
