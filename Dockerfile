@@ -1,11 +1,12 @@
-# One multi-stage build with a target per service:
-#   docker build --target allocator -t plexus-allocator .
+# One multi-stage build with a target per service. Images are named
+# plexus/<service>:<tag>, as deploy/ and docker-compose.yaml use them;
+# `make images` builds all of them (IMAGE_PREFIX, IMAGE_TAG), or one:
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --target allocator -t plexus/allocator:latest .
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# docker build --build-arg VERSION=$(git describe --tags --always --dirty)
 ARG VERSION=unknown
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/plexusnet/plexus/internal/server.version=${VERSION}" -o /out/ \
       ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl \

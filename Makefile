@@ -22,6 +22,11 @@ ALLOCATOR_STORE ?= bolt
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 # Where make certs writes the CA and the certificates.
 CERTS_DIR ?= .certs
+# Images are $(IMAGE_PREFIX)<service>:$(IMAGE_TAG), as deploy/ and
+# docker-compose.yaml name them: plexus/allocator:latest by default; set
+# IMAGE_PREFIX=registry.example/plexus/ IMAGE_TAG=$(VERSION) for a registry.
+IMAGE_PREFIX ?= plexus/
+IMAGE_TAG ?= latest
 
 .PHONY: help
 help: ## Show this help.
@@ -31,12 +36,20 @@ help: ## Show this help.
 tools: ## Install the pinned tools (buf, protoc plugins, grpcurl, controller-gen) into .bin/.
 	@cd tools && GOBIN=$(BIN) $(GO) install tool
 
+# grpcurl alone: all the demo needs of the tools.
+.PHONY: demo-tools
+demo-tools:
+	@test -x $(BIN)/grpcurl || { echo "==> installing grpcurl into .bin/ (about a minute the first time)"; \
+		cd tools && GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl; }
+
 .PHONY: kube-binaries
 kube-binaries: ## Build and cache kube-apiserver, kube-controller-manager and etcd (first run takes minutes).
+	@echo "==> kube-apiserver, kube-controller-manager and etcd (cached after the first build, which takes 10-40 minutes)"
 	@hack/kube-binaries.sh >/dev/null
 
 .PHONY: coredns
 coredns: ## Build and cache CoreDNS (kubernetes plugin with multicluster) for the clusterset DNS test.
+	@echo "==> CoreDNS (cached after the first build, which takes 3-10 minutes)"
 	@hack/coredns.sh >/dev/null
 
 .PHONY: generate
@@ -67,7 +80,8 @@ lint: tools ## buf lint, buf breaking against main, gofmt, go vet, docker-compos
 .PHONY: build
 build: ## Build the four services and plexusctl into bin/.
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -ldflags "-X github.com/plexusnet/plexus/internal/server.version=$(VERSION)" -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/testing/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
+	@echo "==> building the Plexus binaries into bin/ (2-5 minutes the first time, seconds after)"
+	@CGO_ENABLED=0 hack/gobuild.sh "plexus binaries" -ldflags "-X github.com/plexusnet/plexus/internal/server.version=$(VERSION)" -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/testing/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
 	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test
@@ -84,16 +98,23 @@ bench: ## Benchmarks of the pure cores and against peer implementations (see BEN
 	$(GO) test -run '^$$' -bench . -benchmem $(CORE_PKGS)
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...
 
+.PHONY: images
+images: ## Build the container images $(IMAGE_PREFIX){allocator,membership,importer,repair,localkube}:$(IMAGE_TAG) (needs a Docker engine).
+	@for t in $(SERVICES) localkube; do \
+		echo "==> $(IMAGE_PREFIX)$$t:$(IMAGE_TAG)"; \
+		docker build --build-arg VERSION=$(VERSION) --target $$t -t $(IMAGE_PREFIX)$$t:$(IMAGE_TAG) . || exit 1; \
+	done
+
 .PHONY: certs
 certs: ## Create a local CA and mutual TLS certificates for the services and an operator in .certs/ (plexusctl certs).
 	$(GO) run ./clients/plexusctl certs --dir $(CERTS_DIR)
 
 .PHONY: demo
-demo: tools build kube-binaries coredns ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies; ALLOCATOR_STORE=etcd: two allocator replicas on etcd).
+demo: demo-tools build kube-binaries coredns ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies; ALLOCATOR_STORE=etcd: two allocator replicas on etcd).
 	SECURE=$(SECURE) ALLOCATOR_STORE=$(ALLOCATOR_STORE) hack/demo.sh
 
 .PHONY: demo-up
-demo-up: tools build kube-binaries coredns ## Like demo, but keep everything running for exploring.
+demo-up: demo-tools build kube-binaries coredns ## Like demo, but keep everything running for exploring.
 	SECURE=$(SECURE) ALLOCATOR_STORE=$(ALLOCATOR_STORE) hack/demo.sh --keep
 
 .PHONY: demo-down

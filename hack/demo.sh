@@ -51,7 +51,12 @@ trap cleanup EXIT
 trap 'stopping=1; exit 0' INT TERM
 echo $$ >"$DEMO/demo.pid"
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold step titles on a terminal only: a log file gets plain text.
+if [[ -t 1 ]]; then
+  step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+  step() { printf '\n== %s\n' "$*"; }
+fi
 say() { printf '   %s\n' "$*"; }
 run() { printf '   $ %s\n' "$*"; "$@" 2>&1 | sed 's/^/   /'; }
 
@@ -98,8 +103,8 @@ if [[ -n "$SECURE" ]]; then
   run plexusctl certs --dir "$CERTS"
 fi
 
-step "Starting two local Kubernetes clusters (a and b) on one etcd"
-localkube --clusters a,b --dir "$DEMO/kube" >"$LOGS/localkube.out" 2>"$LOGS/localkube.log" &
+step "Starting two local Kubernetes clusters (a and b) on one etcd, each with kube-controller-manager"
+localkube --clusters a,b --controllers --run-pods --dir "$DEMO/kube" >"$LOGS/localkube.out" 2>"$LOGS/localkube.log" &
 pids+=($!)
 for _ in $(seq 1 300); do [[ -s "$DEMO/kube/env" ]] && break; sleep 0.2; done
 [[ -s "$DEMO/kube/env" ]] || { echo "local clusters did not start; see $LOGS/localkube.log" >&2; exit 1; }
@@ -220,9 +225,10 @@ if [[ -n "$SECURE" ]]; then
   say "$out"
 fi
 
-step "Cluster a exports shop/cart: a Service, its ServiceExport and 3 ready Pods"
-say "(there is no kubelet: the Pods' IPs and readiness are set through the status subresource)"
-run demokube seed --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --pods 3
+step "Cluster a exports shop/cart: a Deployment of 3 Pods, its Service and its ServiceExport"
+say "(kube-controller-manager makes the Pods; there is no container runtime: localkube stands in for"
+say "the scheduler and the kubelets, binding each Pod and reporting it Running with an address)"
+run demokube seed --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --replicas 3
 say "the importer never creates namespaces: the member cluster b has its own shop namespace"
 run demokube namespace --kubeconfig "$KUBECONFIG_B" --namespace shop
 
@@ -255,7 +261,9 @@ step "DNS: CoreDNS of cluster b answers the clusterset name with the VIP, and SR
 run demokube dns --server 127.0.0.1:1053 cart.shop.svc.clusterset.local _http._tcp.cart.shop.svc.clusterset.local
 
 step "A Pod in cluster a stops being ready; the slice in cluster b follows"
-run demokube set-ready --kubeconfig "$KUBECONFIG_A" --namespace shop --pod cart-1 --ready=false
+say "(as a failing readiness probe would: its Ready condition is set through the status subresource)"
+FLIP_AT=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
+run demokube set-ready --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --ready=false
 run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 3
 run demokube show --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart
 
@@ -263,12 +271,20 @@ step "One trace from the Pod change in cluster a to the EndpointSlice write in c
 if [[ -n "${OWN_TRACEDUMP:-}" ]]; then
   say "membership observed the Pod, reconciled shop/cart and streamed the event with its trace context;"
   say "the importer's reconcile links to it, and its Kubernetes API writes are child spans:"
-  run tracedump flow --http "$TRACES_HTTP" --service plexus-importer --name 'kube P.* endpointslices'
-  TRACE_ID=$(tracedump flow --http "$TRACES_HTTP" --service plexus-importer --name 'kube P.* endpointslices' | sed -n 's/.*trace(s): \([0-9a-f]*\).*/\1/p')
+  # The update of the slice that the readiness change caused (the first
+  # import wrote it with a POST); spans reach the receiver in batches.
+  TRACE_ID=$(tracedump flow --http "$TRACES_HTTP" --wait 20s --since "$FLIP_AT" --service plexus-importer --name 'kube PUT endpointslices' | sed -n 's/.*trace(s): \([0-9a-f]*\).*/\1/p')
+  [[ -n "$TRACE_ID" ]] || { echo "no trace of the flow reached the demo's receiver; see $LOGS/tracedump.log" >&2; exit 1; }
+  run plexusctl trace --from "http://$TRACES_HTTP" "$TRACE_ID"
 else
   say "spans went to $OTEL_EXPORTER_OTLP_ENDPOINT: look for the importer's span \"kube PUT endpointslices\""
   TRACE_ID="(see your trace viewer)"
 fi
+
+step "The Deployment in cluster a scales to 4; the slices in cluster b follow"
+run demokube scale --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --replicas 4
+run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 5 --ready-endpoints 4
+run demokube show --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart
 
 step "A leak: an external workload's object is deleted behind membership's back"
 run plexusctl workload register vm-2 -n shop --label app=batch --pool workloads --port http:8080 --ttl 10m
@@ -300,13 +316,18 @@ if [[ -n "$SECURE" ]]; then
   say "    a service's certificate was refused a method its policy does not give it"
 fi
 say "  - shop/cart exported from cluster a became a ServiceImport in cluster b with VIP $VIP,"
-say "    a derived Service and EndpointSlices labelled for the importer (3 Pods + 1 external workload)"
-say "  - a Pod going not-ready was followed by the slice (4 endpoints, 3 ready)"
+say "    a derived Service and EndpointSlices labelled for the importer (3 Pods of a Deployment,"
+say "    made by kube-controller-manager, + 1 external workload)"
+say "  - a Pod going not-ready was followed by the slice (4 endpoints, 3 ready), and the Deployment"
+say "    scaling to 4 by the slices (5 endpoints, 4 ready)"
 say "  - a leaked external-workload address was found and released by repair after its strikes"
 say "  - the flow from the Pod change to the EndpointSlice write, traced across processes:"
 say "    membership's trace $TRACE_ID, linked from the importer's reconcile"
-say "    (tracedump flow --http $TRACES_HTTP shows it again; set OTEL_EXPORTER_OTLP_ENDPOINT to send"
-say "    the spans to your own collector, for example Jaeger from docker-compose.yaml)"
+if [[ -n "${OWN_TRACEDUMP:-}" ]]; then
+  say "    (plexusctl trace $TRACE_ID prints it again with the traces linked to it; set"
+  say "    OTEL_EXPORTER_OTLP_ENDPOINT to send the spans to your own collector, for example Jaeger"
+  say "    from docker-compose.yaml)"
+fi
 say "logs of every process: $LOGS"
 if ((KEEP)); then
   cat <<MSG
@@ -324,10 +345,14 @@ MSG
   fi
   cat <<MSG
   plexusctl imports list
+MSG
+  [[ -z "${OWN_TRACEDUMP:-}" ]] || echo "  plexusctl trace $TRACE_ID"
+  cat <<MSG
   plexusctl members watch
   plexusctl alloc watch vips
   plexusctl repair run --dry-run
-  demokube set-ready --kubeconfig $KUBECONFIG_A --namespace shop --pod cart-1 --ready=true
+  demokube set-ready --kubeconfig $KUBECONFIG_A --namespace shop --service cart --ready=true
+  demokube scale --kubeconfig $KUBECONFIG_A --namespace shop --service cart --replicas 6
   demokube show --kubeconfig $KUBECONFIG_B --namespace shop --service cart
   $GRPCURL_SHOWN $IMPORTER describe plexus.importer.v1.ImporterService
 Stop it with \`make demo-down\` (from another terminal) or Ctrl-C.

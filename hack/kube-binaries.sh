@@ -10,6 +10,7 @@ CACHE="${PLEXUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}"
 BIN="${PLEXUS_KUBE_BIN:-$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION}"
 
 log() { printf 'kube-binaries: %s\n' "$*" >&2; }
+GOBUILD="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gobuild.sh"
 
 # A binary counts as present only when it runs and reports the pinned
 # version, so a broken or stale build in the cache is rebuilt.
@@ -41,7 +42,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 if ! etcd_ok; then
-  log "building etcd $ETCD_VERSION (about a minute)"
+  log "building etcd $ETCD_VERSION from the Go module proxy (about a minute)"
   mkdir -p "$work/etcd" && cd "$work/etcd"
   go mod init plexus.local/etcdbuild >/dev/null 2>&1
   go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
@@ -58,12 +59,13 @@ import (
 func main() { etcdmain.Main(os.Args) }
 GO
   go mod tidy >/dev/null 2>&1
-  CGO_ENABLED=0 go build -trimpath -o "$BIN/etcd.tmp" .
+  CGO_ENABLED=0 "$GOBUILD" etcd -trimpath -o "$BIN/etcd.tmp" .
   mv "$BIN/etcd.tmp" "$BIN/etcd"
   etcd_ok || { log "built etcd does not report version $ETCD_VERSION"; exit 1; }
 fi
 
 if ! kube_ok || ! kcm_ok; then
+  log "resolving k8s.io/kubernetes $KUBE_VERSION and its staging modules (about a minute)"
   mkdir -p "$work/kube" && cd "$work/kube"
   go mod init plexus.local/kubebuild >/dev/null 2>&1
   modfile="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
@@ -85,15 +87,15 @@ if ! kube_ok || ! kcm_ok; then
   pkg=k8s.io/component-base/version
   ldflags="-X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
   if ! kube_ok; then
-    log "building kube-apiserver $KUBE_VERSION (about 4-6 minutes on 2 cores)"
-    CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    log "building kube-apiserver $KUBE_VERSION (5-30 minutes on 2 cores, with a progress line every 20 s)"
+    CGO_ENABLED=0 GOFLAGS=-mod=mod "$GOBUILD" kube-apiserver -trimpath -ldflags "$ldflags" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
     mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
     kube_ok || { log "built kube-apiserver does not report version $KUBE_VERSION"; exit 1; }
   fi
   if ! kcm_ok; then
     # Most of it is built already with kube-apiserver.
     log "building kube-controller-manager $KUBE_VERSION (about 1-3 minutes more)"
-    CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
+    CGO_ENABLED=0 GOFLAGS=-mod=mod "$GOBUILD" kube-controller-manager -trimpath -ldflags "$ldflags" -o "$BIN/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
     mv "$BIN/kube-controller-manager.tmp" "$BIN/kube-controller-manager"
     kcm_ok || { log "built kube-controller-manager does not report version $KUBE_VERSION"; exit 1; }
   fi

@@ -1,11 +1,13 @@
 // Command demokube is the demo's hands on the Kubernetes API: it seeds the
-// exporting cluster with a Service, its ServiceExport and Pods (with their
-// status set, as there is no kubelet), flips a Pod's readiness, shows what
-// the importer wrote in the member cluster, and waits for it. kubectl is
-// not needed.
+// exporting cluster with a Deployment, its Service and ServiceExport (the
+// cluster's kube-controller-manager makes the Pods, localkube's pod runner
+// runs them), scales the Deployment, flips a Pod's readiness (there is no
+// kubelet to probe it), shows what the importer wrote in the member
+// cluster, and waits for it. kubectl is not needed.
 //
-//	demokube seed      --kubeconfig A --namespace shop --members shop
-//	demokube set-ready --kubeconfig A --namespace shop --pod cart-1 --ready=false
+//	demokube seed      --kubeconfig A --namespace shop --service cart --replicas 3
+//	demokube set-ready --kubeconfig A --namespace shop --service cart --ready=false
+//	demokube scale     --kubeconfig A --namespace shop --service cart --replicas 4
 //	demokube show      --kubeconfig B --namespace shop --service cart
 //	demokube wait      --kubeconfig B --namespace shop --service cart --endpoints 4 --ready 3
 //	demokube delete-workload --kubeconfig A --namespace shop --name vm-1
@@ -23,6 +25,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,15 +43,15 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demokube seed|namespace|set-ready|show|wait|export|dns|delete-workload [flags]")
+		fmt.Fprintln(os.Stderr, "usage: demokube seed|namespace|set-ready|scale|show|wait|export|dns|delete-workload [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster to act on")
 	ns := fs.String("namespace", "shop", "namespace")
 	service := fs.String("service", "cart", "service name")
-	pods := fs.Int("pods", 3, "pods to create (seed)")
-	pod := fs.String("pod", "", "pod name (set-ready)")
+	replicas := fs.Int("replicas", 3, "replicas of the service's Deployment (seed, scale)")
+	pod := fs.String("pod", "", "pod name (set-ready; default: the first of the service's Pods that is not yet so)")
 	ready := fs.Bool("ready", true, "readiness to set (set-ready)")
 	endpoints := fs.Int("endpoints", -1, "endpoints to wait for (wait)")
 	readyEndpoints := fs.Int("ready-endpoints", -1, "ready endpoints to wait for (wait)")
@@ -75,11 +78,13 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "seed":
-		err = d.seed(ctx, *ns, *service, *pods)
+		err = d.seed(ctx, *ns, *service, *replicas)
 	case "namespace":
 		err = d.namespace(ctx, *ns)
 	case "set-ready":
-		err = d.setReady(ctx, *ns, *pod, *ready)
+		err = d.setReady(ctx, *ns, *service, *pod, *ready)
+	case "scale":
+		err = d.scale(ctx, *ns, *service, *replicas)
 	case "show":
 		err = d.show(ctx, *ns, *service)
 	case "wait":
@@ -126,16 +131,35 @@ func (d *driver) namespace(ctx context.Context, ns string) error {
 	return err
 }
 
-// seed creates the namespace, a Service selecting app=<service>, its
-// ServiceExport, and ready Pods with IPs.
-func (d *driver) seed(ctx context.Context, ns, service string, pods int) error {
+// seed creates the namespace, a Deployment of replicas Pods labelled
+// app=<service>, a Service selecting them and its ServiceExport, and waits
+// until the Pods are ready.
+func (d *driver) seed(ctx context.Context, ns, service string, replicas int) error {
 	if err := d.namespace(ctx, ns); err != nil {
 		return err
+	}
+	labels := map[string]string{"app": service}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(int32(replicas)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "registry.example/cart:1",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				}}},
+			},
+		},
+	}
+	if _, err := d.kube.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create deployment: %w", err)
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: ns},
 		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": service},
+			Selector: labels,
 			Ports: []corev1.ServicePort{{
 				Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http"),
 			}},
@@ -144,50 +168,112 @@ func (d *driver) seed(ctx context.Context, ns, service string, pods int) error {
 	if _, err := d.kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create service: %w", err)
 	}
-	for i := range pods {
-		name := fmt.Sprintf("%s-%d", service, i)
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": service}},
-			Spec: corev1.PodSpec{
-				NodeName: fmt.Sprintf("node-%d", i%2),
-				Containers: []corev1.Container{{
-					Name: "app", Image: "registry.example/cart:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
-				}},
-			},
-		}
-		created, err := d.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("create pod %s: %w", name, err)
-		}
-		ip := fmt.Sprintf("10.244.%d.%d", i/200, 10+i%200)
-		created.Status = corev1.PodStatus{
-			Phase:  corev1.PodRunning,
-			PodIP:  ip,
-			PodIPs: []corev1.PodIP{{IP: ip}},
-			Conditions: []corev1.PodCondition{
-				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()},
-			},
-		}
-		if _, err := d.kube.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("set pod %s status: %w", name, err)
-		}
-	}
 	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: ns}}
 	if _, err := d.mcs.MulticlusterV1beta1().ServiceExports(ns).Create(ctx, export, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create service export: %w", err)
 	}
-	fmt.Printf("namespace %s: Service %s (port 80 -> http), ServiceExport %s, %d ready Pods\n", ns, service, service, pods)
-	return nil
+	fmt.Printf("namespace %s: Deployment %s (%d replicas), Service %s (port 80 -> http), ServiceExport %s\n", ns, service, replicas, service, service)
+	return d.waitPods(ctx, ns, service, replicas)
 }
 
-func (d *driver) setReady(ctx context.Context, ns, pod string, ready bool) error {
-	p, err := d.kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+// scale sets the replicas of the service's Deployment through its scale
+// subresource and waits until that many Pods are ready.
+func (d *driver) scale(ctx context.Context, ns, service string, replicas int) error {
+	sc, err := d.kube.AppsV1().Deployments(ns).GetScale(ctx, service, metav1.GetOptions{})
 	if err != nil {
 		return err
+	}
+	from := sc.Spec.Replicas
+	sc.Spec.Replicas = int32(replicas)
+	if _, err := d.kube.AppsV1().Deployments(ns).UpdateScale(ctx, service, sc, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	fmt.Printf("deployment %s/%s scaled from %d to %d replicas\n", ns, service, from, replicas)
+	return d.waitPods(ctx, ns, service, replicas)
+}
+
+// pods returns the service's Pods that are not being deleted, by name.
+func (d *driver) pods(ctx context.Context, ns, service string) ([]corev1.Pod, error) {
+	list, err := d.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + service})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitPods waits until the controllers made want Pods of the service and
+// the pod runner reported them Running with an address (a Pod whose
+// readiness was set to false still counts: it runs).
+func (d *driver) waitPods(ctx context.Context, ns, service string, want int) error {
+	for {
+		pods, err := d.pods(ctx, ns, service)
+		if err != nil {
+			return err
+		}
+		var running []string
+		ready := 0
+		for i := range pods {
+			if pods[i].Status.Phase == corev1.PodRunning && pods[i].Status.PodIP != "" {
+				running = append(running, pods[i].Name+" "+pods[i].Status.PodIP)
+				if podReady(&pods[i]) {
+					ready++
+				}
+			}
+		}
+		if len(running) >= want {
+			fmt.Printf("%d Pods running, %d ready (made by kube-controller-manager, run by localkube): %s\n",
+				len(running), ready, strings.Join(running, ", "))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d Pods of %s/%s running: %w", len(running), want, ns, service, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// setReady sets a Pod's Ready condition, as a failing readiness probe
+// would: the named Pod, or the first of the service's Pods whose
+// readiness differs.
+func (d *driver) setReady(ctx context.Context, ns, service, pod string, ready bool) error {
+	var p *corev1.Pod
+	if pod != "" {
+		got, err := d.kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p = got
+	} else {
+		pods, err := d.pods(ctx, ns, service)
+		if err != nil {
+			return err
+		}
+		for i := range pods {
+			if podReady(&pods[i]) != ready {
+				p = &pods[i]
+				break
+			}
+		}
+		if p == nil {
+			return fmt.Errorf("no Pod of %s/%s has ready=%v to flip", ns, service, !ready)
+		}
 	}
 	status := corev1.ConditionFalse
 	if ready {
@@ -204,12 +290,14 @@ func (d *driver) setReady(ctx context.Context, ns, pod string, ready bool) error
 	if !found {
 		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()})
 	}
-	_, err = d.kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	_, err := d.kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	if err == nil {
-		fmt.Printf("pod %s/%s ready=%v\n", ns, pod, ready)
+		fmt.Printf("pod %s/%s ready=%v\n", ns, p.Name, ready)
 	}
 	return err
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // slices returns the importer's slices of a service.
 func (d *driver) slices(ctx context.Context, ns, service string) ([]discoveryv1.EndpointSlice, error) {

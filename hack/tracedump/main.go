@@ -4,7 +4,7 @@
 // the importer's EndpointSlice write, as a tree.
 //
 //	tracedump serve --otlp 127.0.0.1:4317 --http 127.0.0.1:9499
-//	tracedump flow  --http 127.0.0.1:9499 --service plexus-importer --name 'kube P.* endpointslices'
+//	tracedump flow  --http 127.0.0.1:9499 --service plexus-importer --name 'kube P.* endpointslices' [--since RFC3339]
 package main
 
 import (
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/plexusnet/plexus/internal/testing/otlpsink"
+	"github.com/plexusnet/plexus/internal/traceview"
 )
 
 const usage = `usage: tracedump serve|flow [flags]
@@ -46,14 +47,14 @@ func main() {
 	fs := flags(os.Args[1])
 	otlp, httpAddr := fs.Lookup("otlp").Value.(flag.Getter), fs.Lookup("http").Value.(flag.Getter)
 	service, name := fs.Lookup("service").Value.(flag.Getter), fs.Lookup("name").Value.(flag.Getter)
-	wait := fs.Lookup("wait").Value.(flag.Getter)
+	wait, since := fs.Lookup("wait").Value.(flag.Getter), fs.Lookup("since").Value.(flag.Getter)
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
 	case "serve":
 		err = serve(otlp.Get().(string), httpAddr.Get().(string))
 	case "flow":
-		err = flow(httpAddr.Get().(string), service.Get().(string), name.Get().(string), wait.Get().(time.Duration))
+		err = flow(httpAddr.Get().(string), service.Get().(string), name.Get().(string), since.Get().(string), wait.Get().(time.Duration))
 	default:
 		err = fmt.Errorf("unknown command %q (tracedump --help lists them)", os.Args[1])
 	}
@@ -71,6 +72,7 @@ func flags(cmd string) *flag.FlagSet {
 	fs.String("service", "plexus-importer", "service of the span the flow ends in (flow)")
 	fs.String("name", "kube P.* endpointslices", "regular expression matching that span's name; the latest match is taken (flow)")
 	fs.Duration("wait", 10*time.Second, "how long to wait for a matching span (flow)")
+	fs.String("since", "", "RFC 3339 time: only a span that started after it matches (flow)")
 	return fs
 }
 
@@ -94,26 +96,32 @@ func serve(otlp, httpAddr string) error {
 	return srv.Close()
 }
 
-func flow(httpAddr, service, name string, wait time.Duration) error {
+func flow(httpAddr, service, name, sinceText string, wait time.Duration) error {
 	re, err := regexp.Compile("^(" + name + ")$")
 	if err != nil {
 		return fmt.Errorf("--name: %w", err)
 	}
+	var since time.Time
+	if sinceText != "" {
+		if since, err = time.Parse(time.RFC3339Nano, sinceText); err != nil {
+			return fmt.Errorf("--since: %w", err)
+		}
+	}
 	deadline := time.Now().Add(wait)
 	for {
-		spans, err := fetch(httpAddr)
+		spans, err := traceview.Fetch(context.Background(), "http://"+httpAddr)
 		if err != nil {
 			return err
 		}
-		var last *otlpsink.Span
+		var last *traceview.Span
 		for i := range spans {
 			sp := &spans[i]
-			if sp.Service == service && re.MatchString(sp.Name) && (last == nil || sp.Start.After(last.Start)) {
+			if sp.Service == service && re.MatchString(sp.Name) && sp.Start.After(since) && (last == nil || sp.Start.After(last.Start)) {
 				last = sp
 			}
 		}
 		if last != nil {
-			f := otlpsink.Flow(spans, *last)
+			f := traceview.Flow(spans, *last)
 			traces := map[string]bool{}
 			var ids []string
 			for _, sp := range f {
@@ -123,7 +131,7 @@ func flow(httpAddr, service, name string, wait time.Duration) error {
 				}
 			}
 			fmt.Printf("the flow ending in %s %q spans %d trace(s): %s\n", service, last.Name, len(ids), strings.Join(ids, ", "))
-			fmt.Print(otlpsink.Tree(f))
+			fmt.Print(traceview.Tree(f))
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -131,14 +139,4 @@ func flow(httpAddr, service, name string, wait time.Duration) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-func fetch(httpAddr string) ([]otlpsink.Span, error) {
-	resp, err := http.Get("http://" + httpAddr + "/spans")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var spans []otlpsink.Span
-	return spans, json.NewDecoder(resp.Body).Decode(&spans)
 }

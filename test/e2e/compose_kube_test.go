@@ -25,12 +25,13 @@ import (
 // plexusServices are the Dockerfile targets of the four services.
 var plexusServices = map[string]bool{"allocator": true, "membership": true, "importer": true, "repair": true}
 
-// TestComposeKubeAPIServer runs docker-compose.yaml's cluster the way
-// compose would, without an engine: kube-pki's command (localkube pki),
-// then the real kube-apiserver with exactly the flags compose gives it
-// (only its paths, port and etcd address rewritten to this test's), then
-// kube-crds' command (localkube crds). The API server must come up on those
-// files, answer the admin kubeconfig, and serve the Plexus CRDs.
+// TestComposeKubeAPIServer runs each of docker-compose.yaml's clusters the
+// way compose would, without an engine: kube-pki-X's command (localkube
+// pki), then the real kube-apiserver with exactly the flags compose gives
+// kube-apiserver-X (only its paths, port and etcd address rewritten to
+// this test's), then kube-crds-X's command (localkube crds). The API server
+// must come up on those files, answer the admin kubeconfig, and serve the
+// Plexus CRDs.
 func TestComposeKubeAPIServer(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yaml"))
 	require.NoError(t, err)
@@ -41,13 +42,23 @@ func TestComposeKubeAPIServer(t *testing.T) {
 		} `json:"services"`
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &f))
-	pki, api, crds := f.Services["kube-pki"], f.Services["kube-apiserver"], f.Services["kube-crds"]
-	require.NotEmpty(t, pki.Command)
-	require.NotEmpty(t, crds.Command)
-	require.Equal(t, "kube-apiserver", api.Command[0])
-	require.True(t, strings.HasSuffix(api.Image, ":"+kubetest.KubeVersion), "compose runs the kube-apiserver version the tests build (%s), not %s", kubetest.KubeVersion, api.Image)
-
 	etcd := kubetest.StartEtcd(t)
+	for cluster, apiPort := range map[string]string{"a": "6443", "b": "6444"} {
+		t.Run(cluster, func(t *testing.T) {
+			pki, api, crds := f.Services["kube-pki-"+cluster], f.Services["kube-apiserver-"+cluster], f.Services["kube-crds-"+cluster]
+			composeCluster(t, etcd, apiPort, pki.Command, api.Image, api.Command, crds.Command)
+		})
+	}
+}
+
+// composeCluster runs one compose cluster's three commands.
+func composeCluster(t *testing.T, etcd *kubetest.Etcd, apiPort string, pki []string, image string, api []string, crds []string) {
+	require.NotEmpty(t, pki)
+	require.NotEmpty(t, crds)
+	require.NotEmpty(t, api)
+	require.Equal(t, "kube-apiserver", api[0])
+	require.True(t, strings.HasSuffix(image, ":"+kubetest.KubeVersion), "compose runs the kube-apiserver version the tests build (%s), not %s", kubetest.KubeVersion, image)
+
 	dir := t.TempDir()
 	_, port, err := net.SplitHostPort(proctest.FreeAddr(t))
 	require.NoError(t, err)
@@ -55,7 +66,7 @@ func TestComposeKubeAPIServer(t *testing.T) {
 	rewrite := func(arg string) string {
 		for _, r := range [][2]string{
 			{"/home/nonroot/kube", dir}, {"/kube/", dir + "/"},
-			{"127.0.0.1:6443", "127.0.0.1:" + port}, {"--secure-port=6443", "--secure-port=" + port},
+			{"127.0.0.1:" + apiPort, "127.0.0.1:" + port}, {"--secure-port=" + apiPort, "--secure-port=" + port},
 			{"http://127.0.0.1:2379", etcd.Endpoint()},
 		} {
 			arg = strings.ReplaceAll(arg, r[0], r[1])
@@ -74,15 +85,15 @@ func TestComposeKubeAPIServer(t *testing.T) {
 		out, err := exec.CommandContext(ctx, localkube, rewritten...).CombinedOutput()
 		require.NoError(t, err, "localkube %s:\n%s", strings.Join(rewritten, " "), out)
 	}
-	run(pki.Command)
+	run(pki)
 
 	var args []string
-	for _, a := range api.Command[1:] {
+	for _, a := range api[1:] {
 		args = append(args, rewrite(a))
 	}
 	kubetest.RunAPIServerArgs(t, args)
 
-	run(crds.Command) // waits for the API server, then installs the CRDs
+	run(crds) // waits for the API server, then installs the CRDs
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	require.NoError(t, err)

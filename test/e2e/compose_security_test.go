@@ -80,5 +80,5 @@ func TestComposeMutualTLSAndPolicy(t *testing.T) {
 		require.Equal(t, target, p.Name())
 		checked++
 	}
-	require.Equal(t, 5, checked, "two allocators, membership, importer, repair")
+	require.Equal(t, 7, checked, "two allocators, a membership and an importer per cluster, repair")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/testing/otlpsink"
 	"github.com/plexusnet/plexus/internal/testing/proctest"
+	"github.com/plexusnet/plexus/internal/traceview"
 )
 
 // TestExportFlowIsOneConnectedTrace runs the allocator, membership for
@@ -96,14 +97,14 @@ func TestExportFlowIsOneConnectedTrace(t *testing.T) {
 		spans := sink.Spans()
 		for _, sp := range spans {
 			if sp.Service == "plexus-importer" && sp.Name == "kube POST endpointslices" {
-				flow = otlpsink.Flow(spans, sp)
+				flow = traceview.Flow(spans, sp)
 				path = upstream(spans, sp, "plexus-membership")
 				return path != nil && has(flow, "plexus-membership", "membership.reconcile") && has(flow, "plexus-allocator", batchAllocate)
 			}
 		}
 		return false
 	}, 30*time.Second, 100*time.Millisecond, "the spans of the flow arrive")
-	tree := otlpsink.Tree(flow)
+	tree := traceview.Tree(flow)
 	t.Logf("the export's flow:\n%s", tree)
 	t.Logf("from the slice write back to membership: %s", names(path))
 

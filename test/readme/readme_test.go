@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -218,6 +219,7 @@ func startSystem(t *testing.T) *system {
 	a := kubetest.StartAPIServer(t, etcd, kubetest.WithName("a"), kubetest.WithEtcdPrefix("/cluster-a"))
 	b := kubetest.StartAPIServer(t, etcd, kubetest.WithName("b"), kubetest.WithEtcdPrefix("/cluster-b"))
 	kubetest.InstallCRDs(t, a.Config, b.Config)
+	kubetest.StartControllers(t, a, netip.MustParsePrefix("10.128.0.0/16"))
 
 	plexusctl := proctest.Build(t, "./clients/plexusctl")
 	demokube := proctest.Build(t, "./hack/demokube")
@@ -254,7 +256,7 @@ func startSystem(t *testing.T) *system {
 	s.addrs = strings.NewReplacer(pairs...)
 
 	// What the examples read about: shop/cart exported from cluster a
-	// with 3 ready Pods, imported into cluster b's own shop namespace.
+	// with a Deployment of 3 ready Pods, imported into cluster b's own shop namespace.
 	sh := func(name string, args ...string) error {
 		c := exec.Command(name, args...)
 		c.Dir, c.Env = s.dir, s.vars
@@ -264,7 +266,7 @@ func startSystem(t *testing.T) *system {
 		}
 		return nil
 	}
-	require.NoError(t, sh(demokube, "seed", "--kubeconfig", a.Kubeconfig, "--namespace", "shop", "--service", "cart", "--pods", "3"))
+	require.NoError(t, sh(demokube, "seed", "--kubeconfig", a.Kubeconfig, "--namespace", "shop", "--service", "cart", "--replicas", "3"))
 	require.NoError(t, sh(demokube, "namespace", "--kubeconfig", b.Kubeconfig, "--namespace", "shop"))
 	eventually(t, 2*time.Minute, "the importer did not import shop/cart", func() error {
 		return sh(plexusctl, "imports", "get", "shop/cart")

@@ -69,8 +69,8 @@ func NewRoot(out io.Writer) *cobra.Command {
 	fs.StringVar(&g.contextName, "context", "", "context of the config file to use instead of its current-context")
 	root.AddCommand(poolCmd(g), allocCmd(g))
 	root.AddCommand(workloadCmd(g), membersCmd(g))
-	root.AddCommand(importsCmd(g), repairCmd(g), statusCmd(g))
-	root.AddCommand(certsCmd())
+	root.AddCommand(importsCmd(g), repairCmd(g), statusCmd(g), traceCmd(g))
+	root.AddCommand(certsCmd(), crdsCmd())
 	root.AddCommand(configCmd(g))
 	return root
 }

@@ -1,10 +1,15 @@
 package kubetest
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // Controllers are the kube-controller-manager controllers a local cluster
@@ -60,4 +65,31 @@ func LaunchControllerManager(b Binaries, c *Cluster, dir string) (*ControllerMan
 		return nil, err
 	}
 	return &ControllerManagerProcess{proc: p}, nil
+}
+
+// StartControllers runs, until the test ends, kube-controller-manager with
+// the Controllers against c and a PodRunner standing in for the scheduler
+// and kubelets (node "<cluster>-node", Pod addresses from podCIDR): a
+// Deployment created in c gets Running, Ready Pods with addresses, and a
+// Service selecting them gets the EndpointSlice controller's own slices.
+// The binary is required like kube-apiserver (RequireBinaries).
+func StartControllers(t testing.TB, c *Cluster, podCIDR netip.Prefix) {
+	t.Helper()
+	m, err := LaunchControllerManager(RequireBinaries(t), c, t.TempDir())
+	if err != nil {
+		t.Fatalf("start kube-controller-manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	r := NewPodRunner(c.Clientset, c.Name+"-node", podCIDR, slog.New(slog.DiscardHandler))
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("pod runner of %s: %v", c.Name, err)
+		}
+		if err := m.Stop(); err != nil {
+			t.Errorf("stop kube-controller-manager of %s: %v", c.Name, err)
+		}
+	})
 }

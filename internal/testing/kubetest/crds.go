@@ -17,29 +17,21 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
-	mcscrd "sigs.k8s.io/mcs-api/config/crd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexusnet/plexus/deploy/crds"
 )
 
-// CRDs returns the CustomResourceDefinitions every Plexus cluster needs:
-// ServiceExport and ServiceImport from the mcs-api module this project is
-// built with, and ExternalWorkload from deploy/crds.
+// CRDs returns the CustomResourceDefinitions every Plexus cluster needs
+// (crds.All: ServiceExport and ServiceImport from the mcs-api module this
+// project is built with, and ExternalWorkload).
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	manifests := []struct {
-		source string
-		data   []byte
-	}{
-		{"mcs-api ServiceExport", mcscrd.ServiceExportCRD},
-		{"mcs-api ServiceImport", mcscrd.ServiceImportCRD},
-		{"ExternalWorkload", crds.ExternalWorkload},
-	}
+	manifests := crds.All()
 	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(manifests))
 	for _, m := range manifests {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(m.data, crd); err != nil {
-			return nil, fmt.Errorf("decode %s CRD: %w", m.source, err)
+		if err := yaml.UnmarshalStrict(m.YAML, crd); err != nil {
+			return nil, fmt.Errorf("decode %s CRD: %w", m.Source, err)
 		}
 		out = append(out, crd)
 	}

@@ -10,29 +10,18 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
+
+	"github.com/plexusnet/plexus/internal/traceview"
 )
 
-// Span is one received span.
-type Span struct {
-	TraceID string            `json:"trace_id"`
-	SpanID  string            `json:"span_id"`
-	Parent  string            `json:"parent_span_id,omitempty"`
-	Name    string            `json:"name"`
-	Service string            `json:"service"`
-	Start   time.Time         `json:"start"`
-	End     time.Time         `json:"end"`
-	Attrs   map[string]string `json:"attributes,omitempty"`
-	// Links are the spans this one links to, as "TRACE/SPAN".
-	Links []string `json:"links,omitempty"`
-}
+// Span is one received span (the JSON shape tracedump serves).
+type Span = traceview.Span
 
 // Sink receives spans. It is safe for concurrent use.
 type Sink struct {
@@ -121,65 +110,4 @@ func (s *Sink) Spans() []Span {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Span(nil), s.spans...)
-}
-
-// Flow is the spans connected to one span: its trace, and, through links,
-// the traces it links to (and theirs), in start order.
-func Flow(spans []Span, from Span) []Span {
-	byTrace := map[string][]Span{}
-	for _, sp := range spans {
-		byTrace[sp.TraceID] = append(byTrace[sp.TraceID], sp)
-	}
-	seen := map[string]bool{}
-	var out []Span
-	var visit func(trace string)
-	visit = func(trace string) {
-		if seen[trace] {
-			return
-		}
-		seen[trace] = true
-		for _, sp := range byTrace[trace] {
-			out = append(out, sp)
-			for _, l := range sp.Links {
-				visit(strings.SplitN(l, "/", 2)[0])
-			}
-		}
-	}
-	visit(from.TraceID)
-	sort.Slice(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
-	return out
-}
-
-// Tree renders spans as an indented tree by parent, one line a span:
-// service, name and duration; links are shown after the span.
-func Tree(spans []Span) string {
-	children := map[string][]Span{}
-	ids := map[string]bool{}
-	for _, sp := range spans {
-		ids[sp.SpanID] = true
-	}
-	var roots []Span
-	for _, sp := range spans {
-		if sp.Parent == "" || !ids[sp.Parent] {
-			roots = append(roots, sp)
-		} else {
-			children[sp.Parent] = append(children[sp.Parent], sp)
-		}
-	}
-	var b strings.Builder
-	var walk func(sp Span, depth int)
-	walk = func(sp Span, depth int) {
-		fmt.Fprintf(&b, "%s%s  %s  (%s, trace %s)", strings.Repeat("  ", depth), sp.Service, sp.Name, sp.End.Sub(sp.Start).Round(time.Microsecond), sp.TraceID[:8])
-		if len(sp.Links) > 0 {
-			fmt.Fprintf(&b, "  links→ %s", strings.Join(sp.Links, ", "))
-		}
-		b.WriteString("\n")
-		for _, c := range children[sp.SpanID] {
-			walk(c, depth+1)
-		}
-	}
-	for _, r := range roots {
-		walk(r, 0)
-	}
-	return b.String()
 }

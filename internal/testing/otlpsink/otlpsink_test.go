@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/plexusnet/plexus/internal/traceview"
 )
 
 // TestSinkReceivesAndConnects: spans exported by the OTel SDK over
@@ -46,13 +48,13 @@ func TestSinkReceivesAndConnects(t *testing.T) {
 			from = sp
 		}
 	}
-	flow := Flow(sink.Spans(), from)
+	flow := traceview.Flow(sink.Spans(), from)
 	var names []string
 	for _, sp := range flow {
 		names = append(names, sp.Name)
 	}
 	require.ElementsMatch(t, []string{"observe", "reconcile", "kube POST endpointslices"}, names, "the link leads to the observing trace; the unrelated one stays out")
-	tree := Tree(flow)
+	tree := traceview.Tree(flow)
 	require.Contains(t, tree, "test  reconcile")
 	require.Contains(t, tree, "\n  test  kube POST endpointslices", "the write is a child of the reconcile")
 	require.Contains(t, tree, "links→ "+observe.SpanContext().TraceID().String())

@@ -100,6 +100,20 @@ func ExternalWorkload(ew *workloadv1alpha1.ExternalWorkload) endpoints.Workload 
 	return w
 }
 
+// familyTypes are the address types of a Service's IP families, in order.
+func familyTypes(s *corev1.Service) []endpoints.AddressType {
+	var out []endpoints.AddressType
+	for _, f := range s.Spec.IPFamilies {
+		switch f {
+		case corev1.IPv4Protocol:
+			out = append(out, endpoints.AddressTypeIPv4)
+		case corev1.IPv6Protocol:
+			out = append(out, endpoints.AddressTypeIPv6)
+		}
+	}
+	return out
+}
+
 // ServiceModel returns what of a Service shapes its endpoints.
 func ServiceModel(s *corev1.Service) endpoints.Service {
 	m := endpoints.Service{
@@ -107,14 +121,7 @@ func ServiceModel(s *corev1.Service) endpoints.Service {
 		Name:                     s.Name,
 		PublishNotReadyAddresses: s.Spec.PublishNotReadyAddresses,
 	}
-	for _, f := range s.Spec.IPFamilies {
-		switch f {
-		case corev1.IPv4Protocol:
-			m.AddressTypes = append(m.AddressTypes, endpoints.AddressTypeIPv4)
-		case corev1.IPv6Protocol:
-			m.AddressTypes = append(m.AddressTypes, endpoints.AddressTypeIPv6)
-		}
-	}
+	m.AddressTypes = familyTypes(s)
 	for _, p := range s.Spec.Ports {
 		sp := endpoints.ServicePort{Name: p.Name, Port: p.Port, Protocol: endpoints.Protocol(p.Protocol)}
 		if p.AppProtocol != nil {
@@ -196,13 +203,8 @@ func exportInfo(svc *corev1.Service, export *mcsv1beta1.ServiceExport) *membersh
 	if d := svc.Spec.TrafficDistribution; d != nil {
 		info.TrafficDistribution = *d
 	}
-	for _, f := range svc.Spec.IPFamilies {
-		switch f {
-		case corev1.IPv4Protocol:
-			info.IpFamilies = append(info.IpFamilies, membershipv1.AddressType_ADDRESS_TYPE_IPV4)
-		case corev1.IPv6Protocol:
-			info.IpFamilies = append(info.IpFamilies, membershipv1.AddressType_ADDRESS_TYPE_IPV6)
-		}
+	for _, t := range familyTypes(svc) {
+		info.IpFamilies = append(info.IpFamilies, addressType(t))
 	}
 	if export != nil {
 		info.Exported = true

@@ -1,0 +1,200 @@
+package readme
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/clients/plexusctl/cmd"
+)
+
+// TestDeployGuide checks docs/deploy.md against the code, since its
+// commands need real clusters and a Docker engine: every plexusctl command
+// names a real command and real flags (and `plexusctl certs` runs, its
+// SANs landing in the certificates), `make images` tags as the guide says,
+// every file of deploy/ it applies exists, and every metric, flag and
+// condition reason it names exists.
+func TestDeployGuide(t *testing.T) {
+	path := filepath.Join("..", "..", "docs", "deploy.md")
+	exs, err := examples(path)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(exs), 6)
+	for _, ex := range exs {
+		for _, part := range strings.Split(ex.command, "|") {
+			args := strings.Fields(part)
+			switch args[0] {
+			case "plexusctl":
+				checkPlexusctl(t, ex.line, args[1:])
+			case "make":
+				checkMake(t, ex.line, args[1:])
+			case "kubectl":
+				checkKubectl(t, ex.line, args[1:])
+			default:
+				t.Errorf("docs/deploy.md:%d: %q is not checked; add a check", ex.line, args[0])
+			}
+		}
+	}
+
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	doc := string(raw)
+	metrics, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
+	require.NoError(t, err)
+	for _, m := range regexp.MustCompile("`(plexus_[a-z_]+)`").FindAllStringSubmatch(doc, -1) {
+		require.Contains(t, string(metrics), "`"+m[1]+"`", "docs/deploy.md names a metric docs/metrics.md does not list")
+	}
+	flags, err := os.ReadFile(filepath.Join("..", "..", "docs", "flags.md"))
+	require.NoError(t, err)
+	// Flags of the services (docs/flags.md) or of plexusctl; two are
+	// not Plexus's: kube-apiserver's Service range, and --version, which
+	// every binary has.
+	for _, f := range regexp.MustCompile("`(--[a-z-]+)").FindAllStringSubmatch(doc, -1) {
+		known := strings.Contains(string(flags), "`"+f[1]+"`") || plexusctlFlag(f[1]) ||
+			f[1] == "--version" || f[1] == "--service-cluster-ip-range"
+		require.True(t, known, "docs/deploy.md names a flag %s that no service or plexusctl has", f[1])
+	}
+	reasons := sourceText(t, "services/importer/materialize/status.go", "services/importer/mcs/merge.go", "services/membership/kube/exportstatus.go")
+	for _, r := range []string{"ClusterSetIPNotProgrammed", "EndpointSlicesNotWritten", "AllocationFailed", "EndpointsDropped", "NamespaceMissing"} {
+		require.Contains(t, doc, r)
+		require.Contains(t, reasons, `"`+r+`"`, "reason %s is not one the code writes", r)
+	}
+	mcsReasons := regexp.MustCompile("`([A-Za-z]+Conflict)`").FindAllStringSubmatch(doc, -1)
+	require.GreaterOrEqual(t, len(mcsReasons), 8)
+	for _, r := range mcsReasons {
+		require.Contains(t, reasons, "ServiceExportReason"+r[1], "conflict reason %s is not one the importer reports", r[1])
+	}
+}
+
+func sourceText(t *testing.T, files ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, f := range files {
+		raw, err := os.ReadFile(filepath.Join("..", "..", f))
+		require.NoError(t, err)
+		b.Write(raw)
+	}
+	return b.String()
+}
+
+// plexusctlFlag reports whether some plexusctl command has the flag.
+func plexusctlFlag(flag string) bool {
+	name := strings.TrimPrefix(flag, "--")
+	root := cmd.NewRoot(&bytes.Buffer{})
+	if root.PersistentFlags().Lookup(name) != nil {
+		return true
+	}
+	for stack := root.Commands(); len(stack) > 0; {
+		c := stack[0]
+		stack = append(stack[1:], c.Commands()...)
+		if c.Flags().Lookup(name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPlexusctl: the words name a command and every flag is one of it.
+func checkPlexusctl(t *testing.T, line int, args []string) {
+	t.Helper()
+	root := cmd.NewRoot(&bytes.Buffer{})
+	c, rest, err := root.Find(args)
+	require.NoError(t, err, "docs/deploy.md:%d: plexusctl %s", line, strings.Join(args, " "))
+	require.NotEqual(t, root, c, "docs/deploy.md:%d: plexusctl %s names no command", line, strings.Join(args, " "))
+	for _, a := range rest {
+		if !strings.HasPrefix(a, "--") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		require.NotNil(t, c.Flag(name), "docs/deploy.md:%d: %s has no --%s", line, c.CommandPath(), name)
+	}
+	if c.Name() == "certs" {
+		runCerts(t, line, args)
+	}
+}
+
+// runCerts runs the guide's plexusctl certs into a temporary directory and
+// checks that each --san SERVICE=NAME is in that service's certificate.
+func runCerts(t *testing.T, line int, args []string) {
+	t.Helper()
+	dir := t.TempDir()
+	var run []string
+	var sans [][2]string
+	for i := 0; i < len(args); i++ {
+		switch args[i] {
+		case "--dir":
+			i++
+			continue
+		case "--san":
+			svc, name, _ := strings.Cut(args[i+1], "=")
+			sans = append(sans, [2]string{svc, name})
+		}
+		run = append(run, args[i])
+	}
+	run = append(run, "--dir", dir)
+	root := cmd.NewRoot(&bytes.Buffer{})
+	root.SetArgs(run)
+	require.NoError(t, root.Execute(), "docs/deploy.md:%d", line)
+	require.NotEmpty(t, sans)
+	for _, s := range sans {
+		raw, err := os.ReadFile(filepath.Join(dir, s[0], "tls.crt"))
+		require.NoError(t, err, "docs/deploy.md:%d: the Secret folder .certs/%s", line, s[0])
+		block, _ := pem.Decode(raw)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		require.NoError(t, err)
+		require.Contains(t, cert.DNSNames, s[1])
+	}
+	for _, svc := range []string{"allocator", "membership", "importer", "repair", "operator"} {
+		require.DirExists(t, filepath.Join(dir, svc), "docs/deploy.md mounts .certs/<service> folders")
+	}
+}
+
+// checkMake: make -n with the guide's arguments works and, for images,
+// tags with the prefix and tag given.
+func checkMake(t *testing.T, line int, args []string) {
+	t.Helper()
+	c := exec.Command("make", append([]string{"-n"}, args...)...)
+	c.Dir = filepath.Join("..", "..")
+	out, err := c.CombinedOutput()
+	require.NoError(t, err, "docs/deploy.md:%d: make %s:\n%s", line, strings.Join(args, " "), out)
+	if args[0] == "images" {
+		vars := map[string]string{}
+		for _, a := range args[1:] {
+			k, v, _ := strings.Cut(a, "=")
+			vars[k] = v
+		}
+		require.Contains(t, string(out), "-t "+vars["IMAGE_PREFIX"]+"$t:"+vars["IMAGE_TAG"], "docs/deploy.md:%d", line)
+	}
+}
+
+// checkKubectl: every deploy/ file and .certs folder it reads exists (or
+// is made by plexusctl certs).
+func checkKubectl(t *testing.T, line int, args []string) {
+	t.Helper()
+	checked := 0
+	for i, a := range args {
+		file := ""
+		switch {
+		case a == "-f" && i+1 < len(args):
+			file = args[i+1]
+		case strings.HasPrefix(a, "--from-file="):
+			file = strings.TrimPrefix(a, "--from-file=")
+		}
+		switch {
+		case file == "" || file == "-":
+		case strings.HasPrefix(file, ".certs/"):
+			checked++ // runCerts checks the folders
+		default:
+			require.FileExists(t, filepath.Join("..", "..", file), "docs/deploy.md:%d", line)
+			checked++
+		}
+	}
+	require.True(t, checked > 0 || strings.Contains(strings.Join(args, " "), "-f -"), "docs/deploy.md:%d: kubectl %s reads nothing checked", line, strings.Join(args, " "))
+}

@@ -1,0 +1,59 @@
+// Package scripts tests the shell scripts under hack/ that a newcomer's
+// first run depends on.
+package scripts
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	return dir
+}
+
+// gobuild runs hack/gobuild.sh in the module with a build cache of its own
+// (so that something is compiled) and a progress line every second.
+func gobuild(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(root(t), "hack", "gobuild.sh"), args...)
+	cmd.Dir = root(t)
+	cmd.Env = append(os.Environ(), "GOCACHE="+t.TempDir(), "PLEXUS_PROGRESS_EVERY=1", "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestGobuildSaysHowFarItGot: a build that takes more than the interval
+// prints progress lines with a package count against the total and the
+// time spent, and produces the binary.
+func TestGobuildSaysHowFarItGot(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "tracedump")
+	out, err := gobuild(t, "tracedump", "-trimpath", "-o", bin, "./hack/tracedump")
+	require.NoError(t, err, out)
+	line := regexp.MustCompile(`(?m)^tracedump: (\d+) packages compiled \(of at most (\d+)\), \dm\d\ds$`)
+	lines := line.FindAllStringSubmatch(out, -1)
+	require.NotEmpty(t, lines, "no progress line in:\n%s", out)
+	require.NotEqual(t, "0", lines[len(lines)-1][1], "the last progress line counts compiled packages:\n%s", out)
+	info, err := os.Stat(bin)
+	require.NoError(t, err)
+	require.NotZero(t, info.Size())
+}
+
+// TestGobuildFailureShowsTheError: a build that fails exits non-zero and
+// shows the compiler's error, not only package names.
+func TestGobuildFailureShowsTheError(t *testing.T) {
+	dir := filepath.Join(root(t), "test", "scripts", "testdata", "broken")
+	require.DirExists(t, dir)
+	out, err := gobuild(t, "broken", "-o", t.TempDir(), "./test/scripts/testdata/broken")
+	require.Error(t, err)
+	require.Contains(t, out, "undefined: notDefined")
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "broken: build failed"), out)
+}
