@@ -39,12 +39,12 @@ tools: ## Install the pinned tools (buf, protoc plugins, grpcurl, controller-gen
 # grpcurl alone: all the demo needs of the tools.
 .PHONY: demo-tools
 demo-tools:
-	@test -x $(BIN)/grpcurl || { echo "==> installing grpcurl into .bin/ (about a minute the first time)"; \
-		cd tools && GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl; }
+	@test -x $(BIN)/grpcurl || { echo "==> building grpcurl into .bin/ (1-3 minutes the first time)"; \
+		cd tools && ../hack/gobuild.sh grpcurl -o $(BIN)/grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl; }
 
 .PHONY: kube-binaries
 kube-binaries: ## Build and cache kube-apiserver, kube-controller-manager and etcd (first run takes minutes).
-	@echo "==> kube-apiserver, kube-controller-manager and etcd (cached after the first build, which takes 10-40 minutes)"
+	@echo "==> kube-apiserver, kube-controller-manager and etcd (cached after the first build, which takes 10-30 minutes)"
 	@hack/kube-binaries.sh >/dev/null
 
 .PHONY: coredns

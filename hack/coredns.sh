@@ -26,12 +26,13 @@ if command -v flock >/dev/null; then
   fi
 fi
 printf 'coredns: building CoreDNS %s from the Go module proxy (3-10 minutes on 2 cores, with a progress line every 20 s)\n' "$COREDNS_VERSION" >&2
-GOBUILD="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gobuild.sh"
+HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+GOBUILD="$HACK/gobuild.sh" PROGRESS="$HACK/progress.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 go mod init plexus.local/corednsbuild >/dev/null 2>&1
-go get "github.com/coredns/coredns@$COREDNS_VERSION" >/dev/null 2>&1
+"$PROGRESS" "coredns modules" go get "github.com/coredns/coredns@$COREDNS_VERSION"
 cat > main.go <<'GO'
 // A CoreDNS with the plugins the clusterset DNS needs only.
 package main
@@ -45,7 +46,7 @@ import (
 
 func main() { coremain.Run() }
 GO
-go mod tidy >/dev/null 2>&1
+"$PROGRESS" "coredns modules" go mod tidy
 CGO_ENABLED=0 "$GOBUILD" coredns -trimpath -o "$OUT.tmp" .
 mv "$OUT.tmp" "$OUT"
 ok || { echo "coredns: the built binary does not report $COREDNS_VERSION" >&2; exit 1; }

@@ -10,7 +10,8 @@ CACHE="${PLEXUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}"
 BIN="${PLEXUS_KUBE_BIN:-$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION}"
 
 log() { printf 'kube-binaries: %s\n' "$*" >&2; }
-GOBUILD="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gobuild.sh"
+HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+GOBUILD="$HACK/gobuild.sh" PROGRESS="$HACK/progress.sh"
 
 # A binary counts as present only when it runs and reports the pinned
 # version, so a broken or stale build in the cache is rebuilt.
@@ -45,7 +46,7 @@ if ! etcd_ok; then
   log "building etcd $ETCD_VERSION from the Go module proxy (about a minute)"
   mkdir -p "$work/etcd" && cd "$work/etcd"
   go mod init plexus.local/etcdbuild >/dev/null 2>&1
-  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
+  "$PROGRESS" "etcd modules" go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
   # The etcd server binary's main package lives in the root module at the same version.
   cat > main.go <<'GO'
 package main
@@ -58,7 +59,7 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-  go mod tidy >/dev/null 2>&1
+  "$PROGRESS" "etcd modules" go mod tidy
   CGO_ENABLED=0 "$GOBUILD" etcd -trimpath -o "$BIN/etcd.tmp" .
   mv "$BIN/etcd.tmp" "$BIN/etcd"
   etcd_ok || { log "built etcd does not report version $ETCD_VERSION"; exit 1; }
@@ -68,6 +69,7 @@ if ! kube_ok || ! kcm_ok; then
   log "resolving k8s.io/kubernetes $KUBE_VERSION and its staging modules (about a minute)"
   mkdir -p "$work/kube" && cd "$work/kube"
   go mod init plexus.local/kubebuild >/dev/null 2>&1
+  "$PROGRESS" "kube modules" go mod download "k8s.io/kubernetes@$KUBE_VERSION"
   modfile="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
   staging_version="v0${KUBE_VERSION#v1}"
   go mod edit -require="k8s.io/kubernetes@$KUBE_VERSION"
@@ -79,7 +81,8 @@ if ! kube_ok || ! kcm_ok; then
   echo 'package main' > tools.go
   echo 'import _ "k8s.io/kubernetes/cmd/kube-apiserver"' >> tools.go
   echo 'import _ "k8s.io/kubernetes/cmd/kube-controller-manager"' >> tools.go
-  GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
+  "$PROGRESS" "kube modules" env GOFLAGS=-mod=mod go mod tidy ||
+    log "go mod tidy reported the errors above; building anyway (go build resolves what it needs)"
   # Without the version stamp the server reports v0.0.0-master, which
   # clients that check the server version reject.
   minor="${KUBE_VERSION#v1.}"

@@ -57,3 +57,24 @@ func TestGobuildFailureShowsTheError(t *testing.T) {
 	require.Contains(t, out, "undefined: notDefined")
 	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "broken: build failed"), out)
 }
+
+// TestProgressSaysItStillRuns: a quiet command that runs longer than the
+// interval gets "still running" lines; a failing one shows its output and
+// fails.
+func TestProgressSaysItStillRuns(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(root(t), "hack", "progress.sh"), args...)
+		cmd.Env = append(os.Environ(), "PLEXUS_PROGRESS_EVERY=1")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("modules", "sh", "-c", "echo quiet; sleep 3")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^modules: still running, 0m0[1-3]s$`, out)
+	require.NotContains(t, out, "quiet", "a command that succeeds stays quiet")
+
+	out, err = run("modules", "sh", "-c", "echo boom >&2; exit 3")
+	require.Error(t, err)
+	require.Contains(t, out, "boom")
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "modules: failed"), out)
+}
