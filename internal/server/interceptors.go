@@ -143,9 +143,14 @@ func (l *limits) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 // request's own Validate method.
 type validator struct {
 	byType map[reflect.Type]func(any) error
+	// decode holds the requests the codec could not decode.
+	decode *decodeCodec
 }
 
 func (v validator) check(msg any) error {
+	if err := v.decode.take(msg); err != nil {
+		return err
+	}
 	if fn, ok := v.byType[reflect.TypeOf(msg)]; ok {
 		if err := fn(msg); err != nil {
 			return invalid(err)

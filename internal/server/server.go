@@ -237,7 +237,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 	// would bury the calls that matter.
 	notHealth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return !isHealthMethod(c.FullMethod()) })
 	recoverOpt := recovery.WithRecoveryHandlerContext(recoverPanic(s.logger, panics))
-	v := validator{byType: o.validators}
+	v := validator{byType: o.validators, decode: newDecodeCodec()}
 
 	unary := append([]grpc.UnaryServerInterceptor{
 		s.healthHeaders,
@@ -279,6 +279,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
+		grpc.ForceServerCodecV2(v.decode),
 	}
 	if s.cfg.TLSCert != "" {
 		tc, err := tlsconf.Server(s.cfg.TLSCert, s.cfg.TLSKey, s.cfg.TLSClientCA)

@@ -146,16 +146,22 @@ type Pool struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// CIDRs the pool hands addresses out of, all of one family, for example
 	// "10.96.0.0/12" or "fd00:10::/64". Host bits must be zero. The network and
-	// broadcast addresses of IPv4 CIDRs (other than /31 and /32) are never
-	// handed out. At most 32 (TOO_MANY_CIDRS).
+	// broadcast addresses of IPv4 CIDRs (other than /31 and /32) and the
+	// Subnet-Router anycast address (the first) of IPv6 CIDRs (other than /127
+	// and /128) are never handed out. At most 32 (TOO_MANY_CIDRS).
 	Cidrs []string `protobuf:"bytes,2,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
 	// Reserved ranges that are never handed out: CIDRs ("10.96.0.0/28"),
-	// single addresses or inclusive ranges ("10.96.0.1-10.96.0.9").
+	// single addresses or inclusive ranges ("10.96.0.1-10.96.0.9"). At most
+	// 256 (TOO_MANY_RESERVED).
 	Reserved []string `protobuf:"bytes,3,rep,name=reserved,proto3" json:"reserved,omitempty"`
 	// A released address is not handed out again before this delay passes.
 	// Zero or unset means it may be reused at once.
 	ReuseDelay *durationpb.Duration `protobuf:"bytes,4,opt,name=reuse_delay,json=reuseDelay,proto3" json:"reuse_delay,omitempty"`
-	// Free-form labels for the pool's users.
+	// Labels for the pool's users, with Kubernetes' label syntax and sizes:
+	// a key is an optional DNS subdomain prefix and '/', then 1 to 63
+	// characters of [A-Za-z0-9-_.] starting and ending with an alphanumeric;
+	// a value is empty or such a name. At most 64 (TOO_MANY_LABELS;
+	// INVALID_LABEL for a key or value that breaks the syntax).
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Allow this pool's CIDRs to overlap other pools of the same allocator.
 	AllowOverlap bool `protobuf:"varint,6,opt,name=allow_overlap,json=allowOverlap,proto3" json:"allow_overlap,omitempty"`
@@ -370,7 +376,9 @@ type Owner struct {
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Namespace of the owner; empty for cluster-scoped owners.
 	Namespace string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Name of the owner.
+	// Name of the owner. Every owner field holds at most 253 bytes of
+	// printable UTF-8 without '/' or invisible format characters such as bidi
+	// controls (INVALID_OWNER).
 	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	// Unique id of this incarnation of the owner, for example a Kubernetes
 	// object's metadata.uid.
@@ -563,8 +571,11 @@ type CreatePoolRequest struct {
 	PoolId string `protobuf:"bytes,1,opt,name=pool_id,json=poolId,proto3" json:"pool_id,omitempty"`
 	// The pool to create; name and output-only fields are ignored.
 	Pool *Pool `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	// Optional idempotency key: a retry with the same request_id within 24
-	// hours is answered with the first result.
+	// Optional idempotency key: a retry with the same request_id and the same
+	// pool within 24 hours is answered with the pool it created; the same
+	// request_id with another pool_id or pool, or one used by an Allocate, is
+	// REQUEST_ID_REUSED; a pool that exists under another request_id (or
+	// none) is POOL_ALREADY_EXISTS.
 	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Allows CIDRs in the loopback, link-local, link-local multicast or
 	// unspecified ranges (127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/24,
@@ -1147,7 +1158,9 @@ type AllocateRequest struct {
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
 	// Optional idempotency key: a retry with the same request_id within 24
 	// hours is answered with the first result, even after the first reply
-	// was lost; later it counts as a new request.
+	// was lost; later it counts as a new request. A retry must repeat the
+	// request: another pool, owner (uid included) or address is
+	// REQUEST_ID_REUSED.
 	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1641,10 +1654,12 @@ type ReleaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resource name, "pools/{pool_id}/allocations/{address}".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// The pool, when releasing by owner.
+	// The pool, when releasing by owner. Given with name, it must be name's
+	// pool (TARGET_MISMATCH).
 	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	// The owner, when releasing by owner (matched on cluster, kind, namespace
-	// and name).
+	// and name; kind and name are required). Given with name, it must be the
+	// allocation's holder (OWNER_MISMATCH).
 	Owner *Owner `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	// If set, release only this version of the allocation (ETAG_MISMATCH).
 	Etag string `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`
@@ -1779,7 +1794,10 @@ type WatchAllocationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pool, "pools/{pool_id}"; "pools/-" watches every pool.
 	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	// Send the changes after this revision; 0 means start with a snapshot.
+	// Send the changes after this revision; 0 means start with a snapshot. A
+	// revision after the store's current one is OUT_OF_RANGE
+	// (REVISION_IN_FUTURE); one older than the history kept is OUT_OF_RANGE
+	// (REVISION_TOO_OLD).
 	StartRevision int64 `protobuf:"varint,2,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -449,11 +450,18 @@ func (s *Allocator) replay(ctx context.Context, id string, reqs []Request) ([]st
 	}
 	out := make([]store.Allocation, len(reqs))
 	for i, k := range rec.Allocations {
+		if strings.HasPrefix(k, poolRequestPrefix) {
+			return nil, false, fmt.Errorf("request %q created a pool: %w", id, ErrRequestIDReused)
+		}
 		a, err := s.getByKey(k)
 		if err != nil {
 			return nil, false, fmt.Errorf("request %q answered before, but %s is gone: %w", id, k, err)
 		}
-		if a.Pool != reqs[i].Pool || a.Owner.Key() != reqs[i].Owner.Key() {
+		// The record keeps what was allocated, so the replay compares the
+		// whole request with it: pool, owner (uid included) and, when
+		// the request names one, the address.
+		if a.Pool != reqs[i].Pool || a.Owner.Key() != reqs[i].Owner.Key() || a.Owner.UID != reqs[i].Owner.UID ||
+			(reqs[i].Address.IsValid() && reqs[i].Address != a.Address) {
 			return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
 		}
 		out[i] = a
@@ -664,6 +672,7 @@ func (s *Allocator) InRange(pool string, addr netip.Addr) bool {
 type ReleaseRequest struct {
 	Pool string
 	// Address selects by address; otherwise Owner selects by owner key.
+	// With both, the holder of Address must be Owner.
 	Address netip.Addr
 	Owner   store.Owner
 	// Etag, when set, must equal the allocation's etag.
@@ -724,6 +733,10 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 	if req.OwnerUID != "" && req.OwnerUID != a.Owner.UID {
 		ps.mu.Unlock()
 		return store.Allocation{}, fmt.Errorf("release %s: held by uid %q, not %q: %w", a.Address, a.Owner.UID, req.OwnerUID, ErrOwnerMismatch)
+	}
+	if req.Address.IsValid() && req.Owner.Kind != "" && req.Owner.Key() != a.Owner.Key() {
+		ps.mu.Unlock()
+		return store.Allocation{}, fmt.Errorf("release %s: held by %s, not by the owner the request names: %w", a.Address, Clip(a.Owner.Key()), ErrOwnerMismatch)
 	}
 	rec := *a
 	txn := store.Txn{

@@ -17,6 +17,7 @@ var (
 	ErrEtagMismatch       = errors.New("etag does not match")
 	ErrOwnerMismatch      = errors.New("owner uid does not match")
 	ErrRevisionTooOld     = errors.New("revision too old, list again")
+	ErrRevisionInFuture   = errors.New("revision after the store's current revision")
 	ErrRequestIDReused    = errors.New("request_id was used for a different request")
 	ErrFamilyMismatch     = errors.New("address family does not match the pool")
 	ErrConflict           = errors.New("concurrent change, try again")

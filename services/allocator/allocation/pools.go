@@ -2,6 +2,8 @@ package allocation
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,7 +22,7 @@ import (
 // ValidatePoolID checks a pool id: a DNS label that starts with a letter.
 func ValidatePoolID(field, id string) error {
 	if !isPoolID(id) {
-		return invalid(field, "INVALID_POOL_ID", "pool id %q must be 1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'", id)
+		return invalid(field, "INVALID_POOL_ID", "pool id %s must be 1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'", Clip(id))
 	}
 	return nil
 }
@@ -61,8 +63,8 @@ func (r Request) validate(prefix string) error {
 		return invalid(prefix+"owner.name", "REQUIRED", "owner name is required")
 	}
 	for _, f := range []struct{ name, v string }{{"cluster", r.Owner.Cluster}, {"kind", r.Owner.Kind}, {"namespace", r.Owner.Namespace}, {"name", r.Owner.Name}, {"uid", r.Owner.UID}} {
-		if len(f.v) > 253 || strings.ContainsAny(f.v, "/\x00") {
-			return invalid(prefix+"owner."+f.name, "INVALID_OWNER", "owner %s must be at most 253 characters without '/'", f.name)
+		if err := validateOwnerField(prefix+"owner."+f.name, f.v); err != nil {
+			return err
 		}
 	}
 	if len(r.RequestID) > 128 {
@@ -134,6 +136,12 @@ func (p PoolSpec) normalize() (PoolSpec, error) {
 		fam = f
 		out.CIDRs = append(out.CIDRs, pfx.String())
 	}
+	if len(p.Reserved) > MaxReserved {
+		return out, invalid("pool.reserved", "TOO_MANY_RESERVED", "%d reserved entries, at most %d", len(p.Reserved), MaxReserved)
+	}
+	if err := validateLabels(p.Labels); err != nil {
+		return out, err
+	}
 	for i, r := range p.Reserved {
 		rg, err := netparse.ParseRange(r)
 		if err != nil {
@@ -192,6 +200,29 @@ func (s *Allocator) overlapping(self string, cidrs []string, allow bool) (string
 
 // CreatePool creates a pool.
 func (s *Allocator) CreatePool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
+	return s.CreatePoolRequest(ctx, "", id, spec)
+}
+
+// CreatePoolRequest creates a pool under an idempotency key: the request
+// id is recorded with the creation, so a retry with the same id and the
+// same body gets the pool again, the same id with another body gets
+// ErrRequestIDReused, and a pool that exists under another id (or none)
+// gets ErrPoolExists.
+func (s *Allocator) CreatePoolRequest(ctx context.Context, requestID, id string, spec PoolSpec) (PoolView, error) {
+	if err := ValidatePoolID("pool_id", id); err != nil {
+		return PoolView{}, err
+	}
+	if len(requestID) > 128 {
+		return PoolView{}, invalid("request_id", "INVALID_REQUEST_ID", "request_id must be at most 128 characters")
+	}
+	spec, err := spec.normalize()
+	if err != nil {
+		return PoolView{}, err
+	}
+	key := poolRequestKey(id, spec)
+	if v, ok, err := s.replayPool(ctx, requestID, id, key); ok || err != nil {
+		return v, err
+	}
 	// Check the new pool against every pool created so far, through any
 	// replica (and this one's own, which its follower may not have
 	// applied yet).
@@ -199,18 +230,56 @@ func (s *Allocator) CreatePool(ctx context.Context, id string, spec PoolSpec) (P
 		return PoolView{}, err
 	}
 	var v PoolView
-	err := s.fresh(ctx, func() (err error) { v, err = s.createPool(ctx, id, spec); return err })
+	err = s.fresh(ctx, func() (err error) { v, err = s.createPool(ctx, requestID, id, key, spec); return err })
+	if errors.Is(err, ErrPoolExists) && requestID != "" {
+		// The same request may have won through another replica.
+		if v, ok, rerr := s.replayPool(ctx, requestID, id, key); ok || rerr != nil {
+			return v, rerr
+		}
+	}
 	return v, err
 }
 
-func (s *Allocator) createPool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
-	if err := ValidatePoolID("pool_id", id); err != nil {
-		return PoolView{}, err
+// poolRequestKey is what a CreatePool's request record holds, in place of
+// the allocation keys an Allocate's holds: the pool and a digest of its
+// normalized spec.
+func poolRequestKey(id string, spec PoolSpec) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q %d %t\n", spec.CIDRs, spec.Reserved, spec.ReuseDelay, spec.AllowOverlap)
+	for _, k := range slices.Sorted(maps.Keys(spec.Labels)) {
+		fmt.Fprintf(h, "%q=%q\n", k, spec.Labels[k])
 	}
-	spec, err := spec.normalize()
+	return poolRequestPrefix + id + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// poolRequestPrefix marks a request record of a pool creation.
+const poolRequestPrefix = "pool:"
+
+// replayPool answers a CreatePool whose request id was recorded before:
+// the pool when the record is of this very request, ErrRequestIDReused
+// when it is of another; ok=false when the id is new (or none).
+func (s *Allocator) replayPool(ctx context.Context, requestID, id, key string) (PoolView, bool, error) {
+	if requestID == "" {
+		return PoolView{}, false, nil
+	}
+	rec, ok, err := s.store.GetRequest(ctx, requestID)
+	if err != nil || !ok {
+		return PoolView{}, false, err
+	}
+	if len(rec.Allocations) != 1 || rec.Allocations[0] != key {
+		return PoolView{}, false, fmt.Errorf("request %s: %w", Clip(requestID), ErrRequestIDReused)
+	}
+	if err := s.applied(ctx, rec.Revision); err != nil {
+		return PoolView{}, false, fmt.Errorf("request %s: %w", Clip(requestID), err)
+	}
+	v, err := s.GetPool(id)
 	if err != nil {
-		return PoolView{}, err
+		return PoolView{}, false, fmt.Errorf("request %s created pool %s, which is gone since: %w", Clip(requestID), id, err)
 	}
+	return v, true, nil
+}
+
+func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, spec PoolSpec) (PoolView, error) {
 	now := s.now().UTC()
 	rec := store.Pool{ID: id, CIDRs: spec.CIDRs, Reserved: spec.Reserved, ReuseDelay: spec.ReuseDelay,
 		Labels: spec.Labels, AllowOverlap: spec.AllowOverlap, CreateTime: now, UpdateTime: now}
@@ -228,10 +297,14 @@ func (s *Allocator) createPool(ctx context.Context, id string, spec PoolSpec) (P
 	if _, err := s.overlapping(id, rec.CIDRs, rec.AllowOverlap); err != nil {
 		return PoolView{}, err
 	}
-	rev, err := s.commit(ctx, store.Txn{
+	txn := store.Txn{
 		Conds: append([]store.Cond{{Kind: store.CondPoolAbsent, Pool: id}}, s.poolsSeen()...),
 		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &rec}},
-	})
+	}
+	if requestID != "" {
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: requestID, Allocations: []string{key}}})
+	}
+	rev, err := s.commit(ctx, txn)
 	if errors.Is(err, store.ErrConflict) {
 		if s.follow {
 			// Another replica created this pool, or another one, since
@@ -587,6 +660,18 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 			return nil, err
 		}
 	}
+	if fromRev > 0 {
+		cur, err := s.currentRevision(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if fromRev > cur {
+			// A watch from there would wait, silent, for revisions
+			// the store may never reach, and skip every change
+			// before them.
+			return nil, fmt.Errorf("start revision %d is after the store's current revision %d; resume from a revision this allocator sent, or 0 for a snapshot: %w", fromRev, cur, ErrRevisionInFuture)
+		}
+	}
 	var snap *store.Snapshot
 	if fromRev == 0 {
 		var err error
@@ -640,6 +725,20 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 		}
 	}()
 	return out, nil
+}
+
+// currentRevision is the store's revision: the latest commit of any
+// replica on a store that tells it (etcd), else the latest this
+// allocator made or loaded (alone on its store, every commit is its own).
+func (s *Allocator) currentRevision(ctx context.Context) (int64, error) {
+	if r, ok := unwrap(s.store).(revisioner); ok {
+		rev, err := r.Revision(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read the store's revision: %w: %w", ErrStoreUnavailable, err)
+		}
+		return rev, nil
+	}
+	return s.followed.load(), nil
 }
 
 // Pools returns the ids of every pool, sorted (metrics).

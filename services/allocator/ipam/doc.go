@@ -9,9 +9,9 @@
 // A pool is one address family, several CIDRs that do not overlap, reserved
 // ranges that are never handed out, and an optional reuse delay. The network
 // and broadcast addresses of IPv4 CIDRs are never handed out either, except
-// in a /31 or /32, which have none (RFC 3021). IPv6 CIDRs have no such
-// addresses here: reserve the subnet-router anycast address explicitly if it
-// must not be used.
+// in a /31 or /32, which have none (RFC 3021); nor is the Subnet-Router
+// anycast address of an IPv6 CIDR (its first, all-zeros interface id, RFC
+// 4291 2.6.1), except in a /127 or /128 (RFC 6164).
 //
 // # Finding a free address without scanning
 //

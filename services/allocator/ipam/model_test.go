@@ -51,12 +51,15 @@ func (m *model) cidrOf(a netip.Addr) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
+// isEdge: the network and broadcast addresses of an IPv4 CIDR of /30 or
+// shorter, the Subnet-Router anycast address of an IPv6 CIDR of /126 or
+// shorter.
 func isEdge(c netip.Prefix, a netip.Addr) bool {
-	if !c.Addr().Is4() || c.Bits() > 30 {
-		return false
-	}
 	r := netparse.PrefixRange(c)
-	return a == r.First || a == r.Last
+	if c.Addr().Is4() {
+		return c.Bits() <= 30 && (a == r.First || a == r.Last)
+	}
+	return c.Bits() <= 126 && a == r.First
 }
 
 func (m *model) reservedRange(a netip.Addr) (netparse.Range, bool) {

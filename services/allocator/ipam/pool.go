@@ -52,13 +52,28 @@ type cidr struct {
 	prefix      netip.Prefix
 	first, last u128
 	t           *tree
-	// edges: the network and broadcast addresses are never handed out
-	// (IPv4 CIDRs of /30 and shorter; a /31 or /32 has no such addresses).
-	edges bool
+	// skipFirst, skipLast: the CIDR's first and last addresses are never
+	// handed out. IPv4 CIDRs of /30 and shorter skip both, the network
+	// and broadcast addresses (a /31 or /32 has none, RFC 3021); IPv6
+	// CIDRs of /126 and shorter skip the first, the Subnet-Router anycast
+	// address (RFC 4291 2.6.1; a /127 has none, RFC 6164).
+	skipFirst, skipLast bool
 }
 
 func (c *cidr) isEdge(off u128) bool {
-	return c.edges && (off == u128{} || c.first.add(off) == c.last)
+	return (c.skipFirst && off == u128{}) || (c.skipLast && c.first.add(off) == c.last)
+}
+
+// edgeName says which edge address off is.
+func (c *cidr) edgeName(off u128) string {
+	switch {
+	case off != u128{}:
+		return "the broadcast address"
+	case c.prefix.Addr().Is6():
+		return "the Subnet-Router anycast address"
+	default:
+		return "the network address"
+	}
 }
 
 // Pool is the free-space index of one address pool. See the package
@@ -208,7 +223,7 @@ func (p *Pool) AllocateAddr(a netip.Addr, now time.Time) error {
 	case c == nil:
 		return fmt.Errorf("%s: %w", a, ErrOutOfRange)
 	case c.isEdge(off):
-		return fmt.Errorf("%s is the network or broadcast address of %s: %w", a, c.prefix, ErrReserved)
+		return fmt.Errorf("%s is %s of %s: %w", a, c.edgeName(off), c.prefix, ErrReserved)
 	case p.isReserved(addrBits(a)):
 		return fmt.Errorf("%s: %w", a, ErrReserved)
 	case p.quarantine.has(a):
@@ -387,10 +402,16 @@ func (p *Pool) insertCIDR(pr netip.Prefix) {
 		first:  addrBits(r.First),
 		last:   addrBits(r.Last),
 		t:      newTree(pr.Addr().BitLen() - pr.Bits()),
-		edges:  p.is4 && pr.Bits() <= 30,
 	}
-	if c.edges {
+	if p.is4 {
+		c.skipFirst, c.skipLast = pr.Bits() <= 30, pr.Bits() <= 30
+	} else {
+		c.skipFirst = pr.Bits() <= 126
+	}
+	if c.skipFirst {
 		c.t.set(u128{})
+	}
+	if c.skipLast {
 		c.t.set(c.last.sub(c.first))
 	}
 	for _, sp := range p.reservedIn(c.first, c.last) {
@@ -530,16 +551,14 @@ func (p *Pool) AddReserved(ranges ...netparse.Range) error {
 // nothing, and visits allocations through nextSet, so free space costs
 // nothing either.
 func (p *Pool) eachUsed(c *cidr, lo, hi u128, fn func(netip.Addr)) {
-	if c.edges {
-		if lo == (u128{}) {
-			lo = u128{0, 1}
-		}
-		if end := c.last.sub(c.first); hi == end {
-			hi = end.sub(u128{0, 1})
-		}
-		if hi.less(lo) {
-			return
-		}
+	if c.skipFirst && lo == (u128{}) {
+		lo = u128{0, 1}
+	}
+	if end := c.last.sub(c.first); c.skipLast && hi == end {
+		hi = end.sub(u128{0, 1})
+	}
+	if hi.less(lo) {
+		return
 	}
 	scan := func(a, b u128) { // offsets, a <= b
 		for {
@@ -616,11 +635,12 @@ func (p *Pool) recount() {
 			total.Sub(total, sp.last.sub(sp.first).big())
 			total.Sub(total, one)
 		}
-		if c.edges {
-			for _, x := range []u128{c.first, c.last} {
-				if !p.isReserved(x) {
-					total.Sub(total, one)
-				}
+		for _, x := range []struct {
+			skip bool
+			at   u128
+		}{{c.skipFirst, c.first}, {c.skipLast, c.last}} {
+			if x.skip && !p.isReserved(x.at) {
+				total.Sub(total, one)
 			}
 		}
 	}

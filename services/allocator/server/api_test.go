@@ -548,3 +548,29 @@ func TestWatchResumeInsideOneCommit(t *testing.T) {
 	_, err = skipped.Recv()
 	requireCode(t, err, codes.DeadlineExceeded)
 }
+
+// TestWatchFromFutureRevision: a start_revision after the store's current
+// revision is refused (OUT_OF_RANGE, REVISION_IN_FUTURE, the current
+// revision named), where it used to open a stream that delivered nothing,
+// not even later changes; the current revision itself is a valid start.
+func TestWatchFromFutureRevision(t *testing.T) {
+	e := start(t)
+	e.createPool(t, "p", poolV4("10.0.0.0/24"))
+	cur := e.allocate(t, "p", pod("ns", "a")).GetRevision()
+
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, rev := range []int64{cur + 1, 999999999999} {
+		stream, err := e.client.WatchAllocations(wctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", StartRevision: rev})
+		require.NoError(t, err)
+		_, err = stream.Recv()
+		requireStatus(t, err, codes.OutOfRange, "REVISION_IN_FUTURE", "")
+		require.Contains(t, status.Convert(err).Message(), fmt.Sprintf("current revision %d", cur))
+	}
+
+	stream, err := e.client.WatchAllocations(wctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", StartRevision: cur})
+	require.NoError(t, err)
+	b := e.allocate(t, "p", pod("ns", "b"))
+	got := recvUntil(t, stream, 1)
+	require.Equal(t, b.GetAddress(), got[0].GetAllocation().GetAddress(), "a watch from the current revision gets what comes after it")
+}

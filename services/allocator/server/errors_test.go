@@ -504,6 +504,12 @@ func errorCases() []errCase {
 			code:  codes.OutOfRange, reason: "REVISION_TOO_OLD",
 		},
 		{
+			name:  "watch from a revision the store has not reached",
+			setup: withPool("p", poolV4("10.0.0.0/24"), pod("w", "0")),
+			call:  firstWatchError("pools/p", 1<<40),
+			code:  codes.OutOfRange, reason: "REVISION_IN_FUTURE",
+		},
+		{
 			name: "read while the shared store cannot be reached",
 			opts: []envOption{withSharedStore(func(context.Context) (int64, error) { return 0, errors.New("connection refused") })},
 			call: func(ctx context.Context, cl client) error {

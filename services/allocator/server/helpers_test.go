@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -30,6 +31,7 @@ import (
 // memory store, and a client dialled through package dial: the same path a
 // request takes in production, minus the disk.
 type env struct {
+	conn     *grpc.ClientConn
 	client   allocatorv1.AllocatorServiceClient
 	store    *memory.Store
 	httpAddr string
@@ -104,7 +106,7 @@ func start(t *testing.T, opts ...envOption) *env {
 	conn, err := dial.New(srv.GRPCAddr(), dial.WithoutRetry())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return &env{client: allocatorv1.NewAllocatorServiceClient(conn), store: st, httpAddr: srv.HTTPAddr()}
+	return &env{conn: conn, client: allocatorv1.NewAllocatorServiceClient(conn), store: st, httpAddr: srv.HTTPAddr()}
 }
 
 // ctx is a call context bounded so that a hung call fails the test

@@ -5,7 +5,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -71,7 +70,7 @@ func ownerAttrs(o *allocatorv1.Owner) []attribute.KeyValue {
 func poolID(field, name string, allowAll bool) (string, error) {
 	id, ok := strings.CutPrefix(name, "pools/")
 	if !ok || strings.Contains(id, "/") {
-		return "", &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%q is not of the form pools/{pool_id}", name)}
+		return "", &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%s is not of the form pools/{pool_id}", allocation.Clip(name))}
 	}
 	if allowAll && id == "-" {
 		return id, nil
@@ -87,7 +86,7 @@ func allocationName(field, name string) (string, netip.Addr, error) {
 	rest, ok := strings.CutPrefix(name, "pools/")
 	id, addrText, ok2 := strings.Cut(rest, "/allocations/")
 	if !ok || !ok2 {
-		return "", netip.Addr{}, &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%q is not of the form pools/{pool_id}/allocations/{address}", name)}
+		return "", netip.Addr{}, &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%s is not of the form pools/{pool_id}/allocations/{address}", allocation.Clip(name))}
 	}
 	if err := allocation.ValidatePoolID(field, id); err != nil {
 		return "", netip.Addr{}, err
@@ -171,31 +170,13 @@ func (s *Server) CreatePool(ctx context.Context, req *allocatorv1.CreatePoolRequ
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	v, err := s.svc.CreatePool(ctx, req.GetPoolId(), spec)
-	if errors.Is(err, allocation.ErrPoolExists) && req.GetRequestId() != "" {
-		// A retry of a creation that succeeded: answer with the pool when
-		// it is the one asked for.
-		if got, gerr := s.svc.GetPool(req.GetPoolId()); gerr == nil && sameSpec(got, spec) {
-			return &allocatorv1.CreatePoolResponse{Pool: poolTo(got)}, nil
-		}
-	}
+	// A retry with the request id gets the pool it created; the id used
+	// for another pool, or with another body, is refused.
+	v, err := s.svc.CreatePoolRequest(ctx, req.GetRequestId(), req.GetPoolId(), spec)
 	if err != nil {
 		return nil, s.fail(err)
 	}
 	return &allocatorv1.CreatePoolResponse{Pool: poolTo(v)}, nil
-}
-
-func sameSpec(v allocation.PoolView, spec allocation.PoolSpec) bool {
-	if len(v.CIDRs) != len(spec.CIDRs) {
-		return false
-	}
-	for i := range spec.CIDRs {
-		p, err := netparse.ParsePrefix(spec.CIDRs[i])
-		if err != nil || p.String() != v.CIDRs[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // GetPool implements AllocatorService.GetPool.
@@ -268,7 +249,7 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 		case "allow_overlap":
 			mask.AllowOverlap = true
 		default:
-			return nil, s.fail(&allocation.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %q cannot be updated", p)})
+			return nil, s.fail(&allocation.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %s cannot be updated", allocation.Clip(p))})
 		}
 	}
 	if mask.CIDRs && !req.GetAllowLocalRanges() {
@@ -428,23 +409,12 @@ func (s *Server) ListAllocations(ctx context.Context, req *allocatorv1.ListAlloc
 
 // Release implements AllocatorService.Release.
 func (s *Server) Release(ctx context.Context, req *allocatorv1.ReleaseRequest) (*allocatorv1.ReleaseResponse, error) {
-	var r allocation.ReleaseRequest
-	switch {
-	case req.GetName() != "":
-		id, addr, err := allocationName("name", req.GetName())
-		if err != nil {
-			return nil, s.fail(err)
-		}
-		r.Pool, r.Address = id, addr
-	case req.GetPool() != "" && req.GetOwner() != nil:
-		id, err := poolID("pool", req.GetPool(), false)
-		if err != nil {
-			return nil, s.fail(err)
-		}
-		r.Pool, r.Owner = id, ownerFrom(req.GetOwner())
+	r, err := releaseTarget(req)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if req.GetOwner() != nil {
 		annotate(ctx, ownerAttrs(req.GetOwner())...)
-	default:
-		return nil, s.fail(&allocation.FieldError{Field: "name", Reason: "REQUIRED", Message: "name, or pool and owner, are required"})
 	}
 	annotate(ctx, attribute.String("plexus.pool", r.Pool), attribute.Bool("plexus.guarded", req.GetEtag() != "" || req.GetOwnerUid() != ""))
 	r.Etag, r.OwnerUID, r.AllowMissing = req.GetEtag(), req.GetOwnerUid(), req.GetAllowMissing()
@@ -457,6 +427,44 @@ func (s *Server) Release(ctx context.Context, req *allocatorv1.ReleaseRequest) (
 		resp.Allocation = s.allocationTo(a)
 	}
 	return resp, nil
+}
+
+// releaseTarget reads what a release names: an allocation by name, or by
+// pool and owner, or both ways at once when they agree (the pool here, the
+// holder in the allocator). An owner needs a kind and a name.
+func releaseTarget(req *allocatorv1.ReleaseRequest) (allocation.ReleaseRequest, error) {
+	var r allocation.ReleaseRequest
+	if req.GetName() == "" && (req.GetPool() == "" || req.GetOwner() == nil) {
+		return r, &allocation.FieldError{Field: "name", Reason: "REQUIRED", Message: "name, or pool and owner, are required"}
+	}
+	if o := req.GetOwner(); o != nil {
+		if o.GetKind() == "" {
+			return r, &allocation.FieldError{Field: "owner.kind", Reason: "REQUIRED", Message: "an owner needs a kind"}
+		}
+		if o.GetName() == "" {
+			return r, &allocation.FieldError{Field: "owner.name", Reason: "REQUIRED", Message: "an owner needs a name"}
+		}
+		r.Owner = ownerFrom(o)
+	}
+	if req.GetPool() != "" {
+		id, err := poolID("pool", req.GetPool(), false)
+		if err != nil {
+			return r, err
+		}
+		r.Pool = id
+	}
+	if req.GetName() != "" {
+		id, addr, err := allocationName("name", req.GetName())
+		if err != nil {
+			return r, err
+		}
+		if r.Pool != "" && r.Pool != id {
+			return r, &allocation.FieldError{Field: "pool", Reason: "TARGET_MISMATCH",
+				Message: fmt.Sprintf("pool %s disagrees with the pool of name (%s)", r.Pool, id)}
+		}
+		r.Pool, r.Address = id, addr
+	}
+	return r, nil
 }
 
 // WatchAllocations implements AllocatorService.WatchAllocations.

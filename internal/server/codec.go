@@ -1,0 +1,66 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	protoapi "google.golang.org/protobuf/proto"
+
+	"github.com/plexusnet/plexus/internal/apierr"
+)
+
+// ReasonUndecodable is the reason of a request that is not a valid
+// protobuf encoding of its message (truncated, malformed, or a string that
+// is not UTF-8).
+const ReasonUndecodable = "UNDECODABLE_REQUEST"
+
+// decodeCodec is the server's protobuf codec. gRPC answers a request its
+// codec cannot decode with INTERNAL, as if the server had failed; the
+// fault is the client's, so this codec lets such a message through empty,
+// remembers why, and the validator interceptor, which sees every request
+// message, answers INVALID_ARGUMENT with ReasonUndecodable before any
+// handler runs.
+type decodeCodec struct {
+	base   encoding.CodecV2
+	failed sync.Map // message pointer → decode error
+}
+
+func newDecodeCodec() *decodeCodec {
+	return &decodeCodec{base: encoding.GetCodecV2(proto.Name)}
+}
+
+func (c *decodeCodec) Name() string { return proto.Name }
+
+func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+
+func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.base.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	m, ok := v.(protoapi.Message)
+	if !ok {
+		return err
+	}
+	protoapi.Reset(m)
+	c.failed.Store(v, err)
+	return nil
+}
+
+// take returns, and forgets, the decode error of a request message; nil
+// when it decoded.
+func (c *decodeCodec) take(v any) error {
+	if c == nil {
+		return nil
+	}
+	e, ok := c.failed.LoadAndDelete(v)
+	if !ok {
+		return nil
+	}
+	return apierr.New(codes.InvalidArgument, ReasonUndecodable,
+		fmt.Sprintf("the request is not a valid encoding of its message: %v", e), nil)
+}
