@@ -43,6 +43,9 @@ type Allocator struct {
 	rev      int64
 	followed progress
 
+	// snapshots are shared by watches that start together.
+	snapshots snapshots
+
 	// counters are read by Counters (metrics).
 	conflicts, watchRestarts, rebuilds atomic.Uint64
 }

@@ -672,20 +672,10 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 			return nil, fmt.Errorf("start revision %d is after the store's current revision %d; resume from a revision this allocator sent, or 0 for a snapshot: %w", fromRev, cur, ErrRevisionInFuture)
 		}
 	}
-	var snap *store.Snapshot
-	if fromRev == 0 {
-		var err error
-		if snap, err = s.store.Snapshot(ctx); err != nil {
-			return nil, fmt.Errorf("watch snapshot: %w", err)
-		}
-		fromRev = snap.Revision
-	}
-	events, err := s.store.Watch(ctx, fromRev)
-	if errors.Is(err, store.ErrCompacted) {
-		return nil, fmt.Errorf("watch from revision %d: %w", fromRev, ErrRevisionTooOld)
-	}
+	var snap *poolSnapshot
+	events, err := s.watchFrom(ctx, pool, fromRev, &snap)
 	if err != nil {
-		return nil, fmt.Errorf("watch: %w", err)
+		return nil, err
 	}
 	out := make(chan WatchEvent, 256)
 	go func() {
@@ -699,12 +689,12 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 			}
 		}
 		if snap != nil {
-			for _, a := range snap.Allocations {
-				if (pool == "-" || a.Pool == pool) && !send(WatchEvent{Type: store.EventPutAllocation, Allocation: a, Revision: a.Revision}) {
+			for _, a := range snap.of(pool) {
+				if !send(WatchEvent{Type: store.EventPutAllocation, Allocation: a, Revision: a.Revision}) {
 					return
 				}
 			}
-			if !send(WatchEvent{Synced: true, Revision: snap.Revision}) {
+			if !send(WatchEvent{Synced: true, Revision: snap.rev}) {
 				return
 			}
 		}
@@ -725,6 +715,37 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 		}
 	}()
 	return out, nil
+}
+
+// watchFrom opens the store's watch after fromRev or, for fromRev 0,
+// after a snapshot it sets in *snap: a shared recent one, or a fresh one
+// when the store's history no longer reaches back to the shared one.
+func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, snap **poolSnapshot) (<-chan store.Event, error) {
+	if fromRev != 0 {
+		events, err := s.store.Watch(ctx, fromRev)
+		if errors.Is(err, store.ErrCompacted) {
+			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, ErrRevisionTooOld)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("watch: %w", err)
+		}
+		return events, nil
+	}
+	for fresh := false; ; fresh = true {
+		sn, err := s.snapshots.get(ctx, s.store, fresh)
+		if err != nil {
+			return nil, err
+		}
+		events, err := s.store.Watch(ctx, sn.rev)
+		if errors.Is(err, store.ErrCompacted) && !fresh {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("watch: %w", err)
+		}
+		*snap = sn
+		return events, nil
+	}
 }
 
 // currentRevision is the store's revision: the latest commit of any

@@ -36,6 +36,7 @@ const serviceName = "plexus.allocator.v1.AllocatorService"
 // serves the API. Every call has its own flag values.
 func Spec() server.Spec {
 	storeSpec := store.DefaultSpec
+	maxWatches := allocserver.DefaultMaxWatches
 	var etcdFlags etcd.Flags
 	return server.Spec{
 		Service: config.Allocator,
@@ -43,11 +44,17 @@ func Spec() server.Spec {
 		AddFlags: func(fs *pflag.FlagSet) {
 			fs.StringVar(&storeSpec, "store", storeSpec, "where allocations are kept: bolt:PATH (embedded file, fsync per acknowledged write), "+
 				"etcd:URL[,URL...] (shared by several allocator replicas, all active) or memory (lost on exit)")
+			fs.IntVar(&maxWatches, "max-watches", maxWatches, "most WatchAllocations streams open at once over all clients; one more is RESOURCE_EXHAUSTED (TOO_MANY_WATCHES); 0: no bound")
 			etcdFlags.AddFlags(fs)
 		},
-		Validate: etcdFlags.Validate,
+		Validate: func() error {
+			if maxWatches < 0 {
+				return fmt.Errorf("--max-watches: must not be negative, got %d", maxWatches)
+			}
+			return etcdFlags.Validate()
+		},
 		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			return setup(ctx, rt, storeSpec, &etcdFlags)
+			return setup(ctx, rt, storeSpec, &etcdFlags, allocserver.WithMaxWatches(maxWatches))
 		},
 	}
 }
@@ -69,7 +76,7 @@ type readier interface {
 	Ready(context.Context) error
 }
 
-func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags *etcd.Flags) (func(), error) {
+func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags *etcd.Flags, serverOpts ...allocserver.Option) (func(), error) {
 	st, shared, err := openStore(storeSpec, etcdFlags, rt)
 	if err != nil {
 		return nil, err
@@ -79,7 +86,7 @@ func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags 
 		// Other replicas commit to the same store: follow them.
 		opts = append(opts, allocation.WithFollow())
 	}
-	s := &starter{rt: rt, store: st, opts: opts}
+	s := &starter{rt: rt, store: st, opts: opts, serverOpts: serverOpts}
 	s.api = rt.Server.RegisterLater(&allocatorv1.AllocatorService_ServiceDesc, allocserver.NotLoaded())
 	closeStore := func() {
 		if err := st.Close(); err != nil {
@@ -123,10 +130,11 @@ func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags 
 // starter loads the allocator's state from its store and then serves the
 // API on it.
 type starter struct {
-	rt    *server.Runtime
-	store store.Store
-	opts  []allocation.Option
-	api   *server.Later
+	rt         *server.Runtime
+	store      store.Store
+	opts       []allocation.Option
+	serverOpts []allocserver.Option
+	api        *server.Later
 
 	lastErr atomic.Pointer[error] // why the last attempt to load failed
 }
@@ -137,7 +145,7 @@ func (s *starter) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	allocserver.New(svc, allocserver.NewMetrics(s.rt.Server.Registerer(), svc)).Register(s.api)
+	allocserver.New(svc, allocserver.NewMetrics(s.rt.Server.Registerer(), svc), s.serverOpts...).Register(s.api)
 	s.rt.Server.SetServing(serviceName, true)
 	return nil
 }

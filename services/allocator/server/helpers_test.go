@@ -40,6 +40,18 @@ type env struct {
 type envOptions struct {
 	history  int
 	revision func(context.Context) (int64, error)
+	wrap     func(store.Store) store.Store
+	server   []allocserver.Option
+}
+
+// withStore wraps the store the service uses (to count its calls, say).
+func withStore(wrap func(store.Store) store.Store) envOption {
+	return func(o *envOptions) { o.wrap = wrap }
+}
+
+// withServer passes options to the gRPC server.
+func withServer(opts ...allocserver.Option) envOption {
+	return func(o *envOptions) { o.server = append(o.server, opts...) }
 }
 
 type envOption func(*envOptions)
@@ -94,11 +106,14 @@ func start(t *testing.T, opts ...envOption) *env {
 		backing = sharedStore{Store: st, revision: o.revision}
 		svcOpts = append(svcOpts, allocation.WithFollow())
 	}
+	if o.wrap != nil {
+		backing = o.wrap(backing)
+	}
 	followCtx, stopFollowing := context.WithCancel(context.Background())
 	t.Cleanup(stopFollowing)
 	svc, err := allocation.New(followCtx, allocation.Traced(backing), svcOpts...)
 	require.NoError(t, err)
-	allocserver.New(svc, allocserver.NewMetrics(srv.Registry(), svc)).Register(srv.GRPC())
+	allocserver.New(svc, allocserver.NewMetrics(srv.Registry(), svc), o.server...).Register(srv.GRPC())
 
 	t.Cleanup(func() { require.NoError(t, st.Close()) }) // after the server has stopped
 	servertest.Serve(t, srv)

@@ -9,11 +9,13 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -33,11 +35,32 @@ type Server struct {
 	allocatorv1.UnimplementedAllocatorServiceServer
 	svc     *allocation.Allocator
 	metrics *Metrics
+
+	// maxWatches bounds the open WatchAllocations streams; watches counts
+	// them.
+	maxWatches int64
+	watches    atomic.Int64
 }
 
+// DefaultMaxWatches is the default bound on open WatchAllocations
+// streams.
+const DefaultMaxWatches = 1000
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithMaxWatches bounds the open WatchAllocations streams of the server
+// (0: no bound); one more is RESOURCE_EXHAUSTED with reason
+// TOO_MANY_WATCHES.
+func WithMaxWatches(n int) Option { return func(s *Server) { s.maxWatches = int64(n) } }
+
 // New returns a Server around svc. metrics may be nil.
-func New(svc *allocation.Allocator, metrics *Metrics) *Server {
-	return &Server{svc: svc, metrics: metrics}
+func New(svc *allocation.Allocator, metrics *Metrics, opts ...Option) *Server {
+	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Register registers the server on g.
@@ -476,6 +499,12 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	if req.GetStartRevision() < 0 {
 		return s.fail(&allocation.FieldError{Field: "start_revision", Reason: "INVALID_REVISION", Message: "start_revision must not be negative"})
 	}
+	if n := s.watches.Add(1); s.maxWatches > 0 && n > s.maxWatches {
+		s.watches.Add(-1)
+		return s.fail(apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
+			fmt.Sprintf("%d watches are open, the most this allocator serves (--max-watches); retry later or on another replica", s.maxWatches), nil))
+	}
+	defer s.watches.Add(-1)
 	events, err := s.svc.Watch(stream.Context(), id, req.GetStartRevision())
 	if err != nil {
 		return s.fail(err)
@@ -505,6 +534,9 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	}
 	return stream.Context().Err()
 }
+
+// ReasonTooManyWatches refuses a watch past --max-watches.
+const ReasonTooManyWatches = "TOO_MANY_WATCHES"
 
 // localPrefixes are the ranges whose addresses cannot be endpoints: the
 // API server refuses them in an EndpointSlice and in an ExternalWorkload.
