@@ -18,10 +18,13 @@ const snapshotReuse = 2 * time.Second
 // snapshotTimeout bounds one snapshot, which no single watch owns.
 const snapshotTimeout = 2 * time.Minute
 
-// poolSnapshot is a store snapshot's allocations by pool.
+// poolSnapshot is a store snapshot, with each pool's allocations picked
+// out once, when a watch of the pool first asks.
 type poolSnapshot struct {
-	rev    int64
-	all    []store.Allocation
+	rev int64
+	all []store.Allocation
+
+	mu     sync.Mutex
 	byPool map[string][]store.Allocation
 }
 
@@ -29,7 +32,19 @@ func (p *poolSnapshot) of(pool string) []store.Allocation {
 	if pool == "-" {
 		return p.all
 	}
-	return p.byPool[pool]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if got, ok := p.byPool[pool]; ok {
+		return got
+	}
+	var got []store.Allocation
+	for _, a := range p.all {
+		if a.Pool == pool {
+			got = append(got, a)
+		}
+	}
+	p.byPool[pool] = got
+	return got
 }
 
 // snapshotCall is one snapshot, shared by the watches that wait for it.
@@ -41,7 +56,8 @@ type snapshotCall struct {
 
 // snapshots shares store snapshots among the watches that start while one
 // is being taken or was taken less than snapshotReuse ago: 2,000 watches
-// started together decode the store once, not 2,000 times. The snapshot
+// started together decode the store once, not 2,000 times, and pick their
+// pool's allocations out of it once per pool. The snapshot
 // is dropped snapshotReuse after it was taken (the watches still sending
 // it keep what they hold).
 type snapshots struct {
@@ -76,11 +92,7 @@ func (sn *snapshots) take(st store.Store, c *snapshotCall) {
 	if err != nil {
 		c.err = fmt.Errorf("watch snapshot: %w", err)
 	} else {
-		ps := &poolSnapshot{rev: snap.Revision, all: snap.Allocations, byPool: map[string][]store.Allocation{}}
-		for _, a := range snap.Allocations {
-			ps.byPool[a.Pool] = append(ps.byPool[a.Pool], a)
-		}
-		c.snap = ps
+		c.snap = &poolSnapshot{rev: snap.Revision, all: snap.Allocations, byPool: map[string][]store.Allocation{}}
 	}
 	close(c.done)
 	forget := func() {

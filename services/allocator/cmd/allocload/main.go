@@ -6,11 +6,14 @@
 //	allocload [load] --addr 127.0.0.1:7401 --clients 64 --duration 10s --mode allocate
 //	allocload prefill --file plexus-allocator.db --count 1000000
 //	allocload startup --binary bin/allocator --store bolt:plexus-allocator.db --runs 5
+//	allocload watches --addr 127.0.0.1:7401 --pool load --watches 2000 --conns 4 --pid PID
 //
 // load (the default) runs the clients. prefill writes allocations straight
 // into a bolt store file, through the store's API, to make a big store
 // quickly. startup starts an allocator binary several times and reports how
-// long it takes until its health service says SERVING.
+// long it takes until its health service says SERVING. watches opens many
+// WatchAllocations streams together and reports how long their snapshots
+// took, how health checks fared meanwhile and the allocator's memory.
 package main
 
 import (
@@ -39,6 +42,8 @@ func run(args []string, out io.Writer) error {
 		return runPrefill(args, out)
 	case "startup":
 		return runStartup(args, out)
+	case "watches":
+		return runWatches(args, out)
 	}
-	return fmt.Errorf("unknown command %q (load, prefill or startup)", cmd)
+	return fmt.Errorf("unknown command %q (load, prefill, startup or watches)", cmd)
 }

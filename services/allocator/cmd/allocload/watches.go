@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	"github.com/plexusnet/plexus/internal/dial"
+)
+
+// watchesConfig says how many watches to open on which pool.
+type watchesConfig struct {
+	addr    string
+	pool    string
+	watches int
+	conns   int
+	pid     int
+	timeout time.Duration
+}
+
+// runWatches opens --watches WatchAllocations streams of --pool together
+// over --conns connections, waits until every one has its snapshot
+// (SYNCED), and reports how long each took, how long health checks took
+// meanwhile, and (with --pid) the allocator's resident memory before,
+// at its highest while the watches started, and after they closed.
+func runWatches(args []string, out io.Writer) error {
+	var cfg watchesConfig
+	fs := pflag.NewFlagSet("watches", pflag.ContinueOnError)
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7401", "allocator gRPC address")
+	fs.StringVar(&cfg.pool, "pool", "load", "pool to watch")
+	fs.IntVar(&cfg.watches, "watches", 2000, "watches to open together")
+	fs.IntVar(&cfg.conns, "conns", 4, "gRPC connections the watches share")
+	fs.IntVar(&cfg.pid, "pid", 0, "the allocator's process id, to read its resident memory from /proc (0: not measured)")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.watches <= 0 || cfg.conns <= 0 {
+		return errors.New("--watches and --conns must be positive")
+	}
+	conns := make([]*grpc.ClientConn, cfg.conns)
+	for i := range conns {
+		cc, err := dial.New(cfg.addr, dial.WithoutRetry())
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		conns[i] = cc
+	}
+	before := rss(cfg.pid)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+
+	// Health checks and memory, sampled while the watches start.
+	done := make(chan struct{})
+	var (
+		mu          sync.Mutex
+		healthTimes []time.Duration
+		peak        = before
+	)
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		hc := healthpb.NewHealthClient(conns[0])
+		for {
+			start := time.Now()
+			hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, _ = hc.Check(hctx, &healthpb.HealthCheckRequest{})
+			hcancel()
+			mu.Lock()
+			healthTimes = append(healthTimes, time.Since(start))
+			if r := rss(cfg.pid); r > peak {
+				peak = r
+			}
+			mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+
+	start := time.Now()
+	synced := make([]time.Duration, cfg.watches)
+	errs := make([]error, cfg.watches)
+	var wg sync.WaitGroup
+	streams := make([]context.CancelFunc, cfg.watches)
+	for i := range cfg.watches {
+		sctx, scancel := context.WithCancel(ctx)
+		streams[i] = scancel
+		wg.Go(func() {
+			client := allocatorv1.NewAllocatorServiceClient(conns[i%len(conns)])
+			stream, err := client.WatchAllocations(sctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/" + cfg.pool})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for {
+				ev, err := stream.Recv()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if ev.GetType() == allocatorv1.EventType_EVENT_TYPE_SYNCED {
+					synced[i] = time.Since(start)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	all := time.Since(start)
+	for _, c := range streams {
+		c()
+	}
+	close(done)
+	sampler.Wait()
+	time.Sleep(2 * time.Second) // let the server let go of the streams
+	after := rss(cfg.pid)
+
+	failed := 0
+	var firstErr error
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	slices.Sort(synced)
+	slices.Sort(healthTimes)
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+	}
+	fmt.Fprintf(out, "%d watches of pools/%s over %d connections: all synced after %s (p50 %s, p99 %s); %d failed\n",
+		cfg.watches, cfg.pool, cfg.conns, all.Round(time.Millisecond), pct(synced, .5).Round(time.Millisecond), pct(synced, .99).Round(time.Millisecond), failed)
+	fmt.Fprintf(out, "health checks meanwhile: %d, p50 %s, max %s\n", len(healthTimes), pct(healthTimes, .5).Round(time.Microsecond), pct(healthTimes, 1).Round(time.Millisecond))
+	if cfg.pid != 0 {
+		fmt.Fprintf(out, "allocator RSS: %d MB before, %d MB at most while starting, %d MB after closing\n", before>>20, peak>>20, after>>20)
+	}
+	if firstErr != nil {
+		return fmt.Errorf("%d watches failed, the first: %w", failed, firstErr)
+	}
+	return nil
+}
+
+// rss is a process's resident memory in bytes, from /proc (0 when pid is
+// 0 or unreadable).
+func rss(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
