@@ -75,7 +75,26 @@ func validateOwnerField(field, v string) error {
 	case !utf8.ValidString(v):
 		return invalid(field, "INVALID_OWNER", "not valid UTF-8")
 	}
-	for i, r := range v {
+	for i := 0; i < len(v); i++ { // the common case, ASCII, without unicode tables
+		c := v[i]
+		if c >= 0x80 {
+			return validateOwnerRunes(field, v, i)
+		}
+		if c == '/' {
+			return invalid(field, "INVALID_OWNER", "'/' at byte %d: owner fields cannot hold '/'", i)
+		}
+		if c < 0x20 || c == 0x7f {
+			return invalid(field, "INVALID_OWNER", "character %U at byte %d: owner fields hold printable characters only", rune(c), i)
+		}
+	}
+	return nil
+}
+
+// validateOwnerRunes checks the rest of an owner field from byte at on,
+// where a non-ASCII character starts.
+func validateOwnerRunes(field, v string, at int) error {
+	for i, r := range v[at:] {
+		i += at
 		switch {
 		case r == '/':
 			return invalid(field, "INVALID_OWNER", "'/' at byte %d: owner fields cannot hold '/'", i)
