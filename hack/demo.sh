@@ -33,10 +33,14 @@ pids=()
 stopping=0
 cleanup() {
   local code=$?
-  if ((${#pids[@]})); then
-    kill -TERM "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
-  fi
+  # Newest first: the services stop (and flush their spans to the trace
+  # receiver, release their leases on the API servers) before the receiver
+  # and the clusters they talk to go.
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
   rm -f "$DEMO/demo.pid"
   if ((stopping)); then
     echo
