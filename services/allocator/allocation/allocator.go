@@ -36,6 +36,10 @@ type Allocator struct {
 
 	mu    sync.RWMutex
 	pools map[string]*poolState
+	// cidrs indexes the pools' CIDRs for the overlap check, kept in step
+	// with pools under mu; nil after a rebuild of the state, until the
+	// next check builds it.
+	cidrs *cidrIndex
 
 	// follow is set by WithFollow; rev is the revision the state was
 	// rebuilt at, followed the last revision the follower applied.
@@ -96,7 +100,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	if err != nil {
 		return nil, err
 	}
-	s.pools, s.rev = l.pools, l.rev
+	s.pools, s.rev, s.cidrs = l.pools, l.rev, nil
 	s.followed.advance(l.rev)
 	for _, ps := range s.pools {
 		s.scatter(ps)

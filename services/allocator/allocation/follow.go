@@ -137,6 +137,7 @@ func (s *Allocator) applyPutPool(p store.Pool) {
 		}
 		s.scatter(fresh)
 		s.pools[p.ID] = fresh
+		s.cidrs.replace(p.ID, nil, p.CIDRs)
 		return
 	}
 	ps.mu.Lock()
@@ -158,6 +159,7 @@ func (s *Allocator) applyPutPool(p store.Pool) {
 		}
 	}
 	fresh.index.CopyQuarantine(ps.index)
+	s.cidrs.replace(p.ID, ps.rec.CIDRs, p.CIDRs)
 	ps.rec, ps.index = p, fresh.index
 	s.scatter(ps)
 }
@@ -176,6 +178,7 @@ func (s *Allocator) applyDeletePool(p store.Pool, rev int64) {
 	}
 	ps.deleted = true
 	delete(s.pools, p.ID)
+	s.cidrs.replace(p.ID, ps.rec.CIDRs, nil)
 }
 
 // applyPutAllocation records an allocation committed by any replica. The
@@ -236,7 +239,7 @@ func (s *Allocator) rebuild(ctx context.Context) (int64, error) {
 	for _, ps := range fresh.pools {
 		s.scatter(ps)
 	}
-	s.pools = fresh.pools
+	s.pools, s.cidrs = fresh.pools, nil
 	s.followed.advance(fresh.rev)
 	return fresh.rev, nil
 }

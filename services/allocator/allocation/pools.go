@@ -181,18 +181,20 @@ func indexConfig(p store.Pool) (ipam.Config, error) {
 // overlap any of cidrs, when either side forbids overlap. The caller holds
 // s.mu.
 func (s *Allocator) overlapping(self string, cidrs []string, allow bool) (string, error) {
-	for id, ps := range s.pools {
-		if id == self || (allow && ps.rec.AllowOverlap) {
-			continue
+	if s.cidrs == nil {
+		s.cidrs = newCIDRIndex(s.pools)
+	}
+	skip := func(id string) bool {
+		ps := s.pools[id]
+		return id == self || ps == nil || (allow && ps.rec.AllowOverlap)
+	}
+	for _, c := range cidrs {
+		pfx, err := netparse.ParsePrefix(c)
+		if err != nil {
+			continue // the spec's own validation refuses it
 		}
-		for _, c := range cidrs {
-			pfx, _ := netparse.ParsePrefix(c)
-			for _, o := range ps.rec.CIDRs {
-				opfx, _ := netparse.ParsePrefix(o)
-				if pfx.Overlaps(opfx) {
-					return id, fmt.Errorf("%s overlaps %s of pool %s: %w", c, o, id, ErrPoolOverlap)
-				}
-			}
+		if id, o, ok := s.cidrs.overlap(pfx, skip); ok {
+			return id, fmt.Errorf("%s overlaps %s of pool %s: %w", c, o, id, ErrPoolOverlap)
 		}
 	}
 	return "", nil
@@ -319,6 +321,7 @@ func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, s
 	ps.rec.Revision = rev
 	s.scatter(ps)
 	s.pools[id] = ps
+	s.cidrs.replace(id, nil, rec.CIDRs)
 	return ps.view(), nil
 }
 
@@ -488,6 +491,7 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, ma
 		return PoolView{}, nil, fmt.Errorf("update pool %s: %w", id, err)
 	}
 	next.Revision = rev
+	s.cidrs.replace(id, ps.rec.CIDRs, next.CIDRs)
 	ps.rec = next
 	fresh.index.CopyQuarantine(ps.index)
 	ps.index = fresh.index
@@ -566,6 +570,7 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 	}
 	ps.deleted = true
 	delete(s.pools, id)
+	s.cidrs.replace(id, ps.rec.CIDRs, nil)
 	return len(ps.allocs), nil
 }
 
