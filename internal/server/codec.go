@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -54,6 +56,18 @@ func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	c.pending.Add(1)
 	c.failed.Store(v, err)
 	return nil
+}
+
+// unary answers a unary request that did not decode. It runs first in the
+// chain: the codec remembered the request, and every interceptor after it
+// (rate limits, authorization) might refuse the call without looking.
+// Streaming requests are decoded inside the handler, where the validator
+// interceptor's RecvMsg checks them.
+func (c *decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := c.take(req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
 }
 
 // take returns, and forgets, the decode error of a request message; nil

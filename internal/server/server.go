@@ -240,6 +240,10 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 	v := validator{byType: o.validators, decode: newDecodeCodec()}
 
 	unary := append([]grpc.UnaryServerInterceptor{
+		// First: a unary request is decoded before any interceptor, and
+		// one that failed must be answered (and forgotten) even when a
+		// later interceptor would refuse the call for another reason.
+		v.decode.unary,
 		s.healthHeaders,
 		s.metrics.UnaryServerInterceptor(exemplar),
 		accessLogUnary(s.logger),
