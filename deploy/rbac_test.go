@@ -266,6 +266,21 @@ func accessTable() []access {
 	add(deny(membership, emit, "events")...) // it records no Events
 	add(deny(membership, []string{"create", "get", "update"}, "leases.coordination.k8s.io")...)
 
+	// The cluster's id: the two well-known ClusterProperties, read only;
+	// the fleet: ClusterProfiles, listed and watched by the importer and
+	// repair.
+	for _, sa := range []string{membership, importer, repair} {
+		for _, name := range []string{"cluster.clusterset.k8s.io", "clusterset.k8s.io"} {
+			add(access{sa: sa, verb: "get", resource: "clusterproperties.about.k8s.io", name: name, allowed: true})
+		}
+		add(access{sa: sa, verb: "get", resource: "clusterproperties.about.k8s.io", name: "other.example.com"})
+		add(deny(sa, []string{"list", "create", "update", "delete"}, "clusterproperties.about.k8s.io")...)
+		add(deny(sa, []string{"create", "update", "patch", "delete"}, "clusterprofiles.multicluster.x-k8s.io")...)
+	}
+	add(grant(importer, []string{"list", "watch"}, "clusterprofiles.multicluster.x-k8s.io")...)
+	add(grant(repair, []string{"list", "watch"}, "clusterprofiles.multicluster.x-k8s.io")...)
+	add(deny(membership, []string{"list", "watch"}, "clusterprofiles.multicluster.x-k8s.io")...)
+
 	// importer: writes imports, derived Services and slices; elects a
 	// leader; records Events.
 	add(grant(importer, append(slices.Clone(readOnly), writes...),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -48,8 +49,13 @@ func metricsDoc() ([]byte, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	// An API server that serves nothing: every request is 404, so the
+	// services find no ClusterProperty (the flag names the cluster) and
+	// their informers list nothing.
+	api := httptest.NewServer(http.NotFoundHandler())
+	defer api.Close()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(unreachableKubeconfig), 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, []byte(strings.Replace(emptyKubeconfig, "SERVER", api.URL, 1)), 0o600); err != nil {
 		return nil, err
 	}
 
@@ -88,14 +94,14 @@ func metricsDoc() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// unreachableKubeconfig names an API server on a port nothing listens on:
-// the services build their clients and informers from it, which is all
-// their metrics need.
-const unreachableKubeconfig = `apiVersion: v1
+// emptyKubeconfig names an API server (SERVER) that serves nothing: the
+// services build their clients and informers from it, which is all their
+// metrics need.
+const emptyKubeconfig = `apiVersion: v1
 kind: Config
 clusters:
 - name: none
-  cluster: {server: "http://127.0.0.1:1"}
+  cluster: {server: "SERVER"}
 users:
 - name: none
   user: {}

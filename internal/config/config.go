@@ -60,7 +60,9 @@ type Common struct {
 
 	// Kubeconfig is the kubeconfig file; empty means in-cluster config.
 	Kubeconfig string
-	// ClusterName is the name of the cluster this instance serves.
+	// ClusterName is the name of the cluster this instance serves: the
+	// flag, or what the cluster's ClusterProperty says (internal/clusterid
+	// fills it in at start).
 	ClusterName string
 	// AllocatorAddr is the allocator's gRPC target (only when the service
 	// calls the allocator).
@@ -142,7 +144,7 @@ func (c *Common) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "host:port the gRPC API listens on")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "host:port serving /metrics, /livez and /readyz")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file of the cluster this instance talks to; in-cluster config when empty")
-	fs.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "name of the cluster this instance serves, as the rest of the fleet knows it")
+	fs.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "name of the cluster this instance serves, as the rest of the fleet knows it; default: the value of the ClusterProperty cluster.clusterset.k8s.io (about.k8s.io, KEP-2149) of that cluster; given both, they must agree")
 	if c.callsAllocator {
 		fs.StringVar(&c.AllocatorAddr, "allocator-addr", c.AllocatorAddr, "gRPC target of the allocator: host:port, a comma-separated list of replicas, or dns:///name:port")
 	}

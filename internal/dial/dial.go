@@ -42,6 +42,7 @@ type Option func(*options) error
 
 type options struct {
 	tlsConfig      *tls.Config
+	serverName     string
 	insecure       bool
 	token          string
 	retry          *RetryPolicy
@@ -87,6 +88,13 @@ func WithTLSFiles(caFile, certFile, keyFile string) Option {
 		o.tlsConfig = cfg
 		return nil
 	}
+}
+
+// WithServerName verifies the server's certificate against name instead
+// of the target's host (a member's TLS identity as its inventory gives
+// it). It has no effect on a plaintext connection.
+func WithServerName(name string) Option {
+	return func(o *options) error { o.serverName = name; return nil }
 }
 
 // WithInsecure uses plaintext even for a target that is not on loopback.
@@ -191,6 +199,10 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 
 	var creds credentials.TransportCredentials
 	switch {
+	case o.tlsConfig != nil && o.serverName != "":
+		cfg := o.tlsConfig.Clone()
+		cfg.ServerName = o.serverName
+		creds = credentials.NewTLS(cfg)
 	case o.tlsConfig != nil:
 		creds = credentials.NewTLS(o.tlsConfig)
 	case o.insecure || local:

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -97,6 +98,9 @@ type Clients struct {
 	MCS mcsclient.Interface
 	// Workloads is the REST client of ExternalWorkloads.
 	Workloads rest.Interface
+	// Dynamic reads the APIs Plexus has no typed client for (the About
+	// API's ClusterProperties, the inventory's ClusterProfiles).
+	Dynamic dynamic.Interface
 }
 
 // New returns the clients of the cluster o describes.
@@ -114,6 +118,9 @@ func New(o Options) (*Clients, error) {
 	}
 	if c.Workloads, err = workloadclient.NewRESTClient(cfg); err != nil {
 		return nil, fmt.Errorf("externalworkload client: %w", err)
+	}
+	if c.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	return c, nil
 }

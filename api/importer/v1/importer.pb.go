@@ -24,6 +24,72 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SourceState is the state of a source cluster's stream.
+type SourceState int32
+
+const (
+	// Not known.
+	SourceState_SOURCE_STATE_UNSPECIFIED SourceState = 0
+	// The stream is being opened and has not been up yet.
+	SourceState_SOURCE_STATE_CONNECTING SourceState = 1
+	// The stream is up.
+	SourceState_SOURCE_STATE_CONNECTED SourceState = 2
+	// The stream was up or failed, and is being retried; the source's last
+	// known exports stay imported, marked stale.
+	SourceState_SOURCE_STATE_DISCONNECTED SourceState = 3
+	// The cluster left the fleet; its exports stay until the grace passes.
+	SourceState_SOURCE_STATE_LEFT SourceState = 4
+	// The source cannot be followed at all (its address cannot be dialled).
+	SourceState_SOURCE_STATE_FAILED SourceState = 5
+)
+
+// Enum value maps for SourceState.
+var (
+	SourceState_name = map[int32]string{
+		0: "SOURCE_STATE_UNSPECIFIED",
+		1: "SOURCE_STATE_CONNECTING",
+		2: "SOURCE_STATE_CONNECTED",
+		3: "SOURCE_STATE_DISCONNECTED",
+		4: "SOURCE_STATE_LEFT",
+		5: "SOURCE_STATE_FAILED",
+	}
+	SourceState_value = map[string]int32{
+		"SOURCE_STATE_UNSPECIFIED":  0,
+		"SOURCE_STATE_CONNECTING":   1,
+		"SOURCE_STATE_CONNECTED":    2,
+		"SOURCE_STATE_DISCONNECTED": 3,
+		"SOURCE_STATE_LEFT":         4,
+		"SOURCE_STATE_FAILED":       5,
+	}
+)
+
+func (x SourceState) Enum() *SourceState {
+	p := new(SourceState)
+	*p = x
+	return p
+}
+
+func (x SourceState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SourceState) Descriptor() protoreflect.EnumDescriptor {
+	return file_plexus_importer_v1_importer_proto_enumTypes[0].Descriptor()
+}
+
+func (SourceState) Type() protoreflect.EnumType {
+	return &file_plexus_importer_v1_importer_proto_enumTypes[0]
+}
+
+func (x SourceState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SourceState.Descriptor instead.
+func (SourceState) EnumDescriptor() ([]byte, []int) {
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{0}
+}
+
 // ConditionStatus is the status of a condition.
 type ConditionStatus int32
 
@@ -61,11 +127,11 @@ func (x ConditionStatus) String() string {
 }
 
 func (ConditionStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plexus_importer_v1_importer_proto_enumTypes[0].Descriptor()
+	return file_plexus_importer_v1_importer_proto_enumTypes[1].Descriptor()
 }
 
 func (ConditionStatus) Type() protoreflect.EnumType {
-	return &file_plexus_importer_v1_importer_proto_enumTypes[0]
+	return &file_plexus_importer_v1_importer_proto_enumTypes[1]
 }
 
 func (x ConditionStatus) Number() protoreflect.EnumNumber {
@@ -74,7 +140,273 @@ func (x ConditionStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConditionStatus.Descriptor instead.
 func (ConditionStatus) EnumDescriptor() ([]byte, []int) {
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{1}
+}
+
+// Source is one source cluster as the importer follows it.
+type Source struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster's name, as its exports are recorded.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Its membership's address.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The TLS server name its certificate is verified against, if not the
+	// address's host.
+	TlsServerName string `protobuf:"bytes,3,opt,name=tls_server_name,json=tlsServerName,proto3" json:"tls_server_name,omitempty"`
+	// The stream's state.
+	State SourceState `protobuf:"varint,4,opt,name=state,proto3,enum=plexus.importer.v1.SourceState" json:"state,omitempty"`
+	// True once the source delivered a complete snapshot in this process.
+	Synced bool `protobuf:"varint,5,opt,name=synced,proto3" json:"synced,omitempty"`
+	// The membership's epoch the next stream resumes in.
+	Epoch string `protobuf:"bytes,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The revision the next stream resumes from.
+	Revision uint64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	// When the source was last heard from.
+	LastHeardTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_heard_time,json=lastHeardTime,proto3" json:"last_heard_time,omitempty"`
+	// How long the source has not been heard from, while its stream is not
+	// up; zero while it is.
+	Lag *durationpb.Duration `protobuf:"bytes,9,opt,name=lag,proto3" json:"lag,omitempty"`
+	// Why the last stream ended (or the source cannot be followed), if so.
+	LastError string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When the cluster joined, or its address last changed.
+	SinceTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=since_time,json=sinceTime,proto3" json:"since_time,omitempty"`
+	// When the cluster left; unset while it is a member.
+	LeftTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=left_time,json=leftTime,proto3" json:"left_time,omitempty"`
+	// Services the source exports, as last heard.
+	ExportedServices uint32 `protobuf:"varint,13,opt,name=exported_services,json=exportedServices,proto3" json:"exported_services,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Source) Reset() {
+	*x = Source{}
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Source) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Source) ProtoMessage() {}
+
+func (x *Source) ProtoReflect() protoreflect.Message {
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Source.ProtoReflect.Descriptor instead.
+func (*Source) Descriptor() ([]byte, []int) {
 	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Source) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *Source) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Source) GetTlsServerName() string {
+	if x != nil {
+		return x.TlsServerName
+	}
+	return ""
+}
+
+func (x *Source) GetState() SourceState {
+	if x != nil {
+		return x.State
+	}
+	return SourceState_SOURCE_STATE_UNSPECIFIED
+}
+
+func (x *Source) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *Source) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
+func (x *Source) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Source) GetLastHeardTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastHeardTime
+	}
+	return nil
+}
+
+func (x *Source) GetLag() *durationpb.Duration {
+	if x != nil {
+		return x.Lag
+	}
+	return nil
+}
+
+func (x *Source) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Source) GetSinceTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SinceTime
+	}
+	return nil
+}
+
+func (x *Source) GetLeftTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeftTime
+	}
+	return nil
+}
+
+func (x *Source) GetExportedServices() uint32 {
+	if x != nil {
+		return x.ExportedServices
+	}
+	return 0
+}
+
+// ListSourcesRequest asks for a page of sources.
+type ListSourcesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum sources to return; 0 means the server default (100).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSourcesRequest) Reset() {
+	*x = ListSourcesRequest{}
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSourcesRequest) ProtoMessage() {}
+
+func (x *ListSourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSourcesRequest.ProtoReflect.Descriptor instead.
+func (*ListSourcesRequest) Descriptor() ([]byte, []int) {
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListSourcesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSourcesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListSourcesResponse is a page of sources.
+type ListSourcesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sources, in cluster name order.
+	Sources []*Source `protobuf:"bytes,1,rep,name=sources,proto3" json:"sources,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSourcesResponse) Reset() {
+	*x = ListSourcesResponse{}
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSourcesResponse) ProtoMessage() {}
+
+func (x *ListSourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSourcesResponse.ProtoReflect.Descriptor instead.
+func (*ListSourcesResponse) Descriptor() ([]byte, []int) {
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListSourcesResponse) GetSources() []*Source {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *ListSourcesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Condition is a condition of an imported service, mirrored on the
@@ -99,7 +431,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[0]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +443,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[0]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +456,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{0}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Condition) GetType() string {
@@ -207,7 +539,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[1]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +551,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[1]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +564,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{1}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClusterStatus) GetCluster() string {
@@ -350,7 +682,7 @@ type ServiceImport struct {
 
 func (x *ServiceImport) Reset() {
 	*x = ServiceImport{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[2]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +694,7 @@ func (x *ServiceImport) String() string {
 func (*ServiceImport) ProtoMessage() {}
 
 func (x *ServiceImport) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[2]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +707,7 @@ func (x *ServiceImport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceImport.ProtoReflect.Descriptor instead.
 func (*ServiceImport) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{2}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ServiceImport) GetName() string {
@@ -466,7 +798,7 @@ type GetServiceImportRequest struct {
 
 func (x *GetServiceImportRequest) Reset() {
 	*x = GetServiceImportRequest{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[3]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +810,7 @@ func (x *GetServiceImportRequest) String() string {
 func (*GetServiceImportRequest) ProtoMessage() {}
 
 func (x *GetServiceImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[3]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +823,7 @@ func (x *GetServiceImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceImportRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceImportRequest) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{3}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetServiceImportRequest) GetName() string {
@@ -512,7 +844,7 @@ type GetServiceImportResponse struct {
 
 func (x *GetServiceImportResponse) Reset() {
 	*x = GetServiceImportResponse{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[4]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +856,7 @@ func (x *GetServiceImportResponse) String() string {
 func (*GetServiceImportResponse) ProtoMessage() {}
 
 func (x *GetServiceImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[4]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +869,7 @@ func (x *GetServiceImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceImportResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceImportResponse) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{4}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetServiceImportResponse) GetServiceImport() *ServiceImport {
@@ -562,7 +894,7 @@ type ListServiceImportsRequest struct {
 
 func (x *ListServiceImportsRequest) Reset() {
 	*x = ListServiceImportsRequest{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[5]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +906,7 @@ func (x *ListServiceImportsRequest) String() string {
 func (*ListServiceImportsRequest) ProtoMessage() {}
 
 func (x *ListServiceImportsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[5]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +919,7 @@ func (x *ListServiceImportsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServiceImportsRequest.ProtoReflect.Descriptor instead.
 func (*ListServiceImportsRequest) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{5}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListServiceImportsRequest) GetNamespace() string {
@@ -624,7 +956,7 @@ type ListServiceImportsResponse struct {
 
 func (x *ListServiceImportsResponse) Reset() {
 	*x = ListServiceImportsResponse{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[6]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +968,7 @@ func (x *ListServiceImportsResponse) String() string {
 func (*ListServiceImportsResponse) ProtoMessage() {}
 
 func (x *ListServiceImportsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[6]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +981,7 @@ func (x *ListServiceImportsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServiceImportsResponse.ProtoReflect.Descriptor instead.
 func (*ListServiceImportsResponse) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{6}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListServiceImportsResponse) GetServiceImports() []*ServiceImport {
@@ -682,7 +1014,7 @@ type ApplyImportRequest struct {
 
 func (x *ApplyImportRequest) Reset() {
 	*x = ApplyImportRequest{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[7]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +1026,7 @@ func (x *ApplyImportRequest) String() string {
 func (*ApplyImportRequest) ProtoMessage() {}
 
 func (x *ApplyImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[7]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +1039,7 @@ func (x *ApplyImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyImportRequest.ProtoReflect.Descriptor instead.
 func (*ApplyImportRequest) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{7}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApplyImportRequest) GetEndpoints() *v1.ServiceEndpoints {
@@ -742,7 +1074,7 @@ type ApplyImportResponse struct {
 
 func (x *ApplyImportResponse) Reset() {
 	*x = ApplyImportResponse{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[8]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +1086,7 @@ func (x *ApplyImportResponse) String() string {
 func (*ApplyImportResponse) ProtoMessage() {}
 
 func (x *ApplyImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[8]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +1099,7 @@ func (x *ApplyImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyImportResponse.ProtoReflect.Descriptor instead.
 func (*ApplyImportResponse) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{8}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApplyImportResponse) GetServiceImport() *ServiceImport {
@@ -792,7 +1124,7 @@ type WithdrawImportRequest struct {
 
 func (x *WithdrawImportRequest) Reset() {
 	*x = WithdrawImportRequest{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[9]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1136,7 @@ func (x *WithdrawImportRequest) String() string {
 func (*WithdrawImportRequest) ProtoMessage() {}
 
 func (x *WithdrawImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[9]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1149,7 @@ func (x *WithdrawImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawImportRequest.ProtoReflect.Descriptor instead.
 func (*WithdrawImportRequest) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{9}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WithdrawImportRequest) GetService() string {
@@ -853,7 +1185,7 @@ type WithdrawImportResponse struct {
 
 func (x *WithdrawImportResponse) Reset() {
 	*x = WithdrawImportResponse{}
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[10]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1197,7 @@ func (x *WithdrawImportResponse) String() string {
 func (*WithdrawImportResponse) ProtoMessage() {}
 
 func (x *WithdrawImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plexus_importer_v1_importer_proto_msgTypes[10]
+	mi := &file_plexus_importer_v1_importer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1210,7 @@ func (x *WithdrawImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawImportResponse.ProtoReflect.Descriptor instead.
 func (*WithdrawImportResponse) Descriptor() ([]byte, []int) {
-	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{10}
+	return file_plexus_importer_v1_importer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WithdrawImportResponse) GetRemoved() bool {
@@ -892,7 +1224,31 @@ var File_plexus_importer_v1_importer_proto protoreflect.FileDescriptor
 
 const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\n" +
-	"!plexus/importer/v1/importer.proto\x12\x12plexus.importer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%plexus/membership/v1/membership.proto\"\xf8\x01\n" +
+	"!plexus/importer/v1/importer.proto\x12\x12plexus.importer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%plexus/membership/v1/membership.proto\"\x96\x04\n" +
+	"\x06Source\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12&\n" +
+	"\x0ftls_server_name\x18\x03 \x01(\tR\rtlsServerName\x125\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x1f.plexus.importer.v1.SourceStateR\x05state\x12\x16\n" +
+	"\x06synced\x18\x05 \x01(\bR\x06synced\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\tR\x05epoch\x12\x1a\n" +
+	"\brevision\x18\a \x01(\x04R\brevision\x12B\n" +
+	"\x0flast_heard_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeardTime\x12+\n" +
+	"\x03lag\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03lag\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\x129\n" +
+	"\n" +
+	"since_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tsinceTime\x127\n" +
+	"\tleft_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bleftTime\x12+\n" +
+	"\x11exported_services\x18\r \x01(\rR\x10exportedServices\"P\n" +
+	"\x12ListSourcesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
+	"\x13ListSourcesResponse\x124\n" +
+	"\asources\x18\x01 \x03(\v2\x1a.plexus.importer.v1.SourceR\asources\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf8\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12;\n" +
 	"\x06status\x18\x02 \x01(\x0e2#.plexus.importer.v1.ConditionStatusR\x06status\x12\x16\n" +
@@ -954,16 +1310,24 @@ const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12#\n" +
 	"\rallow_missing\x18\x03 \x01(\bR\fallowMissing\"2\n" +
 	"\x16WithdrawImportResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved*j\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved*\xb3\x01\n" +
+	"\vSourceState\x12\x1c\n" +
+	"\x18SOURCE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17SOURCE_STATE_CONNECTING\x10\x01\x12\x1a\n" +
+	"\x16SOURCE_STATE_CONNECTED\x10\x02\x12\x1d\n" +
+	"\x19SOURCE_STATE_DISCONNECTED\x10\x03\x12\x15\n" +
+	"\x11SOURCE_STATE_LEFT\x10\x04\x12\x17\n" +
+	"\x13SOURCE_STATE_FAILED\x10\x05*j\n" +
 	"\x0fConditionStatus\x12 \n" +
 	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
-	"\x16CONDITION_STATUS_FALSE\x10\x022\xcd\x03\n" +
+	"\x16CONDITION_STATUS_FALSE\x10\x022\xb2\x04\n" +
 	"\x0fImporterService\x12r\n" +
 	"\x10GetServiceImport\x12+.plexus.importer.v1.GetServiceImportRequest\x1a,.plexus.importer.v1.GetServiceImportResponse\"\x03\x90\x02\x01\x12x\n" +
 	"\x12ListServiceImports\x12-.plexus.importer.v1.ListServiceImportsRequest\x1a..plexus.importer.v1.ListServiceImportsResponse\"\x03\x90\x02\x01\x12c\n" +
 	"\vApplyImport\x12&.plexus.importer.v1.ApplyImportRequest\x1a'.plexus.importer.v1.ApplyImportResponse\"\x03\x90\x02\x02\x12g\n" +
-	"\x0eWithdrawImport\x12).plexus.importer.v1.WithdrawImportRequest\x1a*.plexus.importer.v1.WithdrawImportResponseB8Z6github.com/plexusnet/plexus/api/importer/v1;importerv1b\x06proto3"
+	"\x0eWithdrawImport\x12).plexus.importer.v1.WithdrawImportRequest\x1a*.plexus.importer.v1.WithdrawImportResponse\x12c\n" +
+	"\vListSources\x12&.plexus.importer.v1.ListSourcesRequest\x1a'.plexus.importer.v1.ListSourcesResponse\"\x03\x90\x02\x01B8Z6github.com/plexusnet/plexus/api/importer/v1;importerv1b\x06proto3"
 
 var (
 	file_plexus_importer_v1_importer_proto_rawDescOnce sync.Once
@@ -977,58 +1341,70 @@ func file_plexus_importer_v1_importer_proto_rawDescGZIP() []byte {
 	return file_plexus_importer_v1_importer_proto_rawDescData
 }
 
-var file_plexus_importer_v1_importer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_plexus_importer_v1_importer_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_plexus_importer_v1_importer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_plexus_importer_v1_importer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_plexus_importer_v1_importer_proto_goTypes = []any{
-	(ConditionStatus)(0),               // 0: plexus.importer.v1.ConditionStatus
-	(*Condition)(nil),                  // 1: plexus.importer.v1.Condition
-	(*ClusterStatus)(nil),              // 2: plexus.importer.v1.ClusterStatus
-	(*ServiceImport)(nil),              // 3: plexus.importer.v1.ServiceImport
-	(*GetServiceImportRequest)(nil),    // 4: plexus.importer.v1.GetServiceImportRequest
-	(*GetServiceImportResponse)(nil),   // 5: plexus.importer.v1.GetServiceImportResponse
-	(*ListServiceImportsRequest)(nil),  // 6: plexus.importer.v1.ListServiceImportsRequest
-	(*ListServiceImportsResponse)(nil), // 7: plexus.importer.v1.ListServiceImportsResponse
-	(*ApplyImportRequest)(nil),         // 8: plexus.importer.v1.ApplyImportRequest
-	(*ApplyImportResponse)(nil),        // 9: plexus.importer.v1.ApplyImportResponse
-	(*WithdrawImportRequest)(nil),      // 10: plexus.importer.v1.WithdrawImportRequest
-	(*WithdrawImportResponse)(nil),     // 11: plexus.importer.v1.WithdrawImportResponse
-	(*timestamppb.Timestamp)(nil),      // 12: google.protobuf.Timestamp
-	(v1.ServiceType)(0),                // 13: plexus.membership.v1.ServiceType
-	(*v1.ServicePort)(nil),             // 14: plexus.membership.v1.ServicePort
-	(v1.SessionAffinity)(0),            // 15: plexus.membership.v1.SessionAffinity
-	(*durationpb.Duration)(nil),        // 16: google.protobuf.Duration
-	(*v1.ServiceEndpoints)(nil),        // 17: plexus.membership.v1.ServiceEndpoints
+	(SourceState)(0),                   // 0: plexus.importer.v1.SourceState
+	(ConditionStatus)(0),               // 1: plexus.importer.v1.ConditionStatus
+	(*Source)(nil),                     // 2: plexus.importer.v1.Source
+	(*ListSourcesRequest)(nil),         // 3: plexus.importer.v1.ListSourcesRequest
+	(*ListSourcesResponse)(nil),        // 4: plexus.importer.v1.ListSourcesResponse
+	(*Condition)(nil),                  // 5: plexus.importer.v1.Condition
+	(*ClusterStatus)(nil),              // 6: plexus.importer.v1.ClusterStatus
+	(*ServiceImport)(nil),              // 7: plexus.importer.v1.ServiceImport
+	(*GetServiceImportRequest)(nil),    // 8: plexus.importer.v1.GetServiceImportRequest
+	(*GetServiceImportResponse)(nil),   // 9: plexus.importer.v1.GetServiceImportResponse
+	(*ListServiceImportsRequest)(nil),  // 10: plexus.importer.v1.ListServiceImportsRequest
+	(*ListServiceImportsResponse)(nil), // 11: plexus.importer.v1.ListServiceImportsResponse
+	(*ApplyImportRequest)(nil),         // 12: plexus.importer.v1.ApplyImportRequest
+	(*ApplyImportResponse)(nil),        // 13: plexus.importer.v1.ApplyImportResponse
+	(*WithdrawImportRequest)(nil),      // 14: plexus.importer.v1.WithdrawImportRequest
+	(*WithdrawImportResponse)(nil),     // 15: plexus.importer.v1.WithdrawImportResponse
+	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 17: google.protobuf.Duration
+	(v1.ServiceType)(0),                // 18: plexus.membership.v1.ServiceType
+	(*v1.ServicePort)(nil),             // 19: plexus.membership.v1.ServicePort
+	(v1.SessionAffinity)(0),            // 20: plexus.membership.v1.SessionAffinity
+	(*v1.ServiceEndpoints)(nil),        // 21: plexus.membership.v1.ServiceEndpoints
 }
 var file_plexus_importer_v1_importer_proto_depIdxs = []int32{
-	0,  // 0: plexus.importer.v1.Condition.status:type_name -> plexus.importer.v1.ConditionStatus
-	12, // 1: plexus.importer.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	12, // 2: plexus.importer.v1.ClusterStatus.last_heard_time:type_name -> google.protobuf.Timestamp
-	12, // 3: plexus.importer.v1.ClusterStatus.export_create_time:type_name -> google.protobuf.Timestamp
-	13, // 4: plexus.importer.v1.ServiceImport.type:type_name -> plexus.membership.v1.ServiceType
-	14, // 5: plexus.importer.v1.ServiceImport.ports:type_name -> plexus.membership.v1.ServicePort
-	15, // 6: plexus.importer.v1.ServiceImport.session_affinity:type_name -> plexus.membership.v1.SessionAffinity
-	16, // 7: plexus.importer.v1.ServiceImport.session_affinity_timeout:type_name -> google.protobuf.Duration
-	2,  // 8: plexus.importer.v1.ServiceImport.clusters:type_name -> plexus.importer.v1.ClusterStatus
-	1,  // 9: plexus.importer.v1.ServiceImport.conditions:type_name -> plexus.importer.v1.Condition
-	12, // 10: plexus.importer.v1.ServiceImport.reconcile_time:type_name -> google.protobuf.Timestamp
-	3,  // 11: plexus.importer.v1.GetServiceImportResponse.service_import:type_name -> plexus.importer.v1.ServiceImport
-	3,  // 12: plexus.importer.v1.ListServiceImportsResponse.service_imports:type_name -> plexus.importer.v1.ServiceImport
-	17, // 13: plexus.importer.v1.ApplyImportRequest.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
-	12, // 14: plexus.importer.v1.ApplyImportRequest.observe_time:type_name -> google.protobuf.Timestamp
-	3,  // 15: plexus.importer.v1.ApplyImportResponse.service_import:type_name -> plexus.importer.v1.ServiceImport
-	4,  // 16: plexus.importer.v1.ImporterService.GetServiceImport:input_type -> plexus.importer.v1.GetServiceImportRequest
-	6,  // 17: plexus.importer.v1.ImporterService.ListServiceImports:input_type -> plexus.importer.v1.ListServiceImportsRequest
-	8,  // 18: plexus.importer.v1.ImporterService.ApplyImport:input_type -> plexus.importer.v1.ApplyImportRequest
-	10, // 19: plexus.importer.v1.ImporterService.WithdrawImport:input_type -> plexus.importer.v1.WithdrawImportRequest
-	5,  // 20: plexus.importer.v1.ImporterService.GetServiceImport:output_type -> plexus.importer.v1.GetServiceImportResponse
-	7,  // 21: plexus.importer.v1.ImporterService.ListServiceImports:output_type -> plexus.importer.v1.ListServiceImportsResponse
-	9,  // 22: plexus.importer.v1.ImporterService.ApplyImport:output_type -> plexus.importer.v1.ApplyImportResponse
-	11, // 23: plexus.importer.v1.ImporterService.WithdrawImport:output_type -> plexus.importer.v1.WithdrawImportResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	0,  // 0: plexus.importer.v1.Source.state:type_name -> plexus.importer.v1.SourceState
+	16, // 1: plexus.importer.v1.Source.last_heard_time:type_name -> google.protobuf.Timestamp
+	17, // 2: plexus.importer.v1.Source.lag:type_name -> google.protobuf.Duration
+	16, // 3: plexus.importer.v1.Source.since_time:type_name -> google.protobuf.Timestamp
+	16, // 4: plexus.importer.v1.Source.left_time:type_name -> google.protobuf.Timestamp
+	2,  // 5: plexus.importer.v1.ListSourcesResponse.sources:type_name -> plexus.importer.v1.Source
+	1,  // 6: plexus.importer.v1.Condition.status:type_name -> plexus.importer.v1.ConditionStatus
+	16, // 7: plexus.importer.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	16, // 8: plexus.importer.v1.ClusterStatus.last_heard_time:type_name -> google.protobuf.Timestamp
+	16, // 9: plexus.importer.v1.ClusterStatus.export_create_time:type_name -> google.protobuf.Timestamp
+	18, // 10: plexus.importer.v1.ServiceImport.type:type_name -> plexus.membership.v1.ServiceType
+	19, // 11: plexus.importer.v1.ServiceImport.ports:type_name -> plexus.membership.v1.ServicePort
+	20, // 12: plexus.importer.v1.ServiceImport.session_affinity:type_name -> plexus.membership.v1.SessionAffinity
+	17, // 13: plexus.importer.v1.ServiceImport.session_affinity_timeout:type_name -> google.protobuf.Duration
+	6,  // 14: plexus.importer.v1.ServiceImport.clusters:type_name -> plexus.importer.v1.ClusterStatus
+	5,  // 15: plexus.importer.v1.ServiceImport.conditions:type_name -> plexus.importer.v1.Condition
+	16, // 16: plexus.importer.v1.ServiceImport.reconcile_time:type_name -> google.protobuf.Timestamp
+	7,  // 17: plexus.importer.v1.GetServiceImportResponse.service_import:type_name -> plexus.importer.v1.ServiceImport
+	7,  // 18: plexus.importer.v1.ListServiceImportsResponse.service_imports:type_name -> plexus.importer.v1.ServiceImport
+	21, // 19: plexus.importer.v1.ApplyImportRequest.endpoints:type_name -> plexus.membership.v1.ServiceEndpoints
+	16, // 20: plexus.importer.v1.ApplyImportRequest.observe_time:type_name -> google.protobuf.Timestamp
+	7,  // 21: plexus.importer.v1.ApplyImportResponse.service_import:type_name -> plexus.importer.v1.ServiceImport
+	8,  // 22: plexus.importer.v1.ImporterService.GetServiceImport:input_type -> plexus.importer.v1.GetServiceImportRequest
+	10, // 23: plexus.importer.v1.ImporterService.ListServiceImports:input_type -> plexus.importer.v1.ListServiceImportsRequest
+	12, // 24: plexus.importer.v1.ImporterService.ApplyImport:input_type -> plexus.importer.v1.ApplyImportRequest
+	14, // 25: plexus.importer.v1.ImporterService.WithdrawImport:input_type -> plexus.importer.v1.WithdrawImportRequest
+	3,  // 26: plexus.importer.v1.ImporterService.ListSources:input_type -> plexus.importer.v1.ListSourcesRequest
+	9,  // 27: plexus.importer.v1.ImporterService.GetServiceImport:output_type -> plexus.importer.v1.GetServiceImportResponse
+	11, // 28: plexus.importer.v1.ImporterService.ListServiceImports:output_type -> plexus.importer.v1.ListServiceImportsResponse
+	13, // 29: plexus.importer.v1.ImporterService.ApplyImport:output_type -> plexus.importer.v1.ApplyImportResponse
+	15, // 30: plexus.importer.v1.ImporterService.WithdrawImport:output_type -> plexus.importer.v1.WithdrawImportResponse
+	4,  // 31: plexus.importer.v1.ImporterService.ListSources:output_type -> plexus.importer.v1.ListSourcesResponse
+	27, // [27:32] is the sub-list for method output_type
+	22, // [22:27] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_plexus_importer_v1_importer_proto_init() }
@@ -1041,8 +1417,8 @@ func file_plexus_importer_v1_importer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plexus_importer_v1_importer_proto_rawDesc), len(file_plexus_importer_v1_importer_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   11,
+			NumEnums:      2,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	ImporterService_ListServiceImports_FullMethodName = "/plexus.importer.v1.ImporterService/ListServiceImports"
 	ImporterService_ApplyImport_FullMethodName        = "/plexus.importer.v1.ImporterService/ApplyImport"
 	ImporterService_WithdrawImport_FullMethodName     = "/plexus.importer.v1.ImporterService/WithdrawImport"
+	ImporterService_ListSources_FullMethodName        = "/plexus.importer.v1.ImporterService/ListSources"
 )
 
 // ImporterServiceClient is the client API for ImporterService service.
@@ -54,6 +55,11 @@ type ImporterServiceClient interface {
 	// When no cluster exports the service any more, its ServiceImport,
 	// derived Service and EndpointSlices are removed.
 	WithdrawImport(ctx context.Context, in *WithdrawImportRequest, opts ...grpc.CallOption) (*WithdrawImportResponse, error)
+	// ListSources lists the source clusters the importer follows (from
+	// --source, --sources-file or the inventory's ClusterProfiles) and
+	// those that left within --source-grace, with the state of each one's
+	// stream, in cluster name order. Every replica answers.
+	ListSources(ctx context.Context, in *ListSourcesRequest, opts ...grpc.CallOption) (*ListSourcesResponse, error)
 }
 
 type importerServiceClient struct {
@@ -104,6 +110,16 @@ func (c *importerServiceClient) WithdrawImport(ctx context.Context, in *Withdraw
 	return out, nil
 }
 
+func (c *importerServiceClient) ListSources(ctx context.Context, in *ListSourcesRequest, opts ...grpc.CallOption) (*ListSourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSourcesResponse)
+	err := c.cc.Invoke(ctx, ImporterService_ListSources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ImporterServiceServer is the server API for ImporterService service.
 // All implementations must embed UnimplementedImporterServiceServer
 // for forward compatibility.
@@ -133,6 +149,11 @@ type ImporterServiceServer interface {
 	// When no cluster exports the service any more, its ServiceImport,
 	// derived Service and EndpointSlices are removed.
 	WithdrawImport(context.Context, *WithdrawImportRequest) (*WithdrawImportResponse, error)
+	// ListSources lists the source clusters the importer follows (from
+	// --source, --sources-file or the inventory's ClusterProfiles) and
+	// those that left within --source-grace, with the state of each one's
+	// stream, in cluster name order. Every replica answers.
+	ListSources(context.Context, *ListSourcesRequest) (*ListSourcesResponse, error)
 	mustEmbedUnimplementedImporterServiceServer()
 }
 
@@ -154,6 +175,9 @@ func (UnimplementedImporterServiceServer) ApplyImport(context.Context, *ApplyImp
 }
 func (UnimplementedImporterServiceServer) WithdrawImport(context.Context, *WithdrawImportRequest) (*WithdrawImportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WithdrawImport not implemented")
+}
+func (UnimplementedImporterServiceServer) ListSources(context.Context, *ListSourcesRequest) (*ListSourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSources not implemented")
 }
 func (UnimplementedImporterServiceServer) mustEmbedUnimplementedImporterServiceServer() {}
 func (UnimplementedImporterServiceServer) testEmbeddedByValue()                         {}
@@ -248,6 +272,24 @@ func _ImporterService_WithdrawImport_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ImporterService_ListSources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ImporterServiceServer).ListSources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ImporterService_ListSources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ImporterServiceServer).ListSources(ctx, req.(*ListSourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ImporterService_ServiceDesc is the grpc.ServiceDesc for ImporterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -270,6 +312,10 @@ var ImporterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WithdrawImport",
 			Handler:    _ImporterService_WithdrawImport_Handler,
+		},
+		{
+			MethodName: "ListSources",
+			Handler:    _ImporterService_ListSources_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -17,8 +17,10 @@ func crdsCmd() *cobra.Command {
 		Long: `Print, as one multi-document YAML stream, every CustomResourceDefinition a
 cluster running Plexus needs: ServiceExport and ServiceImport of the
 Multi-Cluster Services API (multicluster.x-k8s.io, at the mcs-api version
-Plexus is built with) and Plexus's ExternalWorkload (workload.plexus.dev).
-Apply them to every member cluster before deploy/.`,
+Plexus is built with), Plexus's ExternalWorkload (workload.plexus.dev), and
+ClusterProperty (about.k8s.io, KEP-2149: the cluster's id) and ClusterProfile
+(multicluster.x-k8s.io, KEP-4322: the fleet's inventory), written to the
+upstream schemas. Apply them to every member cluster before deploy/.`,
 		Example: "  plexusctl crds | kubectl apply --server-side -f -",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

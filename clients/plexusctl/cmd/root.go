@@ -70,7 +70,7 @@ func NewRoot(out io.Writer) *cobra.Command {
 	root.AddCommand(poolCmd(g), allocCmd(g))
 	root.AddCommand(workloadCmd(g), membersCmd(g))
 	root.AddCommand(importsCmd(g), repairCmd(g), statusCmd(g), traceCmd(g))
-	root.AddCommand(certsCmd(), crdsCmd())
+	root.AddCommand(certsCmd(), crdsCmd(), clustersCmd(g))
 	root.AddCommand(configCmd(g))
 	return root
 }

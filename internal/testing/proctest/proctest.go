@@ -169,6 +169,9 @@ func (p *Proc) WaitServing(timeout time.Duration) {
 	p.t.Fatalf("%s not SERVING after %s\n%s", filepath.Base(p.bin), timeout, p.Log())
 }
 
+// Pid returns the process id of the running process.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Log returns the process's output so far.
 func (p *Proc) Log() string {
 	b, _ := os.ReadFile(p.LogPath)

@@ -140,6 +140,51 @@ func (l latency) within(bound float64) float64 {
 	return math.NaN()
 }
 
+// flip turns endpoint i of a set's first group ready or not ready.
+func flip(set *membershipv1.ServiceEndpoints, i int) {
+	ep := set.Groups[0].Endpoints[i]
+	ep.Conditions.Ready = !ep.Conditions.Ready
+	ep.Conditions.Serving = ep.Conditions.Ready
+}
+
+// churn calls change at a steady rate per second for d, and returns how
+// many changes it made.
+func churn(rate int, d time.Duration, change func()) int {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	end := time.Now().Add(d)
+	changes := 0
+	for time.Now().Before(end) {
+		<-tick.C
+		change()
+		changes++
+	}
+	return changes
+}
+
+// settle waits until read observes every change before it returns what it
+// read. Changes to one service that arrive together are written (and
+// observed) once, so the count may stay below the changes: it also returns
+// once the count stopped moving for 2 s, or after a minute.
+func settle(changes int, read func() latency) latency {
+	var got latency
+	deadline := time.Now().Add(time.Minute)
+	for last, quiet := uint64(0), 0; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		got = read()
+		if got.count >= uint64(changes) {
+			break
+		}
+		if got.count == last {
+			if quiet++; quiet == 20 {
+				break
+			}
+		} else {
+			last, quiet = got.count, 0
+		}
+	}
+	return got
+}
+
 // BenchmarkExportImportLatency: 1,000 imported services (10 endpoints
 // each) from one source; then endpoint changes at a steady 100 per second
 // spread over random services, each flipping one endpoint's readiness.
@@ -182,38 +227,12 @@ func BenchmarkExportImportLatency(b *testing.B) {
 	for b.Loop() {
 		before := readLatency(b, im.registry)
 		writesBefore := writes(b, im.registry)
-		tick := time.NewTicker(time.Second / rate)
-		end := time.Now().Add(changeTime)
-		changes := 0
-		for time.Now().Before(end) {
-			<-tick.C
+		changes := churn(rate, changeTime, func() {
 			i := rng.IntN(services)
-			ep := sets[i].Groups[0].Endpoints[rng.IntN(endpoints)]
-			ep.Conditions.Ready = !ep.Conditions.Ready
-			ep.Conditions.Serving = ep.Conditions.Ready
+			flip(sets[i], rng.IntN(endpoints))
 			src.Set(sets[i])
-			changes++
-		}
-		tick.Stop()
-		// Every change is written before the histogram is read. Changes
-		// to one service that arrive together are written (and observed)
-		// once, so the count may stay below the changes: wait until it
-		// stops moving.
-		var got latency
-		deadline := time.Now().Add(time.Minute)
-		for last, quiet := uint64(0), 0; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			got = readLatency(b, im.registry).since(before)
-			if got.count >= uint64(changes) {
-				break
-			}
-			if got.count == last {
-				if quiet++; quiet == 20 {
-					break
-				}
-			} else {
-				last, quiet = got.count, 0
-			}
-		}
+		})
+		got := settle(changes, func() latency { return readLatency(b, im.registry).since(before) })
 		for k, n := range writes(b, im.registry) {
 			if d := n - writesBefore[k]; d > 0 {
 				b.Logf("writes during the changes: %s %.0f (%.2f per change)", k, d, d/float64(changes))

@@ -121,9 +121,19 @@ func (e *env) startImporter(t testing.TB, o app.Options, srcs ...*sourcetest.Sou
 	for _, s := range srcs {
 		o.Sources = append(o.Sources, s.Cluster()+"="+s.Addr())
 	}
+	im := launchImporter(t, "member", e.allocAddr, o)
+	im.waitServing(t)
+	return im
+}
+
+// launchImporter sets an importer of cluster up in-process (o names the
+// cluster's API server) against the allocator at allocAddr, without
+// waiting for it to serve.
+func launchImporter(t testing.TB, cluster, allocAddr string, o app.Options) *importer {
+	t.Helper()
 	cfg := config.New(config.Importer)
-	cfg.ClusterName = "member"
-	cfg.AllocatorAddr = e.allocAddr
+	cfg.ClusterName = cluster
+	cfg.AllocatorAddr = allocAddr
 	svc := servertest.Start(t, cfg, "importer", func(ctx context.Context, rt *server.Runtime) (func(), error) {
 		return app.Setup(ctx, rt, o)
 	})
@@ -131,13 +141,17 @@ func (e *env) startImporter(t testing.TB, o app.Options, srcs ...*sourcetest.Sou
 	conn, err := dial.New(srv.GRPCAddr(), dial.WithoutRetry())
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	im := &importer{api: importerv1.NewImporterServiceClient(conn), health: healthpb.NewHealthClient(conn),
+	return &importer{api: importerv1.NewImporterServiceClient(conn), health: healthpb.NewHealthClient(conn),
 		registry: srv.Registry(), addr: srv.GRPCAddr(), stop: svc.Stop}
+}
+
+// waitServing waits until the importer's API serves.
+func (im *importer) waitServing(t testing.TB) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		resp, err := im.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "plexus.importer.v1.ImporterService"})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	}, waitFor, tick, "the importer did not become SERVING")
-	return im
 }
 
 // counter returns the sum of a counter's series whose labels include

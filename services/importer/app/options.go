@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/services/importer/controller"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
@@ -17,8 +17,9 @@ import (
 
 // Options are the importer's own flags.
 type Options struct {
-	// Sources are the source clusters' memberships, "NAME=ADDR".
-	Sources []string
+	// Flags say where the source clusters' memberships are: --source,
+	// --sources-file or --inventory-namespace.
+	fleet.Flags
 	// SourceGrace is how long the slices of a cluster the importer has not
 	// heard from since its term started are kept.
 	SourceGrace time.Duration
@@ -75,7 +76,7 @@ func DefaultOptions() Options {
 
 // AddFlags registers the flags on fs with o's values as defaults.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringArrayVar(&o.Sources, "source", o.Sources, "NAME=ADDR of a source cluster's membership (repeatable; ADDR may list replicas, comma-separated); its exported services are imported here, recorded under NAME")
+	o.Flags.AddFlags(fs, "imported here, recorded under NAME")
 	fs.DurationVar(&o.SourceGrace, "source-grace", o.SourceGrace, "how long, after this replica starts leading, the slices of a cluster it has not heard from (a source not reached yet, a cluster that pushed before a restart) are kept before they count as orphaned")
 	fs.StringArrayVar(&o.VIPPools, "vip-pool", o.VIPPools, "allocator pool (pools/ID or ID) of the clusterset VIPs, repeatable: one per family, two for dual stack (both allocated together or neither); none: an import carries its derived Service's own cluster IPs")
 	fs.BoolVar(&o.ManageServiceCIDRs, "manage-service-cidrs", o.ManageServiceCIDRs, "when the API server refuses a clusterset VIP as the derived Service's cluster IP (outside its --service-cluster-ip-range), create a ServiceCIDR (networking.k8s.io/v1) for each CIDR of the VIP pools, so that every member cluster routes the same VIP; off: the derived Service then gets an address of the cluster's own")
@@ -90,9 +91,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if _, err := config.ParseSources(o.Sources); err != nil {
-		add("--source: %w", err)
-	}
+	errs = append(errs, o.Flags.Validate()...)
 	if o.SourceGrace <= 0 {
 		add("--source-grace: must be positive, got %s", o.SourceGrace)
 	}

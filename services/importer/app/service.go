@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"sync"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -41,8 +42,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
-	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/clusterid"
 	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/internal/server"
@@ -60,14 +62,18 @@ type importer struct {
 	o        Options
 	identity string
 	clients  *kubeclient.Clients
-	conns    []interface{ Close() error }
+	// clusterSet is the clusterset's name from its ClusterProperty, if
+	// any.
+	clusterSet string
+	conns      []interface{ Close() error }
 
 	store     *exports.Store
 	informers *kube.Informers
 	recorder  record.EventRecorder
 	lead      *leader.Elector
 	ctrl      *controller.Controller
-	srcs      []*sources.Source
+	inventory fleet.Inventory
+	group     *fleet.Group
 	api       *iserver.Server
 	shutdown  []func()
 }
@@ -79,7 +85,7 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		return nil, err
 	}
 	im := &importer{rt: rt, o: o, identity: o.identity}
-	if err := im.assemble(); err != nil {
+	if err := im.assemble(ctx); err != nil {
 		im.close()
 		return nil, err
 	}
@@ -99,12 +105,8 @@ func (im *importer) close() {
 }
 
 // assemble builds every part, in the order they depend on each other.
-func (im *importer) assemble() error {
+func (im *importer) assemble(ctx context.Context) error {
 	cfg, o, rt := im.rt.Config, im.o, im.rt
-	srcSpecs, err := config.ParseSources(o.Sources)
-	if err != nil {
-		return fmt.Errorf("--source: %w", err)
-	}
 	pools, err := poolNames(o.VIPPools)
 	if err != nil {
 		return fmt.Errorf("--vip-pool: %w", err)
@@ -112,6 +114,14 @@ func (im *importer) assemble() error {
 	if im.clients, err = kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()}); err != nil {
 		return err
 	}
+	// The importer tells the member cluster's own exports from the others'
+	// by its id.
+	id, err := clusterid.Apply(ctx, im.clients.Dynamic, cfg.ClusterName, rt.Logger)
+	if err != nil {
+		return err
+	}
+	cfg.ClusterName = id.Cluster
+	im.clusterSet = id.ClusterSet
 	if im.identity == "" {
 		if im.identity, err = leader.NewIdentity(); err != nil {
 			return err
@@ -130,11 +140,11 @@ func (im *importer) assemble() error {
 	if err := im.controller(alloc, pools); err != nil {
 		return err
 	}
-	if err := im.sources(srcSpecs); err != nil {
+	if err := im.sources(); err != nil {
 		return err
 	}
 	rt.Server.AddHealthInfo(leader.Header, func() string { l, _ := im.lead.Leader(); return l })
-	if im.api, err = iserver.New(iserver.Config{Imports: im.ctrl, Store: im.store, Leader: im.lead, Synced: im.informers.HasSynced}); err != nil {
+	if im.api, err = iserver.New(iserver.Config{Imports: im.ctrl, Store: im.store, Leader: im.lead, Synced: im.informers.HasSynced, Sources: im.sourceInfos}); err != nil {
 		return err
 	}
 	im.api.Register(rt.Server.GRPC())
@@ -210,30 +220,67 @@ func (im *importer) controller(alloc allocatorv1.AllocatorServiceClient, pools [
 	return im.informers.AddHandlers(kube.Handlers{Service: im.ctrl.Enqueue, Namespace: im.ctrl.EnqueueNamespace})
 }
 
-// sources connects to every --source.
-func (im *importer) sources(specs []config.Source) error {
-	srcMetrics, err := sources.NewMetrics(im.rt.Server.Registerer())
+// sources builds the group that follows the source clusters the
+// inventory names (--source, --sources-file or --inventory-namespace):
+// one stream per member, reconnected when its address changes; a member
+// that left is withdrawn after --source-grace.
+func (im *importer) sources() error {
+	rt := im.rt
+	srcMetrics, err := sources.NewMetrics(rt.Server.Registerer())
 	if err != nil {
 		return err
 	}
-	for _, s := range specs {
-		im.store.AddSource(s.Name)
-		// The source's loop retries with its own backoff and reports
-		// every failure; retries inside the call would only hide an
-		// unreachable source for a while.
-		conn, err := dial.New(s.Addr, append(dial.FromConfig(im.rt.Config), dial.WithoutRetry())...)
-		if err != nil {
-			return fmt.Errorf("source %s: %w", s.Name, err)
-		}
-		im.conns = append(im.conns, conn)
-		src, err := sources.New(sources.Config{Name: s.Name, Addr: s.Addr, Conn: conn, Sink: im.store,
-			Logger: im.rt.Logger.With("component", "source"), Metrics: srcMetrics})
-		if err != nil {
-			return err
-		}
-		im.srcs = append(im.srcs, src)
+	if im.inventory, err = im.o.Flags.Inventory(im.clients.Dynamic, "plexus-importer/"+server.Version(), im.clusterSet, rt.Logger.With("component", "inventory")); err != nil {
+		return err
 	}
-	return nil
+	im.group, err = fleet.NewGroup(fleet.GroupConfig{
+		Dial: fleet.Dialer(rt.Config),
+		Start: func(m fleet.Member, conn *grpc.ClientConn, prev fleet.Runner) (fleet.Runner, error) {
+			im.store.AddSource(m.Name)
+			var from sources.Position
+			if p, ok := prev.(*sources.Source); ok {
+				from = p.Position()
+			}
+			return sources.New(sources.Config{Name: m.Name, Addr: m.Addr, Conn: conn, Sink: im.store, Start: from,
+				Logger: rt.Logger.With("component", "source"), Metrics: srcMetrics})
+		},
+		Gone: func(m fleet.Member) {
+			n := im.store.RemoveSource(m.Name)
+			rt.Logger.Info("withdrew the exports of a cluster that left the fleet", "cluster", m.Name, "services", n)
+		},
+		Grace:      im.o.SourceGrace,
+		Logger:     rt.Logger.With("component", "fleet"),
+		Registerer: rt.Server.Registerer(),
+	})
+	return err
+}
+
+// sourceInfos is the sources' state for ListSources: the fleet's members
+// and leavers, with what the store and each stream know.
+func (im *importer) sourceInfos() []iserver.SourceInfo {
+	states := im.store.Sources()
+	members := im.group.States()
+	out := make([]iserver.SourceInfo, 0, len(members))
+	for _, m := range members {
+		info := iserver.SourceInfo{Cluster: m.Member.Name, Addr: m.Member.Addr, ServerName: m.Member.ServerName,
+			Since: m.Since, LeftAt: m.LeftAt, Exported: im.store.Exported(m.Member.Name)}
+		if st, ok := states[m.Member.Name]; ok {
+			info.Connected, info.Synced, info.LastHeard = st.Connected, st.Synced, st.LastHeard
+		}
+		if m.Err != nil {
+			info.Err = m.Err.Error()
+		}
+		if src, ok := m.Runner.(*sources.Source); ok {
+			info.Running = true
+			pos := src.Position()
+			info.Epoch, info.Revision = pos.Epoch, pos.Revision
+			if err := src.LastError(); err != nil {
+				info.Err = err.Error()
+			}
+		}
+		out = append(out, info)
+	}
+	return out
 }
 
 // start runs the caches, the sources and leadership terms until ctx ends,
@@ -243,13 +290,15 @@ func (im *importer) start(ctx context.Context) func() {
 	logger := rt.Logger.With("identity", im.identity)
 	im.informers.Start(ctx)
 	var wg sync.WaitGroup
-	for _, src := range im.srcs {
-		wg.Go(func() { src.Run(ctx) })
-	}
+	wg.Go(func() {
+		if err := im.group.Run(ctx, im.inventory); err != nil && ctx.Err() == nil {
+			logger.Error("stopped following the member clusters", "error", err)
+		}
+	})
 	wg.Go(func() {
 		if im.informers.WaitForSync(ctx) {
 			rt.Server.SetServing(iserver.ServiceName, true)
-			logger.Info("importer caches synced", "sources", len(im.srcs))
+			logger.Info("importer caches synced", "sources", len(im.group.States()))
 		}
 	})
 	term := func(term context.Context) {

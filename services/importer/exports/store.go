@@ -131,6 +131,10 @@ type SourceState struct {
 	// LastHeard is when the source was last known to be reachable: the
 	// last event, or the moment its stream was last known to be up.
 	LastHeard time.Time
+	// Departed is true once the cluster left the fleet and its exports
+	// were withdrawn (RemoveSource): what remains of it (slices) is
+	// orphaned, and it is no longer a source.
+	Departed bool
 }
 
 // Change is one cluster's change to one service's exports, as the Store
@@ -187,21 +191,59 @@ func New(notify func(Change), opts ...Option) *Store {
 	return s
 }
 
-// AddSource registers a configured (watched) source cluster.
+// AddSource registers a configured (watched) source cluster; a cluster
+// that departed starts again as a new source.
 func (s *Store) AddSource(cluster string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.sources[cluster]; !ok {
+	if st, ok := s.sources[cluster]; !ok || st.Departed {
 		s.sources[cluster] = &SourceState{}
 	}
 }
 
-// IsSource reports whether cluster is a configured source.
+// RemoveSource withdraws every export a source cluster made through its
+// stream, for a cluster that left the fleet, and marks it departed: its
+// slices are then orphans to remove, not a source's that is merely out of
+// reach. It returns how many services changed.
+func (s *Store) RemoveSource(cluster string) int {
+	s.mu.Lock()
+	st, ok := s.sources[cluster]
+	if !ok {
+		s.mu.Unlock()
+		return 0
+	}
+	now := s.now()
+	var changed []Change
+	for key := range s.byCluster[cluster] {
+		if e := s.services[key].exports[cluster]; e == nil || e.Origin != OriginWatch {
+			continue
+		}
+		if ch, ok := s.withdrawLocked(cluster, key, now, nil); ok {
+			changed = append(changed, ch)
+		}
+	}
+	*st = SourceState{Synced: true, Departed: true, LastHeard: st.LastHeard}
+	s.mu.Unlock()
+	for _, ch := range changed {
+		s.notify(ch)
+	}
+	return len(changed)
+}
+
+// Exported returns how many services cluster exports.
+func (s *Store) Exported(cluster string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.byCluster[cluster])
+}
+
+// IsSource reports whether cluster is a configured source (one that has
+// not departed).
 func (s *Store) IsSource(cluster string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, ok := s.sources[cluster]
-	return ok
+	st, ok := s.sources[cluster]
+	return ok && !st.Departed
 }
 
 // Source returns the state of a configured source.

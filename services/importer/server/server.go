@@ -101,6 +101,8 @@ type Config struct {
 	Leader  Leadership
 	// Synced reports whether the caches are synced.
 	Synced func() bool
+	// Sources, when set, returns the source clusters, sorted by name.
+	Sources func() []SourceInfo
 }
 
 // Server implements importerv1.ImporterServiceServer.
@@ -171,20 +173,25 @@ func (s *Server) GetServiceImport(_ context.Context, req *importerv1.GetServiceI
 	return &importerv1.GetServiceImportResponse{ServiceImport: toProto(st)}, nil
 }
 
+// page reads a page request: its size and the name the page starts after.
+func page(v *violations, pageSize int32, token string) (size int, after string) {
+	size, err := pagination.Size(pageSize)
+	if err != nil {
+		v.add("page_size", "%s", err.Error())
+	}
+	if err := pagination.Decode(token, &after); err != nil {
+		v.add("page_token", "%s", err.Error())
+	}
+	return size, after
+}
+
 // ListServiceImports lists imports in name order, a page at a time.
 func (s *Server) ListServiceImports(_ context.Context, req *importerv1.ListServiceImportsRequest) (*importerv1.ListServiceImportsResponse, error) {
 	var v violations
 	if ns := req.GetNamespace(); ns != "" {
 		checkLabel(&v, "namespace", ns)
 	}
-	size, err := pagination.Size(req.GetPageSize())
-	if err != nil {
-		v.add("page_size", "%s", err.Error())
-	}
-	var after string
-	if err := pagination.Decode(req.GetPageToken(), &after); err != nil {
-		v.add("page_token", "%s", err.Error())
-	}
+	size, after := page(&v, req.GetPageSize(), req.GetPageToken())
 	if err := v.err(); err != nil {
 		return nil, err
 	}

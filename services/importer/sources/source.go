@@ -83,6 +83,10 @@ type Config struct {
 	// Settle is how long a silent stream must stay open to count as up;
 	// DefaultSettle when zero.
 	Settle time.Duration
+	// Start is where the first stream resumes from: the position of the
+	// Source this one replaces (the member's membership moved), or zero
+	// for a snapshot.
+	Start Position
 }
 
 // Position is where a stream resumes from.
@@ -123,6 +127,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	return &Source{
 		cfg:    cfg,
+		pos:    cfg.Start,
 		client: membershipv1.NewMembershipServiceClient(cfg.Conn),
 		logger: logger.With("source", cfg.Name, "addr", cfg.Addr),
 	}, nil

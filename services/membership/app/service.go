@@ -16,6 +16,7 @@ import (
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
+	"github.com/plexusnet/plexus/internal/clusterid"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/server"
@@ -112,13 +113,17 @@ func (o Options) WithRESTConfig(cfg *rest.Config) Options {
 // allocator connection stop when ctx ends; the cleanup waits for them.
 func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	cfg := rt.Config
-	if cfg.ClusterName == "" {
-		return nil, errors.New("--cluster-name: membership stamps every endpoint with it and owns addresses under it; it must be set")
-	}
 	clients, err := kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-membership/" + server.Version()})
 	if err != nil {
 		return nil, err
 	}
+	// Membership stamps every endpoint with the cluster's id and owns
+	// addresses under it.
+	id, err := clusterid.Apply(ctx, clients.Dynamic, cfg.ClusterName, rt.Logger)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClusterName = id.Cluster
 	kc, mcs, workloads := clients.Kube, clients.MCS, clients.Workloads
 
 	reg := rt.Server.Registerer()

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/services/repair/decide"
 	"github.com/plexusnet/plexus/services/repair/pass"
@@ -25,9 +25,10 @@ type Options struct {
 	MaxReleaseFraction float64
 	// DryRun makes the periodic passes report without acting.
 	DryRun bool
-	// Sources are the source clusters' memberships, "NAME=ADDR", whose
-	// exports keep clusterset services alive.
-	Sources []string
+	// Flags say where the source clusters' memberships are, whose
+	// exports keep clusterset services alive: --source, --sources-file or
+	// --inventory-namespace.
+	fleet.Flags
 
 	// Config is the leader election's part: --leader-elect and the
 	// Lease flags.
@@ -73,7 +74,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.LeakStrikes, "leak-strikes", o.LeakStrikes, "consecutive passes a leak (or orphaned slice) must be seen in before it is freed")
 	fs.Float64Var(&o.MaxReleaseFraction, "max-release-fraction", o.MaxReleaseFraction, "most of a pool's allocations one pass may release, as a fraction (at least one when not 0; 0 turns releases off)")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "periodic passes report what they would do without releasing or deleting anything")
-	fs.StringArrayVar(&o.Sources, "source", o.Sources, "NAME=ADDR of a source cluster's membership (repeatable): a clusterset service is alive while one of them exports it or a ServiceImport for it exists")
+	o.Flags.AddFlags(fs, "alive (a clusterset service is alive while a member exports it or a ServiceImport for it exists)")
 	o.Config.AddFlags(fs, "elect one active replica through a Lease; only the leader runs passes and acts")
 	fs.Float32Var(&o.KubeQPS, "kube-api-qps", o.KubeQPS, "queries per second to the Kubernetes API (client-side limit)")
 	fs.IntVar(&o.KubeBurst, "kube-api-burst", o.KubeBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
@@ -89,9 +90,7 @@ func (o *Options) Validate() error {
 	if err := o.decideConfig(nil).Validate(); err != nil {
 		add("--leak-grace, --leak-strikes, --max-release-fraction: %w", err)
 	}
-	if _, err := config.ParseSources(o.Sources); err != nil {
-		add("--source: %w", err)
-	}
+	errs = append(errs, o.Flags.Validate()...)
 	errs = append(errs, o.Config.Validate()...)
 	if o.KubeQPS <= 0 {
 		add("--kube-api-qps: must be positive, got %g", o.KubeQPS)

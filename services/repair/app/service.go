@@ -40,11 +40,11 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -53,8 +53,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
-	"github.com/plexusnet/plexus/internal/config"
+	"github.com/plexusnet/plexus/internal/clusterid"
 	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/internal/server"
@@ -70,18 +71,17 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 		return nil, err
 	}
 	cfg := rt.Config
-	if cfg.ClusterName == "" {
-		return nil, errors.New("--cluster-name: repair resolves Pods and ExternalWorkloads of this cluster only; it must be set")
-	}
-	srcSpecs, err := config.ParseSources(o.Sources)
-	if err != nil {
-		return nil, fmt.Errorf("--source: %w", err)
-	}
 	clients, err := kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-repair/" + server.Version()})
 	if err != nil {
 		return nil, err
 	}
 	kube, mcs, workloads := clients.Kube, clients.MCS, clients.Workloads
+	// Repair resolves the Pods and ExternalWorkloads of this cluster only.
+	id, err := clusterid.Apply(ctx, clients.Dynamic, cfg.ClusterName, rt.Logger)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClusterName = id.Cluster
 
 	var conns []interface{ Close() error }
 	closeAll := func() {
@@ -91,25 +91,32 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 			}
 		}
 	}
-	var sources []*owners.Source
-	for _, s := range srcSpecs {
-		// The source's watch loop retries with its own backoff and
-		// reports every failure; retries inside the call would only
-		// hide an unreachable source for a while.
-		conn, err := dial.New(s.Addr, append(dial.FromConfig(cfg), dial.WithoutRetry())...)
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("source %s: %w", s.Name, err)
-		}
-		conns = append(conns, conn)
-		sources = append(sources, owners.NewSource(s.Name, s.Addr, conn, rt.Logger.With("component", "source")))
-	}
 	view, err := owners.New(owners.Config{
-		Cluster: cfg.ClusterName, Kube: kube, MCS: mcs, Workloads: workloads, Sources: sources,
+		Cluster: cfg.ClusterName, Kube: kube, MCS: mcs, Workloads: workloads,
 		Logger: rt.Logger.With("component", "owners"),
 	})
 	if err != nil {
-		closeAll()
+		return nil, err
+	}
+	// The sources follow the fleet. A member that leaves stops counting at
+	// once: its services stay alive through this cluster's ServiceImports
+	// until the importer withdraws them, after its own grace.
+	inventory, err := o.Flags.Inventory(clients.Dynamic, "plexus-repair/"+server.Version(), id.ClusterSet, rt.Logger.With("component", "inventory"))
+	if err != nil {
+		return nil, err
+	}
+	group, err := fleet.NewGroup(fleet.GroupConfig{
+		Dial: fleet.Dialer(cfg),
+		Start: func(m fleet.Member, conn *grpc.ClientConn, _ fleet.Runner) (fleet.Runner, error) {
+			src := owners.NewSource(m.Name, m.Addr, conn, rt.Logger.With("component", "source"))
+			view.AddSource(src)
+			return src, nil
+		},
+		Left:       func(m fleet.Member) { view.RemoveSource(m.Name) },
+		Logger:     rt.Logger.With("component", "fleet"),
+		Registerer: rt.Server.Registerer(),
+	})
+	if err != nil {
 		return nil, err
 	}
 	allocConn, err := dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...)
@@ -162,6 +169,11 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	logger := rt.Logger.With("identity", identity)
 	var wg sync.WaitGroup
 	wg.Go(func() { view.Run(ctx) })
+	wg.Go(func() {
+		if err := group.Run(ctx, inventory); err != nil && ctx.Err() == nil {
+			logger.Error("stopped following the member clusters", "error", err)
+		}
+	})
 	wg.Go(func() {
 		if view.WaitForSync(ctx) {
 			rt.Server.SetServing(rserver.ServiceName, true)

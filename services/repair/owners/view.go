@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -55,19 +56,19 @@ type Config struct {
 	Kube      kubernetes.Interface
 	MCS       mcsclient.Interface
 	Workloads rest.Interface
-	// Sources are the memberships whose exports keep clusterset services
-	// alive.
-	Sources []*Source
 	// Logger may be nil.
 	Logger *slog.Logger
 }
 
 // View is the owners' side of a repair pass. It is safe for concurrent use.
 type View struct {
-	cluster   string
-	kube      kubernetes.Interface
-	logger    *slog.Logger
-	sources   []*Source
+	cluster string
+	kube    kubernetes.Interface
+	logger  *slog.Logger
+	// sources are the memberships whose exports keep clusterset services
+	// alive, by cluster; they come and go with the fleet.
+	srcMu     sync.RWMutex
+	sources   map[string]*Source
 	pods      *informer
 	services  *informer
 	imports   *informer
@@ -84,7 +85,7 @@ func New(cfg Config) (*View, error) {
 	if cfg.Kube == nil || cfg.MCS == nil || cfg.Workloads == nil {
 		return nil, errors.New("owners: Kube, MCS and Workloads clients are required")
 	}
-	v := &View{cluster: cfg.Cluster, kube: cfg.Kube, logger: cfg.Logger, sources: cfg.Sources}
+	v := &View{cluster: cfg.Cluster, kube: cfg.Kube, logger: cfg.Logger, sources: map[string]*Source{}}
 	if v.logger == nil {
 		v.logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,16 +152,43 @@ func New(cfg Config) (*View, error) {
 	return v, nil
 }
 
-// Run runs the informers and the sources until ctx ends.
+// Run runs the informers until ctx ends. The sources are run by whoever
+// adds them (the fleet group).
 func (v *View) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, inf := range v.all {
 		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
-	for _, s := range v.sources {
-		wg.Go(func() { s.Run(ctx) })
-	}
 	wg.Wait()
+}
+
+// AddSource makes s the source of its cluster, replacing the one before
+// (the member's membership moved).
+func (v *View) AddSource(s *Source) {
+	v.srcMu.Lock()
+	defer v.srcMu.Unlock()
+	v.sources[s.Name()] = s
+}
+
+// RemoveSource forgets the source of a cluster that left the fleet: its
+// exports no longer keep services alive (the member cluster's
+// ServiceImports still do, until its importer withdraws them).
+func (v *View) RemoveSource(cluster string) {
+	v.srcMu.Lock()
+	defer v.srcMu.Unlock()
+	delete(v.sources, cluster)
+}
+
+// sourceList returns the sources, sorted by cluster.
+func (v *View) sourceList() []*Source {
+	v.srcMu.RLock()
+	defer v.srcMu.RUnlock()
+	out := make([]*Source, 0, len(v.sources))
+	for _, s := range v.sources {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *Source) int { return strings.Compare(a.Name(), b.Name()) })
+	return out
 }
 
 // WaitForSync waits until every informer has synced or ctx ends, and
@@ -193,7 +221,7 @@ func (v *View) InformersSynced() error {
 // snapshot; the error says which does not.
 func (v *View) SourcesSynced() error {
 	var problems []string
-	for _, s := range v.sources {
+	for _, s := range v.sourceList() {
 		if p := s.problem(); p != "" {
 			problems = append(problems, p)
 		}
@@ -263,7 +291,7 @@ func (v *View) clusterSetServiceExists(namespace, name string) bool {
 	if _, ok := v.imports.get(namespace, name); ok {
 		return true
 	}
-	for _, s := range v.sources {
+	for _, s := range v.sourceList() {
 		if s.Exports(namespace, name) {
 			return true
 		}

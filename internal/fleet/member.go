@@ -1,0 +1,138 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// MaxMembers bounds the members one inventory may name: each is a stream
+// and a connection held open.
+const MaxMembers = 10000
+
+// maxAddr bounds a member's address (a list of replicas at most).
+const maxAddr = 1024
+
+// Member is one member cluster: its id and where its membership serves.
+type Member struct {
+	// Name is the cluster's id in the clusterset.
+	Name string `json:"name"`
+	// Addr is the gRPC target of its membership service: host:port, a
+	// comma-separated list of replicas, or a target with a scheme
+	// (dns:///name:port).
+	Addr string `json:"address"`
+	// ServerName is the TLS server name the membership's certificate is
+	// verified against; the address's host when empty.
+	ServerName string `json:"tlsServerName,omitempty"`
+}
+
+// Validate reports what is wrong with m.
+func (m Member) Validate() error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(m.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("name %q: %s", clip(m.Name), strings.Join(msgs, "; ")))
+	}
+	if err := ValidateAddr(m.Addr); err != nil {
+		errs = append(errs, err)
+	}
+	if m.ServerName != "" {
+		if msgs := validation.IsDNS1123Subdomain(m.ServerName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("tlsServerName %q: %s", clip(m.ServerName), strings.Join(msgs, "; ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateAddr checks a membership address: host:port, a comma-separated
+// list of host:port, or a gRPC target with a scheme.
+func ValidateAddr(addr string) error {
+	switch {
+	case addr == "":
+		return errors.New("address: empty")
+	case len(addr) > maxAddr:
+		return fmt.Errorf("address: %d bytes, at most %d", len(addr), maxAddr)
+	case strings.ContainsFunc(addr, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return fmt.Errorf("address %q: contains spaces or control characters", clip(addr))
+	case strings.Contains(addr, "://"):
+		return nil
+	}
+	for _, a := range strings.Split(addr, ",") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("address %q: %w", clip(addr), err)
+		}
+	}
+	return nil
+}
+
+// clip cuts a value for a message.
+func clip(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:most], len(s))
+}
+
+// check validates a whole set: every member valid, names unique, at most
+// MaxMembers. The set comes back sorted by name.
+func check(members []Member) ([]Member, error) {
+	if len(members) > MaxMembers {
+		return nil, fmt.Errorf("%d members, at most %d", len(members), MaxMembers)
+	}
+	out := slices.Clone(members)
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	var errs []error
+	for i, m := range out {
+		if err := m.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("member %d: %w", i, err))
+		}
+		if i > 0 && out[i-1].Name == m.Name {
+			errs = append(errs, fmt.Errorf("member %q named twice", clip(m.Name)))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// Diff is what changed between two sets.
+type Diff struct {
+	// Joined are the members new in the set.
+	Joined []Member
+	// Moved are the members whose address or TLS identity changed: the
+	// new value, with the old one in the same position of Was.
+	Moved, Was []Member
+	// Left are the members no longer in the set.
+	Left []Member
+}
+
+// Empty reports whether nothing changed.
+func (d Diff) Empty() bool { return len(d.Joined)+len(d.Moved)+len(d.Left) == 0 }
+
+// Compare returns what changed from old to next. Both are keyed by name.
+func Compare(old map[string]Member, next []Member) Diff {
+	var d Diff
+	seen := make(map[string]bool, len(next))
+	for _, m := range next {
+		seen[m.Name] = true
+		was, ok := old[m.Name]
+		switch {
+		case !ok:
+			d.Joined = append(d.Joined, m)
+		case was != m:
+			d.Moved, d.Was = append(d.Moved, m), append(d.Was, was)
+		}
+	}
+	for name, m := range old {
+		if !seen[name] {
+			d.Left = append(d.Left, m)
+		}
+	}
+	slices.SortFunc(d.Left, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return d
+}

@@ -1,0 +1,133 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	inventoryv1alpha1 "github.com/plexusnet/plexus/api/inventory/v1alpha1"
+)
+
+func TestCompare(t *testing.T) {
+	old := map[string]Member{
+		"a": {Name: "a", Addr: "10.0.0.1:7402"},
+		"b": {Name: "b", Addr: "10.0.0.2:7402"},
+		"c": {Name: "c", Addr: "10.0.0.3:7402"},
+	}
+	d := Compare(old, []Member{
+		{Name: "a", Addr: "10.0.0.1:7402"},                          // same
+		{Name: "b", Addr: "10.0.0.2:7402", ServerName: "b.example"}, // TLS identity changed
+		{Name: "d", Addr: "10.0.0.4:7402"},                          // new
+	})
+	require.Equal(t, []Member{{Name: "d", Addr: "10.0.0.4:7402"}}, d.Joined)
+	require.Equal(t, []Member{{Name: "b", Addr: "10.0.0.2:7402", ServerName: "b.example"}}, d.Moved)
+	require.Equal(t, []Member{{Name: "b", Addr: "10.0.0.2:7402"}}, d.Was)
+	require.Equal(t, []Member{{Name: "c", Addr: "10.0.0.3:7402"}}, d.Left)
+	require.True(t, Compare(old, []Member{old["a"], old["b"], old["c"]}).Empty())
+}
+
+func TestParseFile(t *testing.T) {
+	ms, err := ParseFile([]byte(`
+clusters:
+- name: west
+  address: membership.west.example:7402
+  tlsServerName: membership.west.example
+- name: east
+  address: 10.0.0.1:7402,10.0.0.2:7402
+`))
+	require.NoError(t, err)
+	require.Equal(t, []Member{
+		{Name: "east", Addr: "10.0.0.1:7402,10.0.0.2:7402"},
+		{Name: "west", Addr: "membership.west.example:7402", ServerName: "membership.west.example"},
+	}, ms, "sorted by name")
+
+	ms, err = ParseFile([]byte(`{"clusters": []}`))
+	require.NoError(t, err)
+	require.Empty(t, ms)
+
+	for name, tc := range map[string]struct{ data, want string }{
+		"misspelt field":  {"clusters:\n- name: a\n  adress: x:1\n", `unknown field "adress"`},
+		"twice":           {"clusters:\n- {name: a, address: 'x:1'}\n- {name: a, address: 'y:1'}\n", `"a" named twice`},
+		"bad name":        {"clusters:\n- {name: A_1, address: 'x:1'}\n", `name "A_1"`},
+		"no port":         {"clusters:\n- {name: a, address: x}\n", `missing port`},
+		"control char":    {"clusters:\n- {name: a, address: \"x:1\\u0000\"}\n", "control characters"},
+		"bad server name": {"clusters:\n- {name: a, address: 'x:1', tlsServerName: 'a b'}\n", "tlsServerName"},
+		"not yaml":        {"clusters: [", "parse"},
+		"too large":       {"#" + strings.Repeat("x", MaxFileSize), "at most"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseFile([]byte(tc.data))
+			require.ErrorContains(t, err, tc.want)
+			require.Less(t, len(err.Error()), 1000)
+		})
+	}
+}
+
+func FuzzParseFile(f *testing.F) {
+	f.Add([]byte("clusters:\n- name: east\n  address: 10.0.0.1:7402\n"))
+	f.Add([]byte(`{"clusters":[{"name":"a","address":"dns:///m:1","tlsServerName":"m"}]}`))
+	f.Add([]byte("clusters: [{name: a, address: 'x:1'}, {name: a, address: 'x:1'}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms, err := ParseFile(data)
+		if err != nil {
+			return
+		}
+		// What parses is a valid set: written back, it reads the same.
+		seen := map[string]bool{}
+		for _, m := range ms {
+			if err := m.Validate(); err != nil {
+				t.Fatalf("parsed an invalid member %+v: %v", m, err)
+			}
+			if seen[m.Name] {
+				t.Fatalf("parsed %q twice", m.Name)
+			}
+			seen[m.Name] = true
+		}
+		if len(ms) > MaxMembers {
+			t.Fatalf("%d members", len(ms))
+		}
+	})
+}
+
+func profile(name string, props map[string]string, conds ...metav1.Condition) *inventoryv1alpha1.ClusterProfile {
+	cp := &inventoryv1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: name}}
+	for k, v := range props {
+		cp.Status.Properties = append(cp.Status.Properties, inventoryv1alpha1.Property{Name: k, Value: v})
+	}
+	cp.Status.Conditions = conds
+	return cp
+}
+
+func TestFromProfiles(t *testing.T) {
+	addr := inventoryv1alpha1.PropertyMembershipAddress
+	ms, skipped := FromProfiles([]*inventoryv1alpha1.ClusterProfile{
+		profile("east", map[string]string{addr: "10.0.0.1:7402", "clusterset.k8s.io": "prod"}),
+		profile("gen-4xk2", map[string]string{addr: "10.0.0.2:7402", "cluster.clusterset.k8s.io": "west",
+			inventoryv1alpha1.PropertyMembershipServerName: "membership.west"}),
+		profile("plain", map[string]string{}),
+		profile("staging", map[string]string{addr: "10.0.0.3:7402", "clusterset.k8s.io": "staging"}),
+		profile("unjoined", map[string]string{addr: "10.0.0.4:7402"}, metav1.Condition{Type: "Joined", Status: "False"}),
+		profile("west", map[string]string{addr: "10.0.0.5:7402"}), // "west" is named by gen-4xk2 first
+		profile("broken", map[string]string{addr: "no port"}),
+	}, "prod")
+	require.Equal(t, []Member{
+		{Name: "east", Addr: "10.0.0.1:7402"},
+		{Name: "west", Addr: "10.0.0.2:7402", ServerName: "membership.west"},
+	}, ms)
+	reasons := map[string]string{}
+	for _, s := range skipped {
+		reasons[s.Profile] = s.Reason
+	}
+	require.Len(t, reasons, 5)
+	require.Contains(t, reasons["fleet/plain"], "no membership.plexus.dev/address property")
+	require.Contains(t, reasons["fleet/staging"], `clusterset "staging", not "prod"`)
+	require.Contains(t, reasons["fleet/unjoined"], "Joined condition is False")
+	require.Contains(t, reasons["fleet/west"], `already named by fleet/gen-4xk2`)
+	require.Contains(t, reasons["fleet/broken"], "invalid")
+
+	// Without a clusterset of its own, an importer takes every clusterset.
+	ms, _ = FromProfiles([]*inventoryv1alpha1.ClusterProfile{profile("staging", map[string]string{addr: "10.0.0.3:7402", "clusterset.k8s.io": "staging"})}, "")
+	require.Len(t, ms, 1)
+}
