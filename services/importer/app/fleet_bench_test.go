@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/dynamic"
 
@@ -40,7 +43,7 @@ func scrape(tb testing.TB, httpAddr string) map[string]float64 {
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	require.NoError(tb, err)
 	defer resp.Body.Close()
-	var parser expfmt.TextParser
+	parser := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(tb, err)
 	out := map[string]float64{}
@@ -83,6 +86,24 @@ func histogram(after, before map[string]float64, name string) latency {
 		l.cum = append(l.cum, uint64(after[key]-before[key]))
 	}
 	return l
+}
+
+// profile writes a CPU profile of the process serving pprof at httpAddr,
+// taken over d, to path.
+func profile(tb testing.TB, httpAddr, path string, d time.Duration) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, int(d.Seconds())))
+	if err != nil {
+		tb.Errorf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		tb.Errorf("profile: %v", err)
+	}
 }
 
 // rss reads a process's resident set (VmRSS) and its peak (VmHWM), in
@@ -171,10 +192,17 @@ func benchFleet(b *testing.B, bin string, clusters int) {
 		require.NoError(b, err)
 	}
 
-	start := time.Now()
-	proc := proctest.Start(b, bin, []string{"--kubeconfig", e.cluster.Kubeconfig, "--cluster-name", "member",
+	args := []string{"--kubeconfig", e.cluster.Kubeconfig, "--cluster-name", "member",
 		"--allocator-addr", e.allocAddr, "--vip-pool", "vips", "--inventory-namespace", "fleet",
-		"--leader-elect=false", "--log-level", "warn"})
+		"--leader-elect=false", "--log-level", "warn"}
+	// BENCH_PPROF=DIR writes a CPU profile of the importer during the
+	// changes to DIR.
+	profileDir := os.Getenv("BENCH_PPROF")
+	if profileDir != "" {
+		args = append(args, "--pprof")
+	}
+	start := time.Now()
+	proc := proctest.Start(b, bin, args)
 	e.waitSlices(b, clusters*services, clusters*services*endpoints, 10*time.Minute)
 	converge := time.Since(start)
 
@@ -182,12 +210,20 @@ func benchFleet(b *testing.B, bin string, clusters int) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const hist = "plexus_importer_export_import_duration_seconds"
 	before := scrape(b, proc.HTTPAddr)
+	profiled := make(chan struct{})
+	go func() {
+		defer close(profiled)
+		if profileDir != "" {
+			profile(b, proc.HTTPAddr, filepath.Join(profileDir, fmt.Sprintf("importer-%d.pprof", clusters)), changeTime-2*time.Second)
+		}
+	}()
 	changes := churn(rate, changeTime, func() {
 		c, i := rng.IntN(clusters), rng.IntN(services)
 		flip(sets[c][i], rng.IntN(endpoints))
 		srcs[c].Set(sets[c][i])
 	})
 	got := settle(changes, func() latency { return histogram(scrape(b, proc.HTTPAddr), before, hist) })
+	<-profiled
 	resident, peak := rss(b, proc.Pid())
 
 	// A cluster joins the running fleet.
