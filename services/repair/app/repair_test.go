@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 	plexusctl "github.com/plexusnet/plexus/clients/plexusctl/cmd"
 	"github.com/plexusnet/plexus/internal/apierr"
+	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/internal/testing/proctest"
 	"github.com/plexusnet/plexus/services/repair/decide"
@@ -42,6 +44,7 @@ func TestRepair(t *testing.T) {
 	e := startKube(t)
 	t.Run("strikes", func(t *testing.T) { testStrikes(t, e) })
 	t.Run("owner reappears", func(t *testing.T) { testReappear(t, e) })
+	t.Run("members join and leave", func(t *testing.T) { testMembers(t, e) })
 	t.Run("race", func(t *testing.T) { testRace(t, e) })
 	t.Run("owner recreated", func(t *testing.T) { testRecreated(t, e) })
 	t.Run("unsynced", func(t *testing.T) { testUnsynced(t, e) })
@@ -149,6 +152,45 @@ func runCtl(t *testing.T, r *repair, args ...string) string {
 	root.SetArgs(append([]string{"--repair-addr", r.grpcAddr}, args...))
 	require.NoError(t, root.ExecuteContext(context.Background()), out.String())
 	return out.String()
+}
+
+// testMembers: repair follows a sources file as it changes. While the
+// member that exports a clusterset service is listed, the service's VIP is
+// alive; once the member leaves, the VIP is a leak candidate; when it joins
+// again, alive again. Nothing restarts.
+func testMembers(t *testing.T, e *kubeEnv) {
+	ns := e.namespace(t)
+	alloc := startAllocator(t)
+	alloc.createPool(t, "vips", "10.23.0.0/24")
+	vip := alloc.allocate(t, "vips", &allocatorv1.Owner{Kind: mcsnames.OwnerKindClusterSetService, Namespace: ns, Name: "db"}, "")
+	src := startMembership(t, ns+"/db")
+	path := filepath.Join(t.TempDir(), "fleet.yaml")
+	member := fleet.Member{Name: "east", Addr: src.addr}
+	edit := func(ms ...fleet.Member) {
+		require.NoError(t, fleet.EditFile(path, func([]fleet.Member) ([]fleet.Member, error) { return ms, nil }))
+	}
+	edit(member)
+
+	o := testOptions()
+	o.SourcesFile = path
+	r := startRepair(t, e, alloc.addr, o)
+	require.Eventually(t, func() bool {
+		rep, fs := r.run(t, true)
+		return rep.GetState() == repairv1.PassState_PASS_STATE_COMPLETE && len(fs) == 0
+	}, 10*time.Second, 20*time.Millisecond, "the member never synced")
+	sleepPastGrace(vip, time.Second)
+	_, fs := r.run(t, true)
+	require.Empty(t, fs, "exported by a member: alive")
+
+	edit() // east leaves
+	r.waitFinding(t, leak, vip.GetAddress())
+
+	edit(member) // and joins again
+	require.Eventually(t, func() bool {
+		rep, fs := r.run(t, true)
+		return rep.GetState() == repairv1.PassState_PASS_STATE_COMPLETE && len(fs) == 0
+	}, 10*time.Second, 20*time.Millisecond, "the member's export is alive again")
+	require.NotNil(t, alloc.get(t, "vips", vip.GetAddress()))
 }
 
 // testReappear: a clusterset service that stops being exported is a leak
