@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -171,6 +172,49 @@ func (p *Proc) WaitServing(timeout time.Duration) {
 
 // Pid returns the process id of the running process.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Usage is what a process has used so far.
+type Usage struct {
+	// CPU is its user and system time (10 ms ticks).
+	CPU time.Duration
+	// RSS is its resident memory now and Peak its highest, in bytes.
+	RSS, Peak float64
+}
+
+// Usage reads the running process's CPU time and resident memory from
+// /proc.
+func (p *Proc) Usage() Usage {
+	p.t.Helper()
+	var u Usage
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	// The fields after the command name, which may hold spaces.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const ticks = 100 // USER_HZ
+	u.CPU = time.Duration((utime + stime) / ticks * float64(time.Second))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			u.RSS = kb * 1024
+		case "VmHWM:":
+			u.Peak = kb * 1024
+		}
+	}
+	return u
+}
 
 // Log returns the process's output so far.
 func (p *Proc) Log() string {

@@ -1,12 +1,11 @@
 package app_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,30 +105,6 @@ func profile(tb testing.TB, httpAddr, path string, d time.Duration) {
 	}
 }
 
-// rss reads a process's resident set (VmRSS) and its peak (VmHWM), in
-// bytes.
-func rss(tb testing.TB, pid int) (now, peak float64) {
-	tb.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(tb, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(fields[1], 64)
-		switch fields[0] {
-		case "VmRSS:":
-			now = kb * 1024
-		case "VmHWM:":
-			peak = kb * 1024
-		}
-	}
-	return now, peak
-}
-
 // BenchmarkFleet: one real importer (its own process, default flags, the
 // member clusters from ClusterProfiles) and its real kube-apiserver; N
 // simulated member clusters that speak the real WatchServices API, each
@@ -143,6 +118,8 @@ func rss(tb testing.TB, pid int) (now, peak float64) {
 //     endpoint changes at 100/s spread over random clusters and services
 //     for 20 s (the export_import_duration histogram, as
 //     histogram_quantile computes it);
+//
+//   - cpu-ms/change: the importer's CPU time over the changes, per change;
 //
 //   - rss-MB, peak-MB, B/endpoint: the importer's resident memory after
 //     the changes, its peak, and resident bytes per imported endpoint;
@@ -210,6 +187,7 @@ func benchFleet(b *testing.B, bin string, clusters int) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const hist = "plexus_importer_export_import_duration_seconds"
 	before := scrape(b, proc.HTTPAddr)
+	usage := proc.Usage()
 	profiled := make(chan struct{})
 	go func() {
 		defer close(profiled)
@@ -224,7 +202,7 @@ func benchFleet(b *testing.B, bin string, clusters int) {
 	})
 	got := settle(changes, func() latency { return histogram(scrape(b, proc.HTTPAddr), before, hist) })
 	<-profiled
-	resident, peak := rss(b, proc.Pid())
+	after := proc.Usage()
 
 	// A cluster joins the running fleet.
 	joiner := srcs[clusters]
@@ -238,8 +216,9 @@ func benchFleet(b *testing.B, bin string, clusters int) {
 	b.ReportMetric(float64(changes)/changeTime.Seconds(), "changes/s")
 	b.ReportMetric(got.quantile(0.5)*1000, "p50-ms")
 	b.ReportMetric(got.quantile(0.99)*1000, "p99-ms")
-	b.ReportMetric(resident/(1<<20), "rss-MB")
-	b.ReportMetric(peak/(1<<20), "peak-MB")
-	b.ReportMetric(resident/float64(clusters*services*endpoints), "B/endpoint")
+	b.ReportMetric(float64((after.CPU-usage.CPU).Microseconds())/1000/float64(changes), "cpu-ms/change")
+	b.ReportMetric(after.RSS/(1<<20), "rss-MB")
+	b.ReportMetric(after.Peak/(1<<20), "peak-MB")
+	b.ReportMetric(after.RSS/float64(clusters*services*endpoints), "B/endpoint")
 	b.ReportMetric(join.Seconds(), "join-s")
 }

@@ -3,10 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,20 +17,6 @@ import (
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
-
-// procStat reads a process's CPU time (user + system) and resident set.
-func procStat(tb testing.TB, pid int) (cpu time.Duration, rss float64) {
-	tb.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	require.NoError(tb, err)
-	// The fields after the command name (which may hold spaces).
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	pages, _ := strconv.ParseFloat(fields[21], 64)
-	const ticks = 100 // USER_HZ
-	return time.Duration((utime + stime) / ticks * float64(time.Second)), pages * float64(os.Getpagesize())
-}
 
 // fanOut is what the subscribers of one change report.
 type fanOut struct {
@@ -110,7 +93,7 @@ func benchFanOut(b *testing.B, bin string, subs int) {
 	proc := proctest.Start(b, bin, []string{"--kubeconfig", cluster.Kubeconfig, "--cluster-name", "bench",
 		"--allocator-addr", startAllocator(b), "--log-level", "warn"})
 	time.Sleep(2 * time.Second) // caches synced, the process settled
-	_, rssNone := procStat(b, proc.Pid())
+	rssNone := proc.Usage().RSS
 
 	cur := &fanOut{}
 	var ready sync.WaitGroup
@@ -158,7 +141,7 @@ func benchFanOut(b *testing.B, bin string, subs int) {
 	}
 	ready.Wait()
 	time.Sleep(time.Second)
-	cpu0, rssSubs := procStat(b, proc.Pid())
+	u0 := proc.Usage()
 
 	var spreads []time.Duration
 	for c := range changes {
@@ -199,13 +182,13 @@ func benchFanOut(b *testing.B, bin string, subs int) {
 			b.Fatalf("change %d back did not reach every subscriber", c)
 		}
 	}
-	cpu1, _ := procStat(b, proc.Pid())
+	u1 := proc.Usage()
 	slices.Sort(spreads)
-	perChange := (cpu1 - cpu0) / (2 * changes)
+	perChange := (u1.CPU - u0.CPU) / (2 * changes)
 	b.ReportMetric(float64(spreads[len(spreads)/2].Microseconds())/1000, "spread-p50-ms")
 	b.ReportMetric(float64(spreads[len(spreads)-1].Microseconds())/1000, "spread-max-ms")
 	b.ReportMetric(float64(perChange.Microseconds())/1000, "cpu-ms/change")
 	b.ReportMetric(float64(perChange.Microseconds())/float64(subs), "cpu-µs/change/sub")
-	b.ReportMetric(rssSubs/(1<<20), "rss-MB")
-	b.ReportMetric((rssSubs-rssNone)/float64(subs)/1024, "KB/sub")
+	b.ReportMetric(u0.RSS/(1<<20), "rss-MB")
+	b.ReportMetric((u0.RSS-rssNone)/float64(subs)/1024, "KB/sub")
 }
