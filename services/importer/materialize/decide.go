@@ -51,6 +51,12 @@ type View struct {
 	// carries the import's Conflict condition (see ExportStatus).
 	LocalCluster string
 	LocalExport  *mcsv1beta1.ServiceExport
+	// Unchanged are the clusters whose slices the caller knows to be what
+	// their export asks for: planned before from the same export, derived
+	// Service and slices, with nothing to write. PlanSlices plans nothing
+	// for them, and their Groups may be left empty, so that a change of
+	// one cluster costs the planning of that cluster alone.
+	Unchanged map[string]bool
 }
 
 // DerivedName returns the name of the view's derived Service.

@@ -216,6 +216,34 @@ func TestPlanSlices(t *testing.T) {
 	require.True(t, plans["north"].Plan.Empty())
 }
 
+// A cluster the caller marks unchanged is not planned: its export's
+// endpoints need not even be converted, and nothing is written for it,
+// while the clusters beside it are planned as ever.
+func TestPlanSlicesUnchanged(t *testing.T) {
+	p, err := islices.New()
+	require.NoError(t, err)
+	east := export("east", time.Hour, 80, endpoints(0, 3)...)
+	west := export("west", time.Hour, 80, endpoints(10, 12)...)
+	west.Groups = nil // not converted: the caller knows its slices are right
+	v := view(east, west)
+	v.Slices["west"] = []*discovery.EndpointSlice{slice("w1", "west", endpoints(10, 12)...)}
+	v.Unchanged = map[string]bool{"west": true}
+	plans := map[string]ClusterPlan{}
+	for _, cp := range PlanSlices(p, v, derivedObj(), func(string) bool { return true }) {
+		plans[cp.Cluster] = cp
+	}
+	require.True(t, plans["west"].Plan.Empty(), "without the mark, no groups would delete west's slice")
+	require.Equal(t, west.Endpoints, plans["west"].Exported)
+	require.Len(t, plans["east"].Plan.Create, 1)
+
+	v.Unchanged = nil
+	plans = map[string]ClusterPlan{}
+	for _, cp := range PlanSlices(p, v, derivedObj(), func(string) bool { return true }) {
+		plans[cp.Cluster] = cp
+	}
+	require.False(t, plans["west"].Plan.Empty(), "the same view unmarked is planned")
+}
+
 func TestRemove(t *testing.T) {
 	v := view()
 	v.Import, v.Derived = importObj(), derivedObj()

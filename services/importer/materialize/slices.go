@@ -32,7 +32,7 @@ type ClusterPlan struct {
 func clusters(v View) []string {
 	out := slices.Collect(maps.Keys(v.Slices))
 	for _, e := range v.Exports {
-		if !slices.Contains(out, e.Cluster) {
+		if _, ok := v.Slices[e.Cluster]; !ok {
 			out = append(out, e.Cluster)
 		}
 	}
@@ -51,6 +51,8 @@ func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, final func(c
 		switch {
 		case !has && !final(cl):
 			cp.Waiting = true
+		case has && v.Unchanged[cl]:
+			cp.Exported = e.Endpoints
 		case has && e.Unusable != nil:
 			cp.Skipped = e.Unusable
 		default:

@@ -3,9 +3,15 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 
 	"github.com/plexusnet/plexus/services/importer/materialize"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
@@ -20,6 +26,9 @@ import (
 func (r *run) writeSlices(ctx context.Context, v materialize.View, o *materialize.Outcome) (map[string][]*discovery.EndpointSlice, error) {
 	after := map[string][]*discovery.EndpointSlice{}
 	var retry []error
+	stamps := r.unchanged(&v, o.Derived)
+	planned := map[string]planStamp{}
+	defer r.setLocal(func(l *local) { l.planned = planned })
 	for _, cp := range materialize.PlanSlices(r.c.cfg.Packer, v, o.Derived, r.authoritative) {
 		cl, existing := cp.Cluster, v.Slices[cp.Cluster]
 		after[cl] = existing
@@ -51,11 +60,65 @@ func (r *run) writeSlices(ctx context.Context, v materialize.View, o *materializ
 			r.handled[cl] = true
 			if !cp.Plan.Empty() {
 				r.observe(cl)
+			} else if st, ok := stamps[cl]; ok && len(co.Dropped) == 0 {
+				planned[cl] = st
 			}
 		}
 		o.Clusters[cl] = co
 	}
 	return after, errors.Join(retry...)
+}
+
+// planStamp is what a cluster's slices of a service were planned from.
+type planStamp struct {
+	// export is the cluster's endpoint set as the store holds it: a new
+	// message for every change, never one changed in place.
+	export *membershipv1.ServiceEndpoints
+	// derived is the derived Service the slices belong to.
+	derived types.UID
+	// slices names the cluster's slices and their resourceVersions.
+	slices string
+}
+
+// unchanged marks in v the clusters planned before from the same inputs
+// with nothing to write, which need no planning now, and converts the
+// endpoints of the others for the packer. It returns every exporting
+// cluster's inputs, to remember those whose plan is empty again.
+func (r *run) unchanged(v *materialize.View, derived *corev1.Service) map[string]planStamp {
+	var before map[string]planStamp
+	r.setLocal(func(l *local) { before = l.planned })
+	stamps := make(map[string]planStamp, len(v.Exports))
+	v.Unchanged = map[string]bool{}
+	for i, e := range v.Exports {
+		raw, ok := r.exports[e.Cluster]
+		if !ok {
+			continue
+		}
+		st := planStamp{export: raw.Endpoints, slices: sliceStamp(v.Slices[e.Cluster])}
+		if derived != nil {
+			st.derived = derived.UID
+		}
+		stamps[e.Cluster] = st
+		if prev, ok := before[e.Cluster]; ok && prev == st {
+			v.Unchanged[e.Cluster] = true
+			continue
+		}
+		v.Exports[i] = raw.Core()
+	}
+	if n := len(v.Unchanged); n > 0 {
+		r.c.metrics.plansSkipped.Add(float64(n))
+	}
+	return stamps
+}
+
+// sliceStamp names slices and their resourceVersions, in name order.
+func sliceStamp(ss []*discovery.EndpointSlice) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.Name + "@" + s.ResourceVersion
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
 }
 
 // permanent reports whether the API server refused a write for its

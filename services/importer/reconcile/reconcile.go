@@ -36,6 +36,9 @@ type run struct {
 	handled map[string]bool
 	writes  int
 	latency time.Duration
+	// exports are the exports the run's view was read from, by cluster:
+	// their endpoints are converted only for the clusters to plan.
+	exports map[string]exports.Export
 }
 
 // Reconcile brings the member cluster's objects of one service in line
@@ -83,10 +86,11 @@ func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(
 	return after, err
 }
 
-// view reads what the core decides on from the store and the caches; the
-// endpoints themselves only when withEndpoints (a reconcile plans them, a
-// status read only counts them).
-func (c *Reconciler) view(key exports.Key, withEndpoints bool) materialize.View {
+// view reads what the core decides on from the store and the caches. The
+// exports come without their endpoints (a status read only counts them);
+// keep, when given, receives the exports themselves, for a reconcile to
+// convert the endpoints of the clusters it plans.
+func (c *Reconciler) view(key exports.Key, keep map[string]exports.Export) materialize.View {
 	svc, _ := c.cfg.Store.Get(key)
 	v := materialize.View{
 		Namespace: key.Namespace, Name: key.Name,
@@ -99,10 +103,9 @@ func (c *Reconciler) view(key exports.Key, withEndpoints bool) materialize.View 
 		v.LocalExport = c.cfg.Informers.Export(key.Namespace, key.Name)
 	}
 	for _, e := range svc.Exports {
-		if withEndpoints {
-			v.Exports = append(v.Exports, e.Core())
-		} else {
-			v.Exports = append(v.Exports, e.Summary())
+		v.Exports = append(v.Exports, e.Summary())
+		if keep != nil {
+			keep[e.Cluster] = e
 		}
 	}
 	for _, s := range c.cfg.Informers.SlicesOf(key) {
@@ -156,7 +159,8 @@ func (r *run) sync(ctx context.Context) (time.Duration, error) {
 		c.logger.Debug("cache older than the last write; waiting", "service", r.key, "object", obj)
 		return staleRetry, nil
 	}
-	v := c.view(r.key, true)
+	r.exports = map[string]exports.Export{}
+	v := c.view(r.key, r.exports)
 	d := materialize.Decide(v)
 	switch d.Verdict {
 	case materialize.Withdrawn:
@@ -190,7 +194,7 @@ func (r *run) hold(v materialize.View, d materialize.Decision) {
 	var first bool
 	r.setLocal(func(l *local) {
 		first = l.problem == nil || l.problem.Reason != d.Problem.Reason
-		l.problem, l.outcome, l.written = d.Problem, nil, nil
+		l.problem, l.outcome, l.written, l.planned = d.Problem, nil, nil, nil
 	})
 	if !first {
 		return

@@ -103,6 +103,9 @@ type local struct {
 	written map[string][]*discovery.EndpointSlice
 	// problem is what holds the service back, when something does.
 	problem *materialize.Condition
+	// planned are the clusters whose last plan asked for no writes, and
+	// what it was planned from: the same inputs plan nothing again.
+	planned map[string]planStamp
 }
 
 // New returns a Reconciler.
@@ -133,6 +136,7 @@ type metrics struct {
 	stale           prometheus.Counter
 	dropped         *prometheus.CounterVec
 	clusterFailures *prometheus.CounterVec
+	plansSkipped    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, error) {
@@ -155,6 +159,10 @@ func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, err
 			Name: "plexus_importer_cluster_write_failures_total",
 			Help: "Reconciles in which a source cluster's slice writes failed; the other clusters' slices were still written.",
 		}, []string{"cluster"}),
+		plansSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "plexus_importer_cluster_plans_skipped_total",
+			Help: "Source clusters' slices not planned again in a reconcile because their export, derived Service and slices were those of a plan with nothing to write.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -163,7 +171,7 @@ func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, err
 		Name: "plexus_importer_unobserved_writes",
 		Help: "The importer's writes not yet seen in its informer caches.",
 	}, func() float64 { return float64(tracker.Len()) })
-	for _, col := range []prometheus.Collector{m.latency, m.stale, m.dropped, m.clusterFailures, pending} {
+	for _, col := range []prometheus.Collector{m.latency, m.stale, m.dropped, m.clusterFailures, m.plansSkipped, pending} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register reconcile metrics: %w", err)
 		}

@@ -40,7 +40,7 @@ type Status struct {
 // Status returns the import of key; false when no cluster exports it and no
 // ServiceImport of the importer's exists for it.
 func (c *Reconciler) Status(key exports.Key) (Status, bool) {
-	v := c.view(key, false)
+	v := c.view(key, nil)
 	d := materialize.Decide(v)
 	if v.Import != nil && !mcsnames.Managed(v.Import.Labels) {
 		v.Import = nil
