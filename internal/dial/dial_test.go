@@ -249,3 +249,24 @@ func TestAddressListOverTLS(t *testing.T) {
 	}
 	require.NoError(t, call(t, strings.Join(addrs, ","), WithTLSFiles(ca.File, "", ""), WithoutRetry()))
 }
+
+// TestServerName: a member whose certificate names it, not its address
+// (an inventory's TLS identity), is verified against that name; without
+// it, or with another name, the handshake fails.
+func TestServerName(t *testing.T) {
+	ca := testcerts.NewCA(t, "plexus")
+	certFile, keyFile := ca.Issue("server", testcerts.Leaf{CommonName: "membership", DNSNames: []string{"membership.east.example"}, Server: true})
+	srvTLS, err := tlsconf.Server(certFile, keyFile, "")
+	require.NoError(t, err)
+	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(srvTLS)))
+	testpb.RegisterTestServiceServer(s, &flaky{})
+	addr := serveWith(t, s)
+
+	require.NoError(t, call(t, addr, WithTLSFiles(ca.File, "", ""), WithServerName("membership.east.example"), WithoutRetry()))
+	err = call(t, addr, WithTLSFiles(ca.File, "", ""), WithoutRetry())
+	require.ErrorContains(t, err, "cannot validate certificate for 127.0.0.1")
+	err = call(t, addr, WithTLSFiles(ca.File, "", ""), WithServerName("membership.west.example"), WithoutRetry())
+	require.ErrorContains(t, err, "certificate is valid for membership.east.example, not membership.west.example")
+	// On a plaintext connection the name changes nothing.
+	require.NoError(t, call(t, serve(t, &flaky{}), WithInsecure(), WithServerName("membership.east.example"), WithoutRetry()))
+}
