@@ -45,8 +45,8 @@ const (
 // POOL_NOT_EMPTY, CIDR_IN_USE, ADDRESS_IN_USE, ADDRESS_OUT_OF_RANGE,
 // ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, TOO_MANY_CIDRS,
 // INVALID_ADDRESS, ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH,
-// REVISION_TOO_OLD, REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE,
-// REPLICA_BEHIND.
+// REVISION_TOO_OLD, REVISION_IN_FUTURE, WATCH_TOO_SLOW, REQUEST_ID_REUSED,
+// CONCURRENT_CHANGE, STORE_UNAVAILABLE, REPLICA_BEHIND, TOO_MANY_WATCHES.
 // Bad input also carries google.rpc.BadRequest field violations.
 //
 // Replicas on one etcd store answer alike: a read, or a refusal, comes from
@@ -95,7 +95,11 @@ type AllocatorServiceClient interface {
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then
 	// changes. With a start revision it sends every change after it; a
 	// revision that is too old is answered with OUT_OF_RANGE
-	// (REVISION_TOO_OLD): the client must list again.
+	// (REVISION_TOO_OLD): the client must list again. A stream that reads so
+	// slowly that it falls more than half the allocator's event history
+	// behind ends with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) while what it
+	// missed is still kept: the client resumes with start_revision set to
+	// the last resume_revision it received, and loses nothing.
 	WatchAllocations(ctx context.Context, in *WatchAllocationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAllocationsResponse], error)
 }
 
@@ -239,8 +243,8 @@ type AllocatorService_WatchAllocationsClient = grpc.ServerStreamingClient[WatchA
 // POOL_NOT_EMPTY, CIDR_IN_USE, ADDRESS_IN_USE, ADDRESS_OUT_OF_RANGE,
 // ADDRESS_RESERVED, ADDRESS_FAMILY_MISMATCH, INVALID_CIDR, TOO_MANY_CIDRS,
 // INVALID_ADDRESS, ALLOCATION_NOT_FOUND, ETAG_MISMATCH, OWNER_MISMATCH,
-// REVISION_TOO_OLD, REQUEST_ID_REUSED, CONCURRENT_CHANGE, STORE_UNAVAILABLE,
-// REPLICA_BEHIND.
+// REVISION_TOO_OLD, REVISION_IN_FUTURE, WATCH_TOO_SLOW, REQUEST_ID_REUSED,
+// CONCURRENT_CHANGE, STORE_UNAVAILABLE, REPLICA_BEHIND, TOO_MANY_WATCHES.
 // Bad input also carries google.rpc.BadRequest field violations.
 //
 // Replicas on one etcd store answer alike: a read, or a refusal, comes from
@@ -289,7 +293,11 @@ type AllocatorServiceServer interface {
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then
 	// changes. With a start revision it sends every change after it; a
 	// revision that is too old is answered with OUT_OF_RANGE
-	// (REVISION_TOO_OLD): the client must list again.
+	// (REVISION_TOO_OLD): the client must list again. A stream that reads so
+	// slowly that it falls more than half the allocator's event history
+	// behind ends with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) while what it
+	// missed is still kept: the client resumes with start_revision set to
+	// the last resume_revision it received, and loses nothing.
 	WatchAllocations(*WatchAllocationsRequest, grpc.ServerStreamingServer[WatchAllocationsResponse]) error
 	mustEmbedUnimplementedAllocatorServiceServer()
 }

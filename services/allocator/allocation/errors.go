@@ -18,9 +18,12 @@ var (
 	ErrOwnerMismatch      = errors.New("owner uid does not match")
 	ErrRevisionTooOld     = errors.New("revision too old, list again")
 	ErrRevisionInFuture   = errors.New("revision after the store's current revision")
-	ErrRequestIDReused    = errors.New("request_id was used for a different request")
-	ErrFamilyMismatch     = errors.New("address family does not match the pool")
-	ErrConflict           = errors.New("concurrent change, try again")
+	// ErrWatchTooSlow ends a watch that read too slowly; it resumes from
+	// the last revision it received.
+	ErrWatchTooSlow    = errors.New("watch too slow; resume from the last resume_revision received")
+	ErrRequestIDReused = errors.New("request_id was used for a different request")
+	ErrFamilyMismatch  = errors.New("address family does not match the pool")
+	ErrConflict        = errors.New("concurrent change, try again")
 	// ErrStoreUnavailable and ErrBehind refuse a read that could not be
 	// made as fresh as the store (see Allocator.Sync).
 	ErrStoreUnavailable = errors.New("store unavailable")

@@ -705,8 +705,11 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 		}
 		for e := range events {
 			if e.Err != nil {
-				if errors.Is(e.Err, store.ErrCompacted) {
+				switch {
+				case errors.Is(e.Err, store.ErrCompacted):
 					e.Err = fmt.Errorf("%w: %w", ErrRevisionTooOld, e.Err)
+				case errors.Is(e.Err, store.ErrTooSlow):
+					e.Err = fmt.Errorf("%w: %w", ErrWatchTooSlow, e.Err)
 				}
 				send(WatchEvent{Err: e.Err})
 				return

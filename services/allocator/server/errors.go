@@ -31,6 +31,7 @@ var errorTable = apierr.Table{
 	{Err: allocation.ErrOwnerMismatch, Code: codes.FailedPrecondition, Reason: "OWNER_MISMATCH"},
 	{Err: allocation.ErrRevisionTooOld, Code: codes.OutOfRange, Reason: "REVISION_TOO_OLD"},
 	{Err: allocation.ErrRevisionInFuture, Code: codes.OutOfRange, Reason: "REVISION_IN_FUTURE"},
+	{Err: allocation.ErrWatchTooSlow, Code: codes.ResourceExhausted, Reason: "WATCH_TOO_SLOW"},
 	{Err: allocation.ErrRequestIDReused, Code: codes.InvalidArgument, Reason: "REQUEST_ID_REUSED"},
 	{Err: allocation.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
 	{Err: allocation.ErrStoreUnavailable, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE"},

@@ -504,6 +504,16 @@ func errorCases() []errCase {
 			code:  codes.OutOfRange, reason: "REVISION_TOO_OLD",
 		},
 		{
+			name:  "a watch that reads too slowly",
+			opts:  []envOption{withHistory(slowHistory), withFixedWindow()},
+			setup: withPool("p", poolV4("10.0.0.0/16")),
+			call: func(ctx context.Context, cl client) error {
+				_, err := slowWatch(ctx, cl)
+				return err
+			},
+			code: codes.ResourceExhausted, reason: "WATCH_TOO_SLOW",
+		},
+		{
 			name:  "watch from a revision the store has not reached",
 			setup: withPool("p", poolV4("10.0.0.0/24"), pod("w", "0")),
 			call:  firstWatchError("pools/p", 1<<40),

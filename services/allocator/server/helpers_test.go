@@ -38,10 +38,14 @@ type env struct {
 }
 
 type envOptions struct {
-	history  int
-	revision func(context.Context) (int64, error)
-	wrap     func(store.Store) store.Store
-	server   []allocserver.Option
+	// fixedWindow turns off gRPC's dynamic flow-control window on the
+	// client: a client that does not read then holds 64 KiB, not up to
+	// 16 MiB.
+	fixedWindow bool
+	history     int
+	revision    func(context.Context) (int64, error)
+	wrap        func(store.Store) store.Store
+	server      []allocserver.Option
 }
 
 // withStore wraps the store the service uses (to count its calls, say).
@@ -59,6 +63,9 @@ type envOption func(*envOptions)
 // withHistory keeps only n events for watches, so a test can make a
 // revision too old.
 func withHistory(n int) envOption { return func(o *envOptions) { o.history = n } }
+
+// withFixedWindow dials the client with a fixed 64 KiB flow-control window.
+func withFixedWindow() envOption { return func(o *envOptions) { o.fixedWindow = true } }
 
 // withSharedStore serves as a replica that shares its store with others:
 // the service follows the store, and revision stands for the store's
@@ -118,7 +125,11 @@ func start(t *testing.T, opts ...envOption) *env {
 	t.Cleanup(func() { require.NoError(t, st.Close()) }) // after the server has stopped
 	servertest.Serve(t, srv)
 
-	conn, err := dial.New(srv.GRPCAddr(), dial.WithoutRetry())
+	dialOpts := []dial.Option{dial.WithoutRetry()}
+	if o.fixedWindow {
+		dialOpts = append(dialOpts, dial.WithDialOptions(grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16)))
+	}
+	conn, err := dial.New(srv.GRPCAddr(), dialOpts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return &env{conn: conn, client: allocatorv1.NewAllocatorServiceClient(conn), store: st, httpAddr: srv.HTTPAddr()}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -151,4 +152,91 @@ func TestWatchLimit(t *testing.T) {
 		_, err := open(c)
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "a closed watch does not free its place")
+}
+
+// slowHistory is the event history of the slow-watch tests, and
+// slowChanges the changes made while their watch does not read: enough
+// to leave it more than half the history behind once the stream's
+// buffers are full (the client's flow-control window fixed at 64 KiB;
+// gRPC's dynamic window would hold up to 16 MiB), few enough that what
+// it missed is still kept.
+const (
+	slowHistory = 6000
+	slowChanges = 5000
+)
+
+// slowWatch opens a watch of pool p from its current revision, makes
+// slowChanges allocations without reading it, then reads it to its end.
+// It returns the events received and the error that ended the stream.
+func slowWatch(ctx context.Context, c client) ([]*allocatorv1.WatchAllocationsResponse, error) {
+	list, err := c.ListAllocations(ctx, &allocatorv1.ListAllocationsRequest{Pool: "pools/p"})
+	if err != nil {
+		return nil, err
+	}
+	stream, err := c.WatchAllocations(ctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", StartRevision: list.GetRevision()})
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < slowChanges; i += 500 {
+		batch := &allocatorv1.BatchAllocateRequest{}
+		for j := i; j < i+500; j++ {
+			batch.Requests = append(batch.Requests, &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: pod("slow", fmt.Sprint(j))})
+		}
+		if _, err := c.BatchAllocate(ctx, batch); err != nil {
+			return nil, err
+		}
+	}
+	var got []*allocatorv1.WatchAllocationsResponse
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return got, err
+		}
+		if ev.GetType() != allocatorv1.EventType_EVENT_TYPE_ADDED {
+			continue // progress
+		}
+		got = append(got, ev)
+		if len(got) > slowChanges {
+			return got, errors.New("the slow watch was never cut off")
+		}
+	}
+}
+
+// A watch that does not read while the pool changes is cut off with
+// RESOURCE_EXHAUSTED WATCH_TOO_SLOW before it falls out of the history:
+// memory stays bounded, and resumed from the last resume_revision it
+// received, it gets every later change, none twice.
+func TestSlowWatchIsCutOffAndResumes(t *testing.T) {
+	e := start(t, withHistory(slowHistory), withFixedWindow())
+	e.createPool(t, "p", poolV4("10.0.0.0/16"))
+	got, err := slowWatch(ctx(t), e.client)
+	requireStatus(t, err, codes.ResourceExhausted, "WATCH_TOO_SLOW", "")
+	require.Less(t, len(got), slowChanges, "cut off before it caught up")
+
+	seen := map[string]int64{} // address → revision
+	for _, ev := range got {
+		_, dup := seen[ev.GetAllocation().GetAddress()]
+		require.False(t, dup, "the first stream repeats %s", ev.GetAllocation().GetAddress())
+		seen[ev.GetAllocation().GetAddress()] = ev.GetRevision()
+	}
+	// Resuming from resume_revision repeats the rest of that revision's
+	// commit (a batch is one revision) rather than missing any of it.
+	last := got[len(got)-1].GetResumeRevision()
+	stream, err := e.client.WatchAllocations(ctx(t), &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", StartRevision: last})
+	require.NoError(t, err)
+	for len(seen) < slowChanges {
+		ev, err := stream.Recv()
+		require.NoError(t, err, "after %d of %d allocations", len(seen), slowChanges)
+		if ev.GetType() != allocatorv1.EventType_EVENT_TYPE_ADDED {
+			continue
+		}
+		require.Greater(t, ev.GetRevision(), last, "the resumed stream starts after its start revision")
+		addr := ev.GetAllocation().GetAddress()
+		if rev, dup := seen[addr]; dup {
+			require.Equal(t, last+1, rev, "only the commit of the resume point repeats, not %s", addr)
+			continue
+		}
+		seen[addr] = ev.GetRevision()
+	}
+	require.Len(t, seen, slowChanges, "every allocation made while the watch was slow arrived once")
 }

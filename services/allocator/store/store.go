@@ -32,6 +32,10 @@ var (
 	// ErrCompacted means a watch asked for a revision the store no longer
 	// keeps history for; the caller must take a new snapshot.
 	ErrCompacted = errors.New("store: revision compacted")
+	// ErrTooSlow means a watcher read so slowly that it fell more than
+	// half the history behind; it was cut off while the events it missed
+	// are still kept, so it resumes from the last revision it received.
+	ErrTooSlow = errors.New("store: watcher too slow")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store: closed")
 	// ErrInvalid means a transaction is malformed (see Txn.Validate); it
@@ -266,10 +270,10 @@ type Store interface {
 	// Watch sends every event with a revision greater than fromRev, in
 	// order, and closes the channel when ctx is done or after an event
 	// carrying Err. fromRev older than the history kept returns
-	// ErrCompacted. A watcher that falls so far behind that the events it
-	// still needs are gone gets an Err that wraps ErrCompacted: either way
-	// the caller takes a new snapshot. A slow watcher never delays
-	// commits.
+	// ErrCompacted. A watcher that falls far behind gets an Err that
+	// wraps ErrTooSlow while the events it needs are still kept (it
+	// resumes from its last revision), or ErrCompacted once they are gone
+	// (it takes a new snapshot). A slow watcher never delays commits.
 	Watch(ctx context.Context, fromRev int64) (<-chan Event, error)
 	// Close releases the store. Watchers get an Err event (ErrClosed);
 	// later calls return ErrClosed. Closing twice is not an error.

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -142,7 +143,9 @@ func testWatchCancel(t *testing.T, s store.Store) {
 
 // testSlowWatcher: a watcher that reads nothing while many commits happen
 // must not hold them up. It then gets a gap-free, ordered prefix of the
-// events, and either all of them or an error telling it to re-list.
+// events, and either all of them, or an error telling it to resume from its
+// last revision (after which it gets the rest), or one telling it to
+// re-list.
 func testSlowWatcher(t *testing.T, s store.Store, history int) {
 	from := snapshot(t, s).Revision
 	ctx, cancel := context.WithCancel(t.Context())
@@ -209,13 +212,43 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 	}
 	require.Equal(t, revs[:len(got)], got, "events must be an ordered prefix without gaps")
 	if endErr != nil {
-		require.ErrorIs(t, endErr, store.ErrCompacted)
+		if !errors.Is(endErr, store.ErrTooSlow) {
+			require.ErrorIs(t, endErr, store.ErrCompacted)
+		}
 		select {
 		case _, ok := <-ch:
 			require.False(t, ok, "a watch must close after its error")
 		case <-time.After(eventWait):
 			require.FailNow(t, "watch channel not closed after its error")
 		}
+	}
+	if errors.Is(endErr, store.ErrTooSlow) {
+		// Cut off while what it missed is still kept: resumed from its
+		// last revision, it gets every event after it, none twice.
+		last := from
+		if len(got) > 0 {
+			last = got[len(got)-1]
+		}
+		resumed, err := s.Watch(ctx, last)
+		if errors.Is(err, store.ErrCompacted) && n > 2*history {
+			// This watcher came back only after every commit, more
+			// than the history holds; a watcher that resumes at once
+			// finds its events (eventlog's TestTooSlowResumes).
+			return
+		}
+		require.NoError(t, err, "a watcher cut off as too slow resumes from its last revision")
+		timeout := time.After(eventWait)
+		for len(got) < n {
+			select {
+			case ev, ok := <-resumed:
+				require.True(t, ok, "the resumed watch closed after %d of %d events", len(got), n)
+				require.NoError(t, ev.Err)
+				got = append(got, ev.Revision)
+			case <-timeout:
+				require.FailNow(t, "the resumed watch did not catch up", "got %d of %d events", len(got), n)
+			}
+		}
+		require.Equal(t, revs, got, "cut off and resumed, the watcher lost no event")
 	}
 	if history > 0 {
 		require.Error(t, endErr, "a watcher %d events behind a history of %d must be told it fell behind", n, history)

@@ -3,9 +3,12 @@
 //
 // Appending never waits for a watcher: each watcher has its own goroutine
 // that reads the ring at its own cursor and copies events into a bounded
-// channel. A watcher whose cursor falls out of the ring (it read too
-// slowly, or history was compacted past it) ends with an Err event that
-// wraps store.ErrCompacted, and its channel closes.
+// channel. A watcher that reads so slowly that it falls more than half the
+// ring behind (or, starting far back, a quarter of the ring further than
+// where it started) ends with an Err event that wraps store.ErrTooSlow: what it missed is
+// still in the ring, so it resumes from its last revision. One whose
+// cursor falls out of the ring (history was compacted past it) ends with
+// store.ErrCompacted. Either way its channel closes.
 package eventlog
 
 import (
@@ -145,6 +148,9 @@ func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, err
 		return l.ring[(l.tail+uint64(i))%n].Revision > fromRev
 	})
 	w := &watcher{log: l, next: l.tail + uint64(i), after: fromRev}
+	// A watch that starts far back (resuming) may fall a quarter of the
+	// ring further behind than where it started.
+	w.allowance = max(n/2, l.head-w.next+n/4)
 	l.mu.Unlock()
 
 	out := make(chan store.Event, chanBuffer)
@@ -158,6 +164,11 @@ type watcher struct {
 	// after filters out events of revisions the caller already has: a
 	// commit may be visible in the store before its events are appended.
 	after int64
+	// allowance is how far behind the head the watcher may fall before it
+	// is cut off as too slow.
+	allowance uint64
+	// last is the revision of the last event read.
+	last int64
 }
 
 func (w *watcher) run(ctx context.Context, out chan<- store.Event) {
@@ -203,12 +214,16 @@ func (w *watcher) read(batch []store.Event) ([]store.Event, <-chan struct{}, err
 	if w.next < l.tail {
 		return batch, nil, fmt.Errorf("watcher fell too far behind (history kept after revision %d): %w", l.compacted, store.ErrCompacted)
 	}
+	if lag := l.head - w.next; lag > w.allowance {
+		return batch, nil, fmt.Errorf("watcher fell %d events behind, more than the %d allowed, after revision %d: %w", lag, w.allowance, w.last, store.ErrTooSlow)
+	}
 	n := uint64(len(l.ring))
 	for w.next < l.head && len(batch) < cap(batch) {
 		ev := l.ring[w.next%n]
 		w.next++
 		if ev.Revision > w.after {
 			batch = append(batch, ev)
+			w.last = ev.Revision
 		}
 	}
 	if len(batch) == 0 && l.closed {

@@ -96,3 +96,59 @@ func TestWatcherBehindCompactionEnds(t *testing.T) {
 	}
 	require.FailNow(t, "channel closed without an error")
 }
+
+// TestTooSlowResumes: a watcher that stops reading while the log grows is
+// cut off once it is more than half the ring behind, before the events it
+// missed leave the ring. Its memory stays bounded (the ring is shared; its
+// channel holds chanBuffer events), and resumed at once from the last
+// revision it received, it gets every later event, none twice.
+func TestTooSlowResumes(t *testing.T) {
+	const ring = 2000
+	l := New(ring, 0)
+	ch, err := l.Watch(t.Context(), 0)
+	require.NoError(t, err)
+	rev := int64(0)
+	appendN := func(n int) {
+		for range n {
+			rev++
+			l.Append(events(rev, 1))
+		}
+	}
+	appendN(ring * 3 / 4) // more than half the ring, less than all of it
+
+	var got []int64
+	var endErr error
+	for ev := range ch {
+		if ev.Err != nil {
+			endErr = ev.Err
+			break
+		}
+		got = append(got, ev.Revision)
+	}
+	require.ErrorIs(t, endErr, store.ErrTooSlow)
+	require.NotErrorIs(t, endErr, store.ErrCompacted)
+	require.Less(t, len(got), ring*3/4, "cut off before it caught up")
+	require.LessOrEqual(t, len(got), chanBuffer+readBatch, "what it was sent before the cut-off is bounded")
+	for i, r := range got {
+		require.Equal(t, int64(i+1), r)
+	}
+
+	last := int64(0)
+	if len(got) > 0 {
+		last = got[len(got)-1]
+	}
+	resumed, err := l.Watch(t.Context(), last)
+	require.NoError(t, err, "what it missed is still kept")
+	appendN(10) // and the log goes on
+	got = append(got, revisions(t, resumed, int(rev-last))...)
+	for i, r := range got {
+		require.Equal(t, int64(i+1), r, "no event lost or repeated")
+	}
+
+	// A watch that starts far back is not cut off for where it started.
+	from := rev - int64(ring)*7/10
+	far, err := l.Watch(t.Context(), from)
+	require.NoError(t, err)
+	appendN(ring / 10)
+	require.Len(t, revisions(t, far, int(rev-from)), int(rev-from))
+}
