@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,8 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/btree"
-
+	"github.com/plexusnet/plexus/services/allocator/held"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -68,13 +68,8 @@ type poolState struct {
 	rec     store.Pool
 	index   *ipam.Pool
 	deleted bool
-	// allocs holds the committed allocations by address; byOwner maps an
-	// owner key to its address.
-	allocs map[netip.Addr]*store.Allocation
-	// order holds the allocated addresses sorted, so a list page costs
-	// O(log n + page), not a walk of the pool.
-	order   *btree.BTreeG[netip.Addr]
-	byOwner map[string]netip.Addr
+	// held holds the committed allocations, by address and by owner.
+	held *held.Table
 	// pending holds in-flight allocations by owner key, so a concurrent
 	// request for the same owner waits for the first one's result.
 	pending map[string]*pendingAlloc
@@ -102,6 +97,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	}
 	s.pools, s.rev, s.cidrs = l.pools, l.rev, nil
 	s.followed.advance(l.rev)
+	go releaseMemory() // not in the way of serving
 	for _, ps := range s.pools {
 		s.scatter(ps)
 	}
@@ -110,6 +106,13 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	}
 	return s, nil
 }
+
+// releaseMemory returns to the operating system what loading a snapshot
+// of the store took and no longer needs: the decoded snapshot is several
+// times the size of the state kept from it, and the runtime would
+// otherwise hand those pages back only slowly, so a restarted allocator
+// would sit at its peak for minutes.
+func releaseMemory() { debug.FreeOSMemory() }
 
 // loaded is the in-memory state rebuilt from a snapshot.
 type loaded struct {
@@ -132,18 +135,13 @@ func load(ctx context.Context, st store.Store, clock func() time.Time, logger *s
 		counts[snap.Allocations[i].Pool]++
 	}
 	for _, p := range snap.Pools {
-		ps, err := newPoolState(p)
+		ps, err := newPoolState(p, counts[p.ID])
 		if err != nil {
 			return nil, fmt.Errorf("rebuild pool %s: %w", p.ID, err)
 		}
-		ps.allocs = make(map[netip.Addr]*store.Allocation, counts[p.ID])
-		ps.byOwner = make(map[string]netip.Addr, counts[p.ID])
 		pools[p.ID] = ps
 	}
 	for i := range snap.Allocations {
-		// Records are never changed in place (an update stores a new
-		// one), so the map may point into the snapshot instead of
-		// copying each record to the heap.
 		a := &snap.Allocations[i]
 		ps, ok := pools[a.Pool]
 		if !ok {
@@ -153,7 +151,9 @@ func load(ctx context.Context, st store.Store, clock func() time.Time, logger *s
 		if err := ps.index.Restore(a.Address); err != nil {
 			return nil, fmt.Errorf("rebuild pool %s: restore %s: %w", a.Pool, a.Address, err)
 		}
-		ps.put(a)
+		if err := ps.held.Put(a); err != nil {
+			return nil, fmt.Errorf("rebuild pool %s: %w", a.Pool, err)
+		}
 	}
 	now := clock()
 	for _, q := range snap.Quarantine {
@@ -169,7 +169,8 @@ func load(ctx context.Context, st store.Store, clock func() time.Time, logger *s
 	return &loaded{pools: pools, rev: snap.Revision}, nil
 }
 
-func newPoolState(p store.Pool) (*poolState, error) {
+// newPoolState returns the state of pool p, sized for n allocations.
+func newPoolState(p store.Pool, n int) (*poolState, error) {
 	cfg, err := indexConfig(p)
 	if err != nil {
 		return nil, err
@@ -181,9 +182,7 @@ func newPoolState(p store.Pool) (*poolState, error) {
 	return &poolState{
 		rec:     p,
 		index:   idx,
-		allocs:  map[netip.Addr]*store.Allocation{},
-		order:   btree.NewG(32, netip.Addr.Less),
-		byOwner: map[string]netip.Addr{},
+		held:    held.New(p.ID, idx.Family() == 4, n),
 		pending: map[string]*pendingAlloc{},
 
 		releasing: map[netip.Addr]chan struct{}{},
@@ -191,12 +190,12 @@ func newPoolState(p store.Pool) (*poolState, error) {
 }
 
 // put records a committed allocation; the caller holds ps.mu.
-func (ps *poolState) put(a *store.Allocation) {
-	if _, ok := ps.allocs[a.Address]; !ok {
-		ps.order.ReplaceOrInsert(a.Address)
+func (s *Allocator) put(ps *poolState, a *store.Allocation) {
+	if err := ps.held.Put(a); err != nil {
+		// The index refused it as well: an address of the other
+		// family can only come from a store written by something else.
+		s.logger.Error("allocation not held", "pool", a.Pool, "address", a.Address, "err", err)
 	}
-	ps.allocs[a.Address] = a
-	ps.byOwner[a.Owner.Key()] = a.Address
 }
 
 // installOwn records an allocation this Allocator has just committed. A
@@ -208,17 +207,10 @@ func (s *Allocator) installOwn(ps *poolState, a *store.Allocation) {
 	if s.follow && s.followed.load() >= a.Revision {
 		return
 	}
-	if cur := ps.allocs[a.Address]; cur != nil && cur.Revision > a.Revision {
+	if rev, ok := ps.held.Revision(a.Address); ok && rev > a.Revision {
 		return
 	}
-	ps.put(a)
-}
-
-// remove forgets a released allocation; the caller holds ps.mu.
-func (ps *poolState) remove(a store.Allocation) {
-	delete(ps.allocs, a.Address)
-	delete(ps.byOwner, a.Owner.Key())
-	ps.order.Delete(a.Address)
+	s.put(ps, a)
 }
 
 func (s *Allocator) pool(id string) (*poolState, error) {
@@ -273,7 +265,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 		ps.mu.Unlock()
 		return store.Allocation{}, false, fmt.Errorf("pool %q: %w", req.Pool, ErrPoolNotFound)
 	}
-	if addr, ok := ps.byOwner[key]; ok {
+	if addr, ok := ps.held.Owned(req.Owner); ok {
 		if ch, busy := ps.releasing[addr]; busy {
 			ps.mu.Unlock()
 			if err := wait(ctx, ch); err != nil {
@@ -281,7 +273,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 			}
 			return store.Allocation{}, false, ErrConflict
 		}
-		a := *ps.allocs[addr]
+		a, _ := ps.held.Get(addr)
 		if req.Address.IsValid() && req.Address != addr {
 			ps.mu.Unlock()
 			return store.Allocation{}, false, fmt.Errorf("owner holds %s, not %s: %w", addr, req.Address, ipam.ErrInUse)
@@ -333,7 +325,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 	if cerr != nil {
 		// A followed commit of another replica may hold the address
 		// now: it stays taken then.
-		if _, held := ps.allocs[addr]; !held {
+		if !ps.held.Has(addr) {
 			_ = ps.index.Unallocate(addr)
 		}
 		if errors.Is(cerr, store.ErrConflict) {
@@ -585,8 +577,8 @@ func (s *Allocator) batchOnce(ctx context.Context, reqs []Request, requestID str
 	for i, r := range reqs {
 		ps := states[r.Pool]
 		key := r.Owner.Key()
-		if addr, ok := ps.byOwner[key]; ok {
-			a := *ps.allocs[addr]
+		if addr, ok := ps.held.Owned(r.Owner); ok {
+			a, _ := ps.held.Get(addr)
 			if _, busy := ps.releasing[addr]; busy || (r.Owner.UID != "" && r.Owner.UID != a.Owner.UID) {
 				// Rare: let the single-request path hand it over, then retry.
 				rollback()
@@ -657,11 +649,11 @@ func (s *Allocator) GetAllocation(pool string, addr netip.Addr) (store.Allocatio
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	a, ok := ps.allocs[addr]
+	a, ok := ps.held.Get(addr)
 	if !ok {
 		return store.Allocation{}, fmt.Errorf("%s in pool %s: %w", addr, pool, ErrAllocationNotFound)
 	}
-	return *a, nil
+	return a, nil
 }
 
 // InRange tells whether addr lies within pool's CIDRs.
@@ -716,13 +708,14 @@ func (s *Allocator) Release(ctx context.Context, req ReleaseRequest) (store.Allo
 func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseRequest) (store.Allocation, error) {
 	now := s.now()
 	ps.mu.Lock()
-	var a *store.Allocation
+	var a store.Allocation
+	found := false
 	if req.Address.IsValid() {
-		a = ps.allocs[req.Address]
-	} else if addr, ok := ps.byOwner[req.Owner.Key()]; ok {
-		a = ps.allocs[addr]
+		a, found = ps.held.Get(req.Address)
+	} else if addr, ok := ps.held.Owned(req.Owner); ok {
+		a, found = ps.held.Get(addr)
 	}
-	if a == nil {
+	if !found {
 		ps.mu.Unlock()
 		return store.Allocation{}, fmt.Errorf("release in pool %s: %w", req.Pool, ErrAllocationNotFound)
 	}
@@ -745,7 +738,7 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 		ps.mu.Unlock()
 		return store.Allocation{}, fmt.Errorf("release %s: held by %s, not by the owner the request names: %w", a.Address, Clip(a.Owner.Key()), ErrOwnerMismatch)
 	}
-	rec := *a
+	rec := a
 	txn := store.Txn{
 		Conds: []store.Cond{{Kind: store.CondAllocationRevision, Pool: req.Pool, Address: rec.Address, Revision: rec.Revision}},
 		Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: req.Pool, Address: rec.Address}},
@@ -765,8 +758,8 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 	delete(ps.releasing, rec.Address)
 	// The follower may have applied this release already (and the
 	// address may even be allocated again since).
-	if cur := ps.allocs[rec.Address]; err == nil && cur != nil && cur.Revision == rec.Revision {
-		ps.remove(rec)
+	if cur, ok := ps.held.Revision(rec.Address); err == nil && ok && cur == rec.Revision {
+		ps.held.Delete(rec.Address)
 		if rerr := ps.index.Release(rec.Address, now); rerr != nil {
 			s.logger.Warn("index release", "pool", req.Pool, "address", rec.Address, "err", rerr)
 		}

@@ -130,7 +130,7 @@ func (s *Allocator) applyPutPool(p store.Pool) {
 	defer s.mu.Unlock()
 	ps, ok := s.pools[p.ID]
 	if !ok {
-		fresh, err := newPoolState(p)
+		fresh, err := newPoolState(p, 0)
 		if err != nil {
 			s.logger.Error("pool from the store not applied", "pool", p.ID, "err", err)
 			return
@@ -148,16 +148,17 @@ func (s *Allocator) applyPutPool(p store.Pool) {
 	// Another replica updated the pool: rebuild its index with every
 	// allocation restored, as UpdatePool does. Reservations in flight
 	// here carry the old pool revision in their transaction and fail.
-	fresh, err := newPoolState(p)
+	fresh, err := newPoolState(p, 0)
 	if err != nil {
 		s.logger.Error("pool update from the store not applied", "pool", p.ID, "err", err)
 		return
 	}
-	for addr := range ps.allocs {
+	ps.held.Addrs(func(addr netip.Addr) bool {
 		if err := fresh.index.Restore(addr); err != nil {
 			s.logger.Warn("restore allocation in updated pool", "pool", p.ID, "address", addr, "err", err)
 		}
-	}
+		return true
+	})
 	fresh.index.CopyQuarantine(ps.index)
 	s.cidrs.replace(p.ID, ps.rec.CIDRs, p.CIDRs)
 	ps.rec, ps.index = p, fresh.index
@@ -184,35 +185,33 @@ func (s *Allocator) applyDeletePool(p store.Pool, rev int64) {
 // applyPutAllocation records an allocation committed by any replica. The
 // caller holds ps.mu.
 func (s *Allocator) applyPutAllocation(ps *poolState, a store.Allocation) {
-	cur := ps.allocs[a.Address]
-	if cur != nil && cur.Revision >= a.Revision {
+	cur, held := ps.held.Revision(a.Address)
+	if held && cur >= a.Revision {
 		return
 	}
-	if cur != nil {
-		// The same address under a newer record: a rebind to a new uid.
-		if cur.Owner.Key() != a.Owner.Key() {
-			delete(ps.byOwner, cur.Owner.Key())
+	// The same address under a newer record (a rebind to a new uid)
+	// replaces the old record and its owner's link.
+	if !held {
+		if err := ps.index.Restore(a.Address); err != nil {
+			// Taken in the index already: this replica's own reservation of
+			// the same address, in flight. If it is this commit, the record
+			// is the one the reservation is about to put; if another
+			// replica's, the reservation's transaction fails, and the
+			// failure must not free the address (see allocateOnce).
+			s.logger.Debug("followed allocation already taken in the index", "pool", a.Pool, "address", a.Address, "err", err)
 		}
-	} else if err := ps.index.Restore(a.Address); err != nil {
-		// Taken in the index already: this replica's own reservation of
-		// the same address, in flight. If it is this commit, the record
-		// is the one the reservation is about to put; if another
-		// replica's, the reservation's transaction fails, and the
-		// failure must not free the address (see allocateOnce).
-		s.logger.Debug("followed allocation already taken in the index", "pool", a.Pool, "address", a.Address, "err", err)
 	}
-	rec := a
-	ps.put(&rec)
+	s.put(ps, &a)
 }
 
 // applyDeleteAllocation forgets a released allocation. The caller holds
 // ps.mu.
 func (s *Allocator) applyDeleteAllocation(ps *poolState, a store.Allocation) {
-	cur := ps.allocs[a.Address]
-	if cur == nil || (a.Revision != 0 && cur.Revision > a.Revision) {
+	cur, held := ps.held.Revision(a.Address)
+	if !held || (a.Revision != 0 && cur > a.Revision) {
 		return // gone already, or allocated again since
 	}
-	ps.remove(*cur)
+	ps.held.Delete(a.Address)
 	if err := ps.index.Release(a.Address, s.now()); err != nil {
 		s.logger.Warn("index release of a followed delete", "pool", a.Pool, "address", a.Address, "err", err)
 	}
@@ -227,6 +226,8 @@ func (s *Allocator) rebuild(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("rebuild: %w", err)
 	}
+	// Runs after the unlock: the old state is garbage then.
+	defer releaseMemory()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, ps := range s.pools {

@@ -285,7 +285,7 @@ func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, s
 	now := s.now().UTC()
 	rec := store.Pool{ID: id, CIDRs: spec.CIDRs, Reserved: spec.Reserved, ReuseDelay: spec.ReuseDelay,
 		Labels: spec.Labels, AllowOverlap: spec.AllowOverlap, CreateTime: now, UpdateTime: now}
-	ps, err := newPoolState(rec)
+	ps, err := newPoolState(rec, 0)
 	if err != nil {
 		return PoolView{}, &FieldError{Field: "pool.cidrs", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
 	}
@@ -327,7 +327,7 @@ func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, s
 
 func (ps *poolState) view() PoolView {
 	st := ps.index.Stats()
-	v := PoolView{Pool: ps.rec, Family: FamilyIPv4, Stats: Stats{Capacity: st.Capacity, Allocated: uint64(len(ps.allocs)), Free: st.Free, OutOfRange: st.OutOfRange}}
+	v := PoolView{Pool: ps.rec, Family: FamilyIPv4, Stats: Stats{Capacity: st.Capacity, Allocated: uint64(ps.held.Len()), Free: st.Free, OutOfRange: st.OutOfRange}}
 	if !ps.index.Is4() {
 		v.Family = FamilyIPv6
 	}
@@ -456,21 +456,27 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, ma
 
 	// Build the new index from scratch: pool updates are rare, and a fresh
 	// index with the allocations restored is simplest to get right.
-	fresh, err := newPoolState(next)
+	fresh, err := newPoolState(next, 0)
 	if err != nil {
 		return PoolView{}, nil, &FieldError{Field: "pool", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
 	}
 	var outside []store.Allocation
-	for addr, a := range ps.allocs {
+	var restoreErr error
+	ps.held.Addrs(func(addr netip.Addr) bool {
 		if err := fresh.index.Restore(addr); err != nil {
-			return PoolView{}, nil, fmt.Errorf("update pool %s: restore %s: %w", id, addr, err)
+			restoreErr = fmt.Errorf("update pool %s: restore %s: %w", id, addr, err)
+			return false
 		}
 		if !fresh.index.Contains(addr) && ps.index.Contains(addr) {
-			outside = append(outside, *a)
+			a, _ := ps.held.Get(addr)
+			outside = append(outside, a)
 		}
+		return true
+	})
+	if restoreErr != nil {
+		return PoolView{}, nil, restoreErr
 	}
 	if len(outside) > 0 && !force {
-		sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
 		return PoolView{}, nil, fmt.Errorf("update pool %s: %d allocations (first %s) would fall outside its CIDRs; use force: %w", id, len(outside), outside[0].Address, ErrCIDRInUse)
 	}
 	conds := []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}}
@@ -551,7 +557,7 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 	if etag != "" && etag != Etag(ps.rec.Revision) {
 		return 0, fmt.Errorf("pool %s is at etag %s, not %s: %w", id, Etag(ps.rec.Revision), etag, ErrEtagMismatch)
 	}
-	n := len(ps.allocs) + len(ps.pending)
+	n := ps.held.Len() + len(ps.pending)
 	if n > 0 && !force {
 		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
 	}
@@ -571,7 +577,7 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 	ps.deleted = true
 	delete(s.pools, id)
 	s.cidrs.replace(id, ps.rec.CIDRs, nil)
-	return len(ps.allocs), nil
+	return ps.held.Len(), nil
 }
 
 // Filter selects allocations by owner fields; empty fields match all.
@@ -620,23 +626,21 @@ func (s *Allocator) ListAllocations(pool string, f Filter, after Cursor, limit i
 		}
 		ps.mu.Lock()
 		full := false
-		visit := func(addr netip.Addr) bool {
-			if a := ps.allocs[addr]; a != nil && f.match(a.Owner) {
-				if len(out) == limit {
-					full = true
-					return false
-				}
-				out = append(out, *a)
+		var from netip.Addr
+		if id == after.Pool {
+			from = after.Address
+		}
+		ps.held.Ascend(from, func(a store.Allocation) bool {
+			if a.Address == from || !f.match(a.Owner) {
+				return true
 			}
+			if len(out) == limit {
+				full = true
+				return false
+			}
+			out = append(out, a)
 			return true
-		}
-		if id == after.Pool && after.Address.IsValid() {
-			ps.order.AscendGreaterOrEqual(after.Address, func(addr netip.Addr) bool {
-				return addr == after.Address || visit(addr)
-			})
-		} else {
-			ps.order.Ascend(visit)
-		}
+		})
 		if full {
 			ps.mu.Unlock()
 			last := out[len(out)-1]

@@ -1,0 +1,247 @@
+package held
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// model is what a Table must behave like: a map by address, and a map by
+// owner key whose latest Put wins and whose link goes when the allocation
+// it points to goes.
+type model struct {
+	byAddr  map[netip.Addr]store.Allocation
+	byOwner map[string]netip.Addr
+}
+
+func (m *model) put(a store.Allocation) {
+	if old, ok := m.byAddr[a.Address]; ok {
+		m.unlink(old)
+	}
+	m.byAddr[a.Address] = a
+	m.byOwner[a.Owner.Key()] = a.Address
+}
+
+func (m *model) unlink(a store.Allocation) {
+	if m.byOwner[a.Owner.Key()] == a.Address {
+		delete(m.byOwner, a.Owner.Key())
+	}
+}
+
+func (m *model) delete(addr netip.Addr) bool {
+	old, ok := m.byAddr[addr]
+	if ok {
+		m.unlink(old)
+		delete(m.byAddr, addr)
+	}
+	return ok
+}
+
+func TestTableFollowsModel(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		is4  bool
+		hash func(ownerKey) uint64
+	}{
+		{"v4", true, nil},
+		{"v6", false, nil},
+		// Every owner of a prefix has the same hash: the overflow path.
+		{"v4 colliding", true, func(o ownerKey) uint64 { return uint64(o.prefix) }},
+		{"v6 all colliding", false, func(ownerKey) uint64 { return 42 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := New("p", tc.is4, 0)
+			if tc.hash != nil {
+				tab.hash = tc.hash
+			}
+			m := &model{byAddr: map[netip.Addr]store.Allocation{}, byOwner: map[string]netip.Addr{}}
+			rng := rand.New(rand.NewPCG(1, 2))
+			base := netip.MustParseAddr("10.0.0.0")
+			if !tc.is4 {
+				base = netip.MustParseAddr("fd00::")
+			}
+			addrAt := func(i int) netip.Addr {
+				a := base
+				for range i {
+					a = a.Next()
+				}
+				return a
+			}
+			owner := func() store.Owner {
+				return store.Owner{
+					Cluster:   fmt.Sprintf("c%d", rng.IntN(2)),
+					Kind:      "Service",
+					Namespace: fmt.Sprintf("ns%d", rng.IntN(3)),
+					Name:      fmt.Sprintf("svc%d", rng.IntN(40)),
+					UID:       fmt.Sprintf("%08x-3b9e-4c5d-8f7a-1b2c3d4e5f60", rng.IntN(1000)),
+				}
+			}
+			for step := range 20000 {
+				addr := addrAt(rng.IntN(64))
+				switch rng.IntN(3) {
+				case 0, 1:
+					a := store.Allocation{Pool: "p", Address: addr, Owner: owner(), CreateTime: time.Unix(int64(step), int64(step)).UTC(), Revision: int64(step + 1)}
+					if rng.IntN(4) == 0 {
+						a.RequestID = fmt.Sprintf("req-%d", step)
+					}
+					if err := tab.Put(&a); err != nil {
+						t.Fatal(err)
+					}
+					m.put(a)
+				case 2:
+					if got, want := tab.Delete(addr), m.delete(addr); got != want {
+						t.Fatalf("step %d: Delete(%s) = %v, want %v", step, addr, got, want)
+					}
+				}
+				if step%97 == 0 || step > 19900 {
+					check(t, tab, m)
+				}
+			}
+		})
+	}
+}
+
+func check(t *testing.T, tab *Table, m *model) {
+	t.Helper()
+	if tab.Len() != len(m.byAddr) {
+		t.Fatalf("Len = %d, want %d", tab.Len(), len(m.byAddr))
+	}
+	for addr, want := range m.byAddr {
+		got, ok := tab.Get(addr)
+		if !ok || got != want {
+			t.Fatalf("Get(%s) = %+v %v, want %+v", addr, got, ok, want)
+		}
+		if rev, ok := tab.Revision(addr); !ok || rev != want.Revision {
+			t.Fatalf("Revision(%s) = %d %v, want %d", addr, rev, ok, want.Revision)
+		}
+		gotAddr, ok := tab.Owned(want.Owner)
+		wantAddr, wantOK := m.byOwner[want.Owner.Key()]
+		if ok != wantOK || gotAddr != wantAddr {
+			t.Fatalf("Owned(%s) = %s %v, want %s %v", want.Owner.Key(), gotAddr, ok, wantAddr, wantOK)
+		}
+	}
+	if len(tab.owners)+len(tab.overflow) != len(m.byOwner) {
+		t.Fatalf("%d owner links (%d overflowing), want %d", len(tab.owners)+len(tab.overflow), len(tab.overflow), len(m.byOwner))
+	}
+	var got []netip.Addr
+	tab.Addrs(func(a netip.Addr) bool { got = append(got, a); return true })
+	want := slices.SortedFunc(func(yield func(netip.Addr) bool) {
+		for a := range m.byAddr {
+			if !yield(a) {
+				return
+			}
+		}
+	}, netip.Addr.Compare)
+	if !slices.Equal(got, want) {
+		t.Fatalf("Addrs = %v, want %v", got, want)
+	}
+	live := 0
+	for _, r := range tab.prefixes.refs {
+		if r > 0 {
+			live++
+		}
+	}
+	if live != len(tab.prefixes.ids) {
+		t.Fatalf("%d prefixes referred to, %d interned", live, len(tab.prefixes.ids))
+	}
+}
+
+func TestTableAscendFrom(t *testing.T) {
+	tab := New("p", true, 0)
+	for _, s := range []string{"10.0.0.9", "10.0.0.1", "10.0.0.5"} {
+		a := store.Allocation{Pool: "p", Address: netip.MustParseAddr(s), Owner: store.Owner{Kind: "Pod", Name: s}}
+		if err := tab.Put(&a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(from string) []string {
+		var f netip.Addr
+		if from != "" {
+			f = netip.MustParseAddr(from)
+		}
+		var out []string
+		tab.Ascend(f, func(a store.Allocation) bool { out = append(out, a.Address.String()); return len(out) < 2 })
+		return out
+	}
+	for _, tc := range []struct {
+		from string
+		want []string
+	}{
+		{"", []string{"10.0.0.1", "10.0.0.5"}},
+		{"10.0.0.5", []string{"10.0.0.5", "10.0.0.9"}},
+		{"10.0.0.6", []string{"10.0.0.9"}},
+		{"::1", nil}, // every IPv4 address is before any IPv6 one
+		{"1.2.3.4", []string{"10.0.0.1", "10.0.0.5"}},
+	} {
+		if got := list(tc.from); !slices.Equal(got, tc.want) {
+			t.Errorf("Ascend from %q = %v, want %v", tc.from, got, tc.want)
+		}
+	}
+	v6 := New("p6", false, 0)
+	a := store.Allocation{Pool: "p6", Address: netip.MustParseAddr("fd00::1")}
+	if err := v6.Put(&a); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	v6.Ascend(netip.MustParseAddr("10.0.0.1"), func(store.Allocation) bool { n++; return true })
+	if n != 1 {
+		t.Errorf("an IPv6 table ascended from an IPv4 address gave %d allocations, want 1", n)
+	}
+}
+
+func TestTableRefusesOtherFamily(t *testing.T) {
+	tab := New("p", true, 0)
+	a := store.Allocation{Pool: "p", Address: netip.MustParseAddr("fd00::1")}
+	if err := tab.Put(&a); err == nil {
+		t.Fatal("an IPv4 table took an IPv6 address")
+	}
+	if tab.Len() != 0 || tab.Has(a.Address) {
+		t.Fatal("the refused address is held")
+	}
+	if _, ok := New("p6", false, 0).Get(netip.MustParseAddr("10.0.0.1")); ok {
+		t.Fatal("an IPv6 table found an IPv4 address")
+	}
+}
+
+// BenchmarkTableHeap reports the heap a table of n allocations keeps, per
+// allocation: Kubernetes-like owners (a UUID each, names of 20-odd
+// characters, a few namespaces).
+func BenchmarkTableHeap(b *testing.B) {
+	for _, n := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for range b.N {
+				before := heapInUse()
+				tab := New("p", true, 0)
+				addr := netip.MustParseAddr("10.0.0.1")
+				now := time.Now().UTC()
+				for i := range n {
+					a := store.Allocation{Pool: "p", Address: addr, CreateTime: now, Revision: int64(i + 1), Owner: store.Owner{
+						Cluster: "east", Kind: "Service", Namespace: fmt.Sprintf("team-%d", i%7),
+						Name: fmt.Sprintf("frontend-%08d", i), UID: fmt.Sprintf("%08x-3b9e-4c5d-8f7a-1b2c3d4e5f60", i),
+					}}
+					if err := tab.Put(&a); err != nil {
+						b.Fatal(err)
+					}
+					addr = addr.Next()
+				}
+				b.ReportMetric(float64(heapInUse()-before)/float64(n), "heap-B/alloc")
+				if tab.Len() != n {
+					b.Fatal(tab.Len())
+				}
+			}
+		})
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
