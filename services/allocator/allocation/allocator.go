@@ -76,6 +76,9 @@ type poolState struct {
 	// releasing holds addresses whose release is being committed; the
 	// channel closes when it is done.
 	releasing map[netip.Addr]chan struct{}
+	// gate lets a watch snapshot find the pool with no commit between
+	// the store and held.
+	gate gate
 }
 
 type pendingAlloc struct {
@@ -261,6 +264,10 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 	now := s.now()
 
 	ps.mu.Lock()
+	if err := ps.gate.pass(ctx, &ps.mu); err != nil {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, err
+	}
 	if ps.deleted {
 		ps.mu.Unlock()
 		return store.Allocation{}, false, fmt.Errorf("pool %q: %w", req.Pool, ErrPoolNotFound)
@@ -309,6 +316,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 	p := &pendingAlloc{done: make(chan struct{})}
 	ps.pending[key] = p
 	poolRev := ps.rec.Revision
+	ps.gate.enter()
 	ps.mu.Unlock()
 
 	rec := store.Allocation{Pool: req.Pool, Address: addr, Owner: req.Owner, CreateTime: now.UTC(), RequestID: req.RequestID}
@@ -342,6 +350,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 		s.installOwn(ps, &rec)
 		p.alloc = rec
 	}
+	ps.gate.leave()
 	ps.mu.Unlock()
 	close(p.done)
 	if cerr != nil {
@@ -370,6 +379,7 @@ func (s *Allocator) rebind(ctx context.Context, ps *poolState, old store.Allocat
 	rec.RequestID = ""
 	ch := make(chan struct{})
 	ps.releasing[old.Address] = ch
+	ps.gate.enter()
 	ps.mu.Unlock()
 	r := rec
 	rev, err := s.commit(ctx, store.Txn{
@@ -382,6 +392,7 @@ func (s *Allocator) rebind(ctx context.Context, ps *poolState, old store.Allocat
 		rec.Revision = rev
 		s.installOwn(ps, &rec)
 	}
+	ps.gate.leave()
 	ps.mu.Unlock()
 	close(ch)
 	if err != nil {
@@ -708,6 +719,10 @@ func (s *Allocator) Release(ctx context.Context, req ReleaseRequest) (store.Allo
 func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseRequest) (store.Allocation, error) {
 	now := s.now()
 	ps.mu.Lock()
+	if err := ps.gate.pass(ctx, &ps.mu); err != nil {
+		ps.mu.Unlock()
+		return store.Allocation{}, err
+	}
 	var a store.Allocation
 	found := false
 	if req.Address.IsValid() {
@@ -750,6 +765,7 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 	// no allocation can race it; other requests of the pool go on.
 	ch := make(chan struct{})
 	ps.releasing[rec.Address] = ch
+	ps.gate.enter()
 	ps.mu.Unlock()
 
 	_, err := s.commit(ctx, txn)
@@ -764,6 +780,7 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 			s.logger.Warn("index release", "pool", req.Pool, "address", rec.Address, "err", rerr)
 		}
 	}
+	ps.gate.leave()
 	ps.mu.Unlock()
 	close(ch)
 	if err != nil {

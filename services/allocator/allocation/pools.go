@@ -698,12 +698,12 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 			}
 		}
 		if snap != nil {
-			for _, a := range snap.of(pool) {
-				if !send(WatchEvent{Type: store.EventPutAllocation, Allocation: a, Revision: a.Revision}) {
-					return
-				}
-			}
-			if !send(WatchEvent{Synced: true, Revision: snap.rev}) {
+			sent := true
+			snap.each(pool, func(a store.Allocation) bool {
+				sent = send(WatchEvent{Type: store.EventPutAllocation, Allocation: a, Revision: a.Revision})
+				return sent
+			})
+			if !sent || !send(WatchEvent{Synced: true, Revision: snap.rev}) {
 				return
 			}
 		}
@@ -743,8 +743,12 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		}
 		return events, nil
 	}
+	key, take := "-", storeSnapshot(s.store)
+	if pool != "-" && !s.follow {
+		key, take = pool, s.heldSnapshot(pool)
+	}
 	for fresh := false; ; fresh = true {
-		sn, err := s.snapshots.get(ctx, s.store, fresh)
+		sn, err := s.snapshots.get(ctx, key, fresh, take)
 		if err != nil {
 			return nil, err
 		}

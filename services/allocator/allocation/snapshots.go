@@ -6,26 +6,45 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plexusnet/plexus/services/allocator/held"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// snapshotReuse is how long a store snapshot taken for watches serves
-// further watches. A watch started from an older snapshot replays the
-// changes since from the store's history, so reuse costs a few events,
-// while taking a snapshot decodes the whole store.
-const snapshotReuse = 2 * time.Second
+// snapshotReuse is how long a snapshot taken for watches serves further
+// watches. A watch started from an older snapshot replays the changes
+// since from the store's history, so reuse costs a few events, while
+// taking a snapshot decodes the whole store, or closes the pool to
+// commits for a moment. A variable for tests.
+var snapshotReuse = 2 * time.Second
 
 // snapshotTimeout bounds one snapshot, which no single watch owns.
 const snapshotTimeout = 2 * time.Minute
 
-// poolSnapshot is a store snapshot, with each pool's allocations picked
-// out once, when a watch of the pool first asks.
+// poolSnapshot is what a watch sends before its changes: either a store
+// snapshot, with each pool's allocations picked out once, when a watch of
+// the pool first asks, or a view of one pool's held allocations.
 type poolSnapshot struct {
 	rev int64
 	all []store.Allocation
+	// view is set for a snapshot of one pool taken from memory.
+	view *held.View
 
 	mu     sync.Mutex
 	byPool map[string][]store.Allocation
+}
+
+// each calls fn with each allocation of pool ("-" for all) in the
+// snapshot, in (pool, address) order, until fn returns false.
+func (p *poolSnapshot) each(pool string, fn func(store.Allocation) bool) {
+	if p.view != nil {
+		p.view.Ascend(fn)
+		return
+	}
+	for _, a := range p.of(pool) {
+		if !fn(a) {
+			return
+		}
+	}
 }
 
 func (p *poolSnapshot) of(pool string) []store.Allocation {
@@ -54,27 +73,31 @@ type snapshotCall struct {
 	err  error
 }
 
-// snapshots shares store snapshots among the watches that start while one
-// is being taken or was taken less than snapshotReuse ago: 2,000 watches
-// started together decode the store once, not 2,000 times, and pick their
-// pool's allocations out of it once per pool. The snapshot
-// is dropped snapshotReuse after it was taken (the watches still sending
-// it keep what they hold).
+// snapshots shares snapshots among the watches that start while one is
+// being taken or was taken less than snapshotReuse ago: 2,000 watches
+// started together take one, not 2,000. A snapshot is dropped
+// snapshotReuse after it was taken (the watches still sending it keep
+// what they hold). Snapshots are kept by key: one for the whole store,
+// and one per pool taken from memory.
 type snapshots struct {
-	mu  sync.Mutex
-	cur *snapshotCall
+	mu    sync.Mutex
+	calls map[string]*snapshotCall
 }
 
-// get returns a recent snapshot, or takes one. A watch that gives up
-// (ctx) does not stop the snapshot the others wait for. fresh forces a new
-// one (the store no longer has the history after the last).
-func (sn *snapshots) get(ctx context.Context, st store.Store, fresh bool) (*poolSnapshot, error) {
+// get returns a recent snapshot of key, or takes one with take. A watch
+// that gives up (ctx) does not stop the snapshot the others wait for.
+// fresh forces a new one (the store no longer has the history after the
+// last).
+func (sn *snapshots) get(ctx context.Context, key string, fresh bool, take func(context.Context) (*poolSnapshot, error)) (*poolSnapshot, error) {
 	sn.mu.Lock()
-	c := sn.cur
+	c := sn.calls[key]
 	if c == nil || fresh {
 		c = &snapshotCall{done: make(chan struct{})}
-		sn.cur = c
-		go sn.take(st, c)
+		if sn.calls == nil {
+			sn.calls = map[string]*snapshotCall{}
+		}
+		sn.calls[key] = c
+		go sn.take(key, c, take, snapshotReuse)
 	}
 	sn.mu.Unlock()
 	select {
@@ -85,20 +108,15 @@ func (sn *snapshots) get(ctx context.Context, st store.Store, fresh bool) (*pool
 	}
 }
 
-func (sn *snapshots) take(st store.Store, c *snapshotCall) {
+func (sn *snapshots) take(key string, c *snapshotCall, take func(context.Context) (*poolSnapshot, error), reuse time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
 	defer cancel()
-	snap, err := st.Snapshot(ctx)
-	if err != nil {
-		c.err = fmt.Errorf("watch snapshot: %w", err)
-	} else {
-		c.snap = &poolSnapshot{rev: snap.Revision, all: snap.Allocations, byPool: map[string][]store.Allocation{}}
-	}
+	c.snap, c.err = take(ctx)
 	close(c.done)
 	forget := func() {
 		sn.mu.Lock()
-		if sn.cur == c {
-			sn.cur = nil
+		if sn.calls[key] == c {
+			delete(sn.calls, key)
 		}
 		sn.mu.Unlock()
 	}
@@ -106,5 +124,43 @@ func (sn *snapshots) take(st store.Store, c *snapshotCall) {
 		forget() // the next watch tries again
 		return
 	}
-	time.AfterFunc(snapshotReuse, forget)
+	time.AfterFunc(reuse, forget)
+}
+
+// storeSnapshot decodes the whole store.
+func storeSnapshot(st store.Store) func(context.Context) (*poolSnapshot, error) {
+	return func(ctx context.Context) (*poolSnapshot, error) {
+		snap, err := st.Snapshot(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("watch snapshot: %w", err)
+		}
+		return &poolSnapshot{rev: snap.Revision, all: snap.Allocations, byPool: map[string][]store.Allocation{}}, nil
+	}
+}
+
+// heldSnapshot takes pool's allocations from memory, with no store read:
+// a view of held, at a moment when no commit of the pool is between the
+// store and held, and the revision of this allocator's latest commit.
+// Only an allocator alone on its store can: every commit is its own, and
+// the latest it made is at least every commit of the pool, and below
+// every later one. A follower installs its own commits before the
+// commits of other replicas that precede them, so its held is not the
+// state at any one revision; it decodes the store.
+func (s *Allocator) heldSnapshot(pool string) func(context.Context) (*poolSnapshot, error) {
+	return func(ctx context.Context) (*poolSnapshot, error) {
+		ps, err := s.pool(pool)
+		if err != nil {
+			return nil, err
+		}
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		if err := ps.gate.quiesce(ctx, &ps.mu); err != nil {
+			return nil, fmt.Errorf("watch snapshot of pool %s: %w", pool, err)
+		}
+		defer ps.gate.open()
+		if ps.deleted {
+			return nil, fmt.Errorf("pool %q: %w", pool, ErrPoolNotFound)
+		}
+		return &poolSnapshot{rev: s.followed.load(), view: ps.held.Snapshot()}, nil
+	}
 }

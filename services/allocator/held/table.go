@@ -270,3 +270,26 @@ func (t *Table) ascend(from netip.Addr, fn func(item) bool) {
 		t.tree.AscendGreaterOrEqual(item{k: keyOf(from.WithZone(""))}, fn)
 	}
 }
+
+// View is a table as it was when Snapshot was called. It is read-only and
+// safe to read from any number of goroutines while the table changes.
+type View struct {
+	t Table
+}
+
+// Snapshot returns a view of the table as it is now. It costs O(1) plus a
+// copy of the interned prefixes: the B-tree is shared, copy-on-write, so
+// the table's later writes copy the nodes they touch, once.
+func (t *Table) Snapshot() *View {
+	v := &View{t: Table{pool: t.pool, is4: t.is4, tree: t.tree.Clone()}}
+	v.t.prefixes.list = append([]prefix(nil), t.prefixes.list...)
+	v.t.prefixes.refs = append([]uint32(nil), t.prefixes.refs...)
+	return v
+}
+
+// Len returns the number of allocations in the view.
+func (v *View) Len() int { return v.t.Len() }
+
+// Ascend calls fn with each allocation of the view in address order,
+// until fn returns false.
+func (v *View) Ascend(fn func(store.Allocation) bool) { v.t.Ascend(netip.Addr{}, fn) }

@@ -245,3 +245,43 @@ func heapInUse() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+func TestSnapshotKeepsItsState(t *testing.T) {
+	tab := New("p", true, 0)
+	put := func(addr, ns, name string, rev int64) {
+		t.Helper()
+		a := store.Allocation{Pool: "p", Address: netip.MustParseAddr(addr), Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: ns, Name: name}, Revision: rev}
+		if err := tab.Put(&a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 500 {
+		ns := fmt.Sprintf("ns%d", i%5)
+		if i < 2 {
+			ns = "solo" // gone from the table below, its number reused
+		}
+		put(fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), ns, fmt.Sprintf("pod%d", i), int64(i+1))
+	}
+	var want []store.Allocation
+	tab.Ascend(netip.Addr{}, func(a store.Allocation) bool { want = append(want, a); return true })
+	v := tab.Snapshot()
+
+	// Change everything the view refers to: delete, replace, and let a
+	// prefix go and its number be used again by a new one.
+	for i := range 500 {
+		a := netip.MustParseAddr(fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
+		switch i % 3 {
+		case 0:
+			tab.Delete(a)
+		case 1:
+			put(a.String(), "other", fmt.Sprintf("new%d", i), int64(1000+i))
+		}
+	}
+	put("10.0.9.9", "late", "x", 5000)
+
+	var got []store.Allocation
+	v.Ascend(func(a store.Allocation) bool { got = append(got, a); return true })
+	if v.Len() != len(want) || !slices.Equal(got, want) {
+		t.Fatalf("the view changed with the table: %d allocations, want %d", len(got), len(want))
+	}
+}

@@ -1,0 +1,211 @@
+package allocation_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/bolt"
+)
+
+// recorder keeps every successful commit's changes to allocations, by
+// revision: the state of a pool at any revision can be replayed from it.
+type recorder struct {
+	store.Store
+	mu  sync.Mutex
+	log []recorded
+	// snapshots counts the store snapshots taken.
+	snapshots int
+}
+
+type recorded struct {
+	rev  int64
+	put  bool
+	pool string
+	addr netip.Addr
+	name string
+}
+
+func (r *recorder) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	rev, err := r.Store.Commit(ctx, txn)
+	if err != nil {
+		return rev, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, op := range txn.Ops {
+		switch op.Kind {
+		case store.OpPutAllocation:
+			r.log = append(r.log, recorded{rev: rev, put: true, pool: op.Allocation.Pool, addr: op.Allocation.Address, name: op.Allocation.Owner.Name})
+		case store.OpDeleteAllocation:
+			r.log = append(r.log, recorded{rev: rev, pool: op.PoolID, addr: op.Address})
+		}
+	}
+	return rev, nil
+}
+
+func (r *recorder) Snapshot(ctx context.Context) (*store.Snapshot, error) {
+	r.mu.Lock()
+	r.snapshots++
+	r.mu.Unlock()
+	return r.Store.Snapshot(ctx)
+}
+
+// stateAt replays pool's allocations up to and including rev.
+func (r *recorder) stateAt(pool string, rev int64) map[netip.Addr]string {
+	r.mu.Lock()
+	log := append([]recorded(nil), r.log...)
+	r.mu.Unlock()
+	sort.SliceStable(log, func(i, j int) bool { return log[i].rev < log[j].rev })
+	state := map[netip.Addr]string{}
+	for _, c := range log {
+		if c.rev > rev || c.pool != pool {
+			continue
+		}
+		if c.put {
+			state[c.addr] = c.name
+		} else {
+			delete(state, c.addr)
+		}
+	}
+	return state
+}
+
+// TestWatchSnapshotFromMemoryIsExact: a watch of one pool takes its
+// snapshot from the allocator's memory, not from the store, while
+// allocations and releases commit concurrently; what it sends before
+// SYNCED at revision R is exactly the pool's state at R in the store's own
+// history (no commit in flight missed, none after R included), and the
+// changes after it bring it to the final state.
+func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
+	defer allocation.SetSnapshotReuse(0)()
+	bs, err := bolt.Open(t.TempDir() + "/a.db")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bs.Close() })
+	rec := &recorder{Store: bs}
+	svc, _ := newService(t, rec)
+	loaded := rec.snapshots // the one New loads from
+	ctx := context.Background()
+	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "other", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	var workers sync.WaitGroup
+	for w := range 8 {
+		workers.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				pool := "p"
+				if rng.IntN(4) == 0 {
+					pool = "other"
+				}
+				o := owner(fmt.Sprintf("o%d", rng.IntN(150)))
+				if rng.IntN(2) == 0 {
+					_, _, _ = svc.Allocate(ctx, allocation.Request{Pool: pool, Owner: o})
+				} else {
+					_, _, _ = svc.Release(ctx, allocation.ReleaseRequest{Pool: pool, Owner: o, AllowMissing: true})
+				}
+			}
+		})
+	}
+
+	type taken struct {
+		rev  int64
+		seen map[netip.Addr]string
+	}
+	var snaps []taken
+	for range 60 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		events, err := svc.Watch(wctx, "p", 0)
+		require.NoError(t, err)
+		seen := map[netip.Addr]string{}
+		for e := range events {
+			require.NoError(t, e.Err)
+			if e.Synced {
+				snaps = append(snaps, taken{rev: e.Revision, seen: seen})
+				break
+			}
+			seen[e.Allocation.Address] = e.Allocation.Owner.Name
+		}
+		cancel()
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// One more watch that follows the changes to the end.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := svc.Watch(wctx, "p", 0)
+	require.NoError(t, err)
+	live := map[netip.Addr]string{}
+	var synced int64
+	for e := range events {
+		require.NoError(t, e.Err)
+		if e.Synced {
+			synced = e.Revision
+			break
+		}
+		live[e.Allocation.Address] = e.Allocation.Owner.Name
+	}
+	close(stop)
+	workers.Wait()
+
+	require.Len(t, snaps, 60)
+	distinct := map[int64]bool{}
+	for i, s := range snaps {
+		require.Equal(t, rec.stateAt("p", s.rev), s.seen, "snapshot %d at revision %d", i, s.rev)
+		distinct[s.rev] = true
+	}
+	require.Greater(t, len(distinct), 30, "the snapshots were taken while the pool changed")
+	require.Equal(t, loaded, rec.snapshots, "a watch of one pool decoded the store")
+
+	final, _, err := svc.ListAllocations("p", allocation.Filter{}, allocation.Cursor{}, 1000)
+	require.NoError(t, err)
+	want := map[netip.Addr]string{}
+	for _, a := range final {
+		want[a.Address] = a.Owner.Name
+	}
+	require.Equal(t, rec.stateAt("p", 1<<62), want)
+	deadline := time.After(10 * time.Second)
+	for !equal(live, want) {
+		select {
+		case e := <-events:
+			require.NoError(t, e.Err)
+			require.Greater(t, e.Revision, synced)
+			if e.Type == store.EventDeleteAllocation {
+				delete(live, e.Allocation.Address)
+			} else {
+				live[e.Allocation.Address] = e.Allocation.Owner.Name
+			}
+		case <-deadline:
+			t.Fatalf("the watch did not reach the final state: %d allocations, want %d", len(live), len(want))
+		}
+	}
+}
+
+func equal(a, b map[netip.Addr]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
