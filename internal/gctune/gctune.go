@@ -8,17 +8,24 @@
 // and more went into regrowing goroutine stacks that each cycle shrank.
 //
 // Run gives the heap a fixed headroom instead, like a ballast without the
-// ballast: GOGC is set every few seconds so that the next collection comes
-// after Headroom bytes of new allocation or after the live heap doubles,
-// whichever is later. Large heaps keep GOGC=100; a small heap gets up to
-// MaxPercent. A GOGC set in the environment always wins (Run then does
-// nothing), and GOMEMLIMIT keeps applying as usual.
+// ballast: GOGC is set after every collection (and every few seconds) so
+// that the next collection comes after Headroom bytes of new allocation or
+// after the live heap doubles, whichever is later. Large heaps keep
+// GOGC=100; a small heap gets up to MaxPercent. A GOGC set in the
+// environment always wins (Run then does nothing), and GOMEMLIMIT keeps
+// applying as usual.
+//
+// Tuning after every collection matters when the live heap jumps: GOGC is
+// a ratio, so the MaxPercent set for a nearly empty heap, left in place
+// while the allocator loads a million allocations, would let the heap
+// grow to twenty times what is then live.
 package gctune
 
 import (
 	"context"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -73,14 +80,43 @@ func Run(ctx context.Context, logger *slog.Logger) {
 	}
 	tune()
 	logger.Debug("garbage collector tuned from the live heap", "gogc", current)
+	cycles := afterEachGC(ctx)
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-cycles:
+			tune()
 		case <-t.C:
 			tune()
 		}
 	}
+}
+
+// sentinel is an object whose finalizer tells that a collection ran; big
+// enough not to be batched into a tiny allocation, whose finalizer might
+// never run.
+type sentinel struct{ _ [2]*int }
+
+// afterEachGC returns a channel that gets a value after each collection
+// (dropped while one is pending), until ctx ends.
+func afterEachGC(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	var arm func()
+	arm = func() {
+		runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+			arm()
+		})
+	}
+	arm()
+	return ch
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
@@ -74,6 +75,42 @@ func TestRunRaisesGOGCForASmallHeap(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestRunFollowsAJumpAtOnce: when the live heap grows from a few MiB to
+// more than the headroom, GOGC comes down to 100 after the next
+// collection, not at the next periodic look.
+func TestRunFollowsAJumpAtOnce(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	if v, set := os.LookupEnv("GOGC"); set {
+		os.Unsetenv("GOGC")
+		defer os.Setenv("GOGC", v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Run(ctx, logger)
+	deadline := time.Now().Add(5 * time.Second)
+	for gogc() <= 100 {
+		if time.Now().After(deadline) {
+			t.Fatal("GOGC was not raised for the small heap")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	live := make([][]byte, 0, 200)
+	for range 200 {
+		live = append(live, make([]byte, 1<<20))
+	}
+	runtime.GC()
+	deadline = time.Now().Add(Interval / 2) // well before the ticker
+	for gogc() != 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("GOGC is still %d with %d MiB live", gogc(), len(live))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	runtime.KeepAlive(live)
 }
 
 func gogc() int {

@@ -41,7 +41,29 @@ func newDecodeCodec() *decodeCodec {
 
 func (c *decodeCodec) Name() string { return proto.Name }
 
-func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*Encoded); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e.b)}, nil
+	}
+	return c.base.Marshal(v)
+}
+
+// Encoded is a message encoded once, to be sent as it is (SendMsg) on any
+// number of streams of a server of this package: what many watches send
+// alike is encoded once. It is read-only.
+type Encoded struct{ b []byte }
+
+// Encode encodes m for sending as it is.
+func Encode(m protoapi.Message) (*Encoded, error) {
+	b, err := protoapi.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Encoded{b: b}, nil
+}
+
+// Len is the encoded size.
+func (e *Encoded) Len() int { return len(e.b) }
 
 func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.base.Unmarshal(data, v)

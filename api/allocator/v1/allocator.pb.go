@@ -1799,6 +1799,11 @@ type WatchAllocationsRequest struct {
 	// (REVISION_IN_FUTURE); one older than the history kept is OUT_OF_RANGE
 	// (REVISION_TOO_OLD).
 	StartRevision int64 `protobuf:"varint,2,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	// Send the snapshot in batches: ADDED messages of up to 512 allocations
+	// each, in `snapshot`, instead of one message per allocation. Much
+	// cheaper for both ends with a large pool; changes after SYNCED are
+	// single events either way.
+	BatchSnapshot bool `protobuf:"varint,3,opt,name=batch_snapshot,json=batchSnapshot,proto3" json:"batch_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1847,6 +1852,13 @@ func (x *WatchAllocationsRequest) GetStartRevision() int64 {
 	return 0
 }
 
+func (x *WatchAllocationsRequest) GetBatchSnapshot() bool {
+	if x != nil {
+		return x.BatchSnapshot
+	}
+	return false
+}
+
 // WatchAllocationsResponse is one event.
 type WatchAllocationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1863,9 +1875,14 @@ type WatchAllocationsResponse struct {
 	// missing one: for a change, the revision before its own (another event
 	// of the same revision may still follow), so a resumed watch may repeat
 	// the events of this event's commit; for SYNCED, the snapshot's revision.
+	// 0 for the events of the snapshot: a watch that ends before SYNCED
+	// starts again from a snapshot.
 	ResumeRevision int64 `protobuf:"varint,4,opt,name=resume_revision,json=resumeRevision,proto3" json:"resume_revision,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// With batch_snapshot, the snapshot's allocations in order, a run of
+	// them per ADDED message (allocation and revision are then empty).
+	Snapshot      []*Allocation `protobuf:"bytes,5,rep,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchAllocationsResponse) Reset() {
@@ -1924,6 +1941,13 @@ func (x *WatchAllocationsResponse) GetResumeRevision() int64 {
 		return x.ResumeRevision
 	}
 	return 0
+}
+
+func (x *WatchAllocationsResponse) GetSnapshot() []*Allocation {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
 }
 
 var File_plexus_allocator_v1_allocator_proto protoreflect.FileDescriptor
@@ -2059,17 +2083,19 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12?\n" +
 	"\n" +
 	"allocation\x18\x01 \x01(\v2\x1f.plexus.allocator.v1.AllocationR\n" +
-	"allocation\"T\n" +
+	"allocation\"{\n" +
 	"\x17WatchAllocationsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12%\n" +
-	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\"\xd4\x01\n" +
+	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\x12%\n" +
+	"\x0ebatch_snapshot\x18\x03 \x01(\bR\rbatchSnapshot\"\x91\x02\n" +
 	"\x18WatchAllocationsResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.plexus.allocator.v1.EventTypeR\x04type\x12?\n" +
 	"\n" +
 	"allocation\x18\x02 \x01(\v2\x1f.plexus.allocator.v1.AllocationR\n" +
 	"allocation\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12'\n" +
-	"\x0fresume_revision\x18\x04 \x01(\x03R\x0eresumeRevision*M\n" +
+	"\x0fresume_revision\x18\x04 \x01(\x03R\x0eresumeRevision\x12;\n" +
+	"\bsnapshot\x18\x05 \x03(\v2\x1f.plexus.allocator.v1.AllocationR\bsnapshot*M\n" +
 	"\bIPFamily\x12\x19\n" +
 	"\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eIP_FAMILY_IPV4\x10\x01\x12\x12\n" +
@@ -2171,33 +2197,34 @@ var file_plexus_allocator_v1_allocator_proto_depIdxs = []int32{
 	5,  // 23: plexus.allocator.v1.ReleaseResponse.allocation:type_name -> plexus.allocator.v1.Allocation
 	1,  // 24: plexus.allocator.v1.WatchAllocationsResponse.type:type_name -> plexus.allocator.v1.EventType
 	5,  // 25: plexus.allocator.v1.WatchAllocationsResponse.allocation:type_name -> plexus.allocator.v1.Allocation
-	6,  // 26: plexus.allocator.v1.AllocatorService.CreatePool:input_type -> plexus.allocator.v1.CreatePoolRequest
-	8,  // 27: plexus.allocator.v1.AllocatorService.GetPool:input_type -> plexus.allocator.v1.GetPoolRequest
-	10, // 28: plexus.allocator.v1.AllocatorService.ListPools:input_type -> plexus.allocator.v1.ListPoolsRequest
-	12, // 29: plexus.allocator.v1.AllocatorService.UpdatePool:input_type -> plexus.allocator.v1.UpdatePoolRequest
-	14, // 30: plexus.allocator.v1.AllocatorService.DeletePool:input_type -> plexus.allocator.v1.DeletePoolRequest
-	16, // 31: plexus.allocator.v1.AllocatorService.Allocate:input_type -> plexus.allocator.v1.AllocateRequest
-	18, // 32: plexus.allocator.v1.AllocatorService.BatchAllocate:input_type -> plexus.allocator.v1.BatchAllocateRequest
-	20, // 33: plexus.allocator.v1.AllocatorService.GetAllocation:input_type -> plexus.allocator.v1.GetAllocationRequest
-	22, // 34: plexus.allocator.v1.AllocatorService.ListAllocations:input_type -> plexus.allocator.v1.ListAllocationsRequest
-	24, // 35: plexus.allocator.v1.AllocatorService.Release:input_type -> plexus.allocator.v1.ReleaseRequest
-	26, // 36: plexus.allocator.v1.AllocatorService.WatchAllocations:input_type -> plexus.allocator.v1.WatchAllocationsRequest
-	7,  // 37: plexus.allocator.v1.AllocatorService.CreatePool:output_type -> plexus.allocator.v1.CreatePoolResponse
-	9,  // 38: plexus.allocator.v1.AllocatorService.GetPool:output_type -> plexus.allocator.v1.GetPoolResponse
-	11, // 39: plexus.allocator.v1.AllocatorService.ListPools:output_type -> plexus.allocator.v1.ListPoolsResponse
-	13, // 40: plexus.allocator.v1.AllocatorService.UpdatePool:output_type -> plexus.allocator.v1.UpdatePoolResponse
-	15, // 41: plexus.allocator.v1.AllocatorService.DeletePool:output_type -> plexus.allocator.v1.DeletePoolResponse
-	17, // 42: plexus.allocator.v1.AllocatorService.Allocate:output_type -> plexus.allocator.v1.AllocateResponse
-	19, // 43: plexus.allocator.v1.AllocatorService.BatchAllocate:output_type -> plexus.allocator.v1.BatchAllocateResponse
-	21, // 44: plexus.allocator.v1.AllocatorService.GetAllocation:output_type -> plexus.allocator.v1.GetAllocationResponse
-	23, // 45: plexus.allocator.v1.AllocatorService.ListAllocations:output_type -> plexus.allocator.v1.ListAllocationsResponse
-	25, // 46: plexus.allocator.v1.AllocatorService.Release:output_type -> plexus.allocator.v1.ReleaseResponse
-	27, // 47: plexus.allocator.v1.AllocatorService.WatchAllocations:output_type -> plexus.allocator.v1.WatchAllocationsResponse
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	5,  // 26: plexus.allocator.v1.WatchAllocationsResponse.snapshot:type_name -> plexus.allocator.v1.Allocation
+	6,  // 27: plexus.allocator.v1.AllocatorService.CreatePool:input_type -> plexus.allocator.v1.CreatePoolRequest
+	8,  // 28: plexus.allocator.v1.AllocatorService.GetPool:input_type -> plexus.allocator.v1.GetPoolRequest
+	10, // 29: plexus.allocator.v1.AllocatorService.ListPools:input_type -> plexus.allocator.v1.ListPoolsRequest
+	12, // 30: plexus.allocator.v1.AllocatorService.UpdatePool:input_type -> plexus.allocator.v1.UpdatePoolRequest
+	14, // 31: plexus.allocator.v1.AllocatorService.DeletePool:input_type -> plexus.allocator.v1.DeletePoolRequest
+	16, // 32: plexus.allocator.v1.AllocatorService.Allocate:input_type -> plexus.allocator.v1.AllocateRequest
+	18, // 33: plexus.allocator.v1.AllocatorService.BatchAllocate:input_type -> plexus.allocator.v1.BatchAllocateRequest
+	20, // 34: plexus.allocator.v1.AllocatorService.GetAllocation:input_type -> plexus.allocator.v1.GetAllocationRequest
+	22, // 35: plexus.allocator.v1.AllocatorService.ListAllocations:input_type -> plexus.allocator.v1.ListAllocationsRequest
+	24, // 36: plexus.allocator.v1.AllocatorService.Release:input_type -> plexus.allocator.v1.ReleaseRequest
+	26, // 37: plexus.allocator.v1.AllocatorService.WatchAllocations:input_type -> plexus.allocator.v1.WatchAllocationsRequest
+	7,  // 38: plexus.allocator.v1.AllocatorService.CreatePool:output_type -> plexus.allocator.v1.CreatePoolResponse
+	9,  // 39: plexus.allocator.v1.AllocatorService.GetPool:output_type -> plexus.allocator.v1.GetPoolResponse
+	11, // 40: plexus.allocator.v1.AllocatorService.ListPools:output_type -> plexus.allocator.v1.ListPoolsResponse
+	13, // 41: plexus.allocator.v1.AllocatorService.UpdatePool:output_type -> plexus.allocator.v1.UpdatePoolResponse
+	15, // 42: plexus.allocator.v1.AllocatorService.DeletePool:output_type -> plexus.allocator.v1.DeletePoolResponse
+	17, // 43: plexus.allocator.v1.AllocatorService.Allocate:output_type -> plexus.allocator.v1.AllocateResponse
+	19, // 44: plexus.allocator.v1.AllocatorService.BatchAllocate:output_type -> plexus.allocator.v1.BatchAllocateResponse
+	21, // 45: plexus.allocator.v1.AllocatorService.GetAllocation:output_type -> plexus.allocator.v1.GetAllocationResponse
+	23, // 46: plexus.allocator.v1.AllocatorService.ListAllocations:output_type -> plexus.allocator.v1.ListAllocationsResponse
+	25, // 47: plexus.allocator.v1.AllocatorService.Release:output_type -> plexus.allocator.v1.ReleaseResponse
+	27, // 48: plexus.allocator.v1.AllocatorService.WatchAllocations:output_type -> plexus.allocator.v1.WatchAllocationsResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_plexus_allocator_v1_allocator_proto_init() }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
 // recorder keeps every successful commit's changes to allocations, by
@@ -141,7 +143,9 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 				snaps = append(snaps, taken{rev: e.Revision, seen: seen})
 				break
 			}
-			seen[e.Allocation.Address] = e.Allocation.Owner.Name
+			for _, a := range e.Chunk.Allocations {
+				seen[a.Address] = a.Owner.Name
+			}
 		}
 		cancel()
 		time.Sleep(5 * time.Millisecond)
@@ -160,7 +164,9 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 			synced = e.Revision
 			break
 		}
-		live[e.Allocation.Address] = e.Allocation.Owner.Name
+		for _, a := range e.Chunk.Allocations {
+			live[a.Address] = a.Owner.Name
+		}
 	}
 	close(stop)
 	workers.Wait()
@@ -208,4 +214,83 @@ func equal(a, b map[netip.Addr]string) bool {
 		}
 	}
 	return true
+}
+
+// TestWatchSnapshotChunks: a snapshot comes in chunks of ChunkSize in
+// address order, each allocation once, for a pool's watch (from memory)
+// and a watch of every pool (from the store); watches that start together
+// share the chunks themselves.
+func TestWatchSnapshotChunks(t *testing.T) {
+	ctx := context.Background()
+	svc, _ := newService(t, memory.New())
+	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/20"}})
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	require.NoError(t, err)
+	fill := func(pool string, from, n int) {
+		reqs := make([]allocation.Request, n)
+		for i := range reqs {
+			reqs[i] = allocation.Request{Pool: pool, Owner: owner(fmt.Sprintf("%s%d", pool, from+i))}
+		}
+		_, err := svc.BatchAllocate(ctx, reqs, "")
+		require.NoError(t, err)
+	}
+	chunks := func(pool string) [][]store.Allocation {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		events, err := svc.Watch(wctx, pool, 0)
+		require.NoError(t, err)
+		var out [][]store.Allocation
+		for e := range events {
+			require.NoError(t, e.Err)
+			if e.Synced {
+				return out
+			}
+			out = append(out, e.Chunk.Allocations)
+		}
+		t.Fatal("no SYNCED")
+		return nil
+	}
+	check := func(got [][]store.Allocation, sizes ...int) {
+		t.Helper()
+		var seen []store.Allocation
+		for i, c := range got {
+			require.Len(t, c, sizes[i], "chunk %d", i)
+			seen = append(seen, c...)
+		}
+		require.Len(t, got, len(sizes))
+		for i := 1; i < len(seen); i++ {
+			require.True(t, seen[i-1].Pool < seen[i].Pool || (seen[i-1].Pool == seen[i].Pool && seen[i-1].Address.Less(seen[i].Address)), "order at %d", i)
+		}
+	}
+
+	restore := allocation.SetSnapshotReuse(0)
+	check(chunks("p"))
+	fill("p", 0, 2*allocation.ChunkSize)
+	check(chunks("p"), allocation.ChunkSize, allocation.ChunkSize)
+	fill("p", 2*allocation.ChunkSize, 300)
+	fill("q", 0, 100)
+	check(chunks("p"), allocation.ChunkSize, allocation.ChunkSize, 300)
+	check(chunks("q"), 100)
+	check(chunks("-"), allocation.ChunkSize, allocation.ChunkSize, 1324+100-2*allocation.ChunkSize)
+
+	// Watches that start within the reuse period share the chunks.
+	restore()
+	first := func() *allocation.SnapshotChunk {
+		wctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		events, err := svc.Watch(wctx, "p", 0)
+		require.NoError(t, err)
+		e := <-events
+		require.NotNil(t, e.Chunk)
+		return e.Chunk
+	}
+	require.Same(t, first(), first())
+
+	// A chunk no watch holds any more may be collected; a later watch of
+	// the same snapshot gets it cut again, the same.
+	before := chunks("p")
+	runtime.GC()
+	runtime.GC()
+	require.Equal(t, before, chunks("p"))
 }

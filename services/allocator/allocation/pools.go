@@ -657,12 +657,16 @@ type WatchEvent struct {
 	Type       store.EventType
 	Allocation store.Allocation
 	Revision   int64
-	Synced     bool
-	Err        error
+	// Chunk carries the allocations of the snapshot, chunk by chunk,
+	// before Synced; the event has no Type then.
+	Chunk  *SnapshotChunk
+	Synced bool
+	Err    error
 }
 
-// Watch streams allocation events of pool ("-" for all): a snapshot first
-// when fromRev is 0, then every change after fromRev.
+// Watch streams allocation events of pool ("-" for all): when fromRev is
+// 0, a snapshot first (in chunks, then Synced with its revision), then
+// every change after fromRev (or after the snapshot's revision).
 func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-chan WatchEvent, error) {
 	if pool != "-" {
 		if _, err := s.pool(pool); err != nil {
@@ -698,12 +702,16 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 			}
 		}
 		if snap != nil {
-			sent := true
-			snap.each(pool, func(a store.Allocation) bool {
-				sent = send(WatchEvent{Type: store.EventPutAllocation, Allocation: a, Revision: a.Revision})
-				return sent
-			})
-			if !sent || !send(WatchEvent{Synced: true, Revision: snap.rev}) {
+			for i := 0; ; i++ {
+				c, ok := snap.chunk(pool, i)
+				if !ok {
+					break
+				}
+				if !send(WatchEvent{Chunk: c}) {
+					return
+				}
+			}
+			if !send(WatchEvent{Synced: true, Revision: snap.rev}) {
 				return
 			}
 		}

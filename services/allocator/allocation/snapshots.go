@@ -3,8 +3,10 @@ package allocation
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/plexusnet/plexus/services/allocator/held"
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -20,9 +22,45 @@ var snapshotReuse = 2 * time.Second
 // snapshotTimeout bounds one snapshot, which no single watch owns.
 const snapshotTimeout = 2 * time.Minute
 
+// ChunkSize is the most allocations a SnapshotChunk holds.
+const ChunkSize = 512
+
+// SnapshotChunk is a run of consecutive allocations of a watch snapshot.
+// The watches that send one snapshot share its chunks, and what an
+// adapter makes of a chunk (its encoding) through Memo: 2,000 watches of
+// a pool decode and encode each allocation once, not 2,000 times.
+type SnapshotChunk struct {
+	// Allocations are in (pool, address) order. Read-only.
+	Allocations []store.Allocation
+
+	mu   sync.Mutex
+	memo map[any]any
+}
+
+// Memo returns build(c.Allocations), made once per key for every watch
+// that shares the chunk; those asking meanwhile wait for it.
+func (c *SnapshotChunk) Memo(key any, build func([]store.Allocation) any) any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.memo[key]; ok {
+		return v
+	}
+	v := build(c.Allocations)
+	if c.memo == nil {
+		c.memo = map[any]any{}
+	}
+	c.memo[key] = v
+	return v
+}
+
 // poolSnapshot is what a watch sends before its changes: either a store
 // snapshot, with each pool's allocations picked out once, when a watch of
-// the pool first asks, or a view of one pool's held allocations.
+// the pool first asks, or a view of one pool's held allocations. Either
+// is cut into chunks as the first watch to get that far asks. The
+// snapshot holds its chunks weakly: the watches sending a chunk keep it
+// (and its encodings) alive, and one the collector took is cut again
+// when a later watch gets there, so a snapshot of a million allocations
+// holds a few chunks at a time, not a copy of the pool.
 type poolSnapshot struct {
 	rev int64
 	all []store.Allocation
@@ -31,20 +69,84 @@ type poolSnapshot struct {
 
 	mu     sync.Mutex
 	byPool map[string][]store.Allocation
+	chunks map[string]*chunked
 }
 
-// each calls fn with each allocation of pool ("-" for all) in the
-// snapshot, in (pool, address) order, until fn returns false.
-func (p *poolSnapshot) each(pool string, fn func(store.Allocation) bool) {
-	if p.view != nil {
-		p.view.Ascend(fn)
-		return
+// chunked is a snapshot's chunks of one pool ("-": all), cut so far.
+type chunked struct {
+	list []weak.Pointer[SnapshotChunk]
+	// starts[i] is where chunk i of a view starts, and one more: where
+	// the next chunk to cut starts, until done.
+	starts []netip.Addr
+	done   bool
+}
+
+// chunk returns the snapshot's i-th chunk of pool, or false past the
+// last.
+func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
+	var all []store.Allocation
+	if p.view == nil {
+		all = p.of(pool)
 	}
-	for _, a := range p.of(pool) {
-		if !fn(a) {
-			return
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.chunks == nil {
+		p.chunks = map[string]*chunked{}
+	}
+	c := p.chunks[pool]
+	if c == nil {
+		c = &chunked{starts: []netip.Addr{{}}}
+		p.chunks[pool] = c
+	}
+	run := func(k int) []store.Allocation {
+		if p.view == nil {
+			return all[k*ChunkSize : min((k+1)*ChunkSize, len(all))]
+		}
+		out := make([]store.Allocation, 0, ChunkSize)
+		p.view.Ascend(c.starts[k], func(a store.Allocation) bool {
+			out = append(out, a)
+			return len(out) < ChunkSize
+		})
+		return out
+	}
+	if p.view == nil {
+		n := (len(all) + ChunkSize - 1) / ChunkSize
+		for len(c.list) < n {
+			c.list = append(c.list, weak.Pointer[SnapshotChunk]{})
+		}
+		c.done = true
+	}
+	var cut *SnapshotChunk
+	for len(c.list) <= i && !c.done {
+		k := len(c.list)
+		r := run(k)
+		if len(r) == 0 {
+			c.starts, c.done = c.starts[:k], true
+			break
+		}
+		ch := &SnapshotChunk{Allocations: r}
+		c.list = append(c.list, weak.Make(ch))
+		if k == i {
+			cut = ch
+		}
+		if next := r[len(r)-1].Address.Next(); len(r) < ChunkSize || !next.IsValid() {
+			c.done = true // short, or the family's last address
+		} else {
+			c.starts = append(c.starts, next)
 		}
 	}
+	if i >= len(c.list) {
+		return nil, false
+	}
+	if cut != nil {
+		return cut, true
+	}
+	if ch := c.list[i].Value(); ch != nil {
+		return ch, true
+	}
+	ch := &SnapshotChunk{Allocations: run(i)}
+	c.list[i] = weak.Make(ch)
+	return ch, true
 }
 
 func (p *poolSnapshot) of(pool string) []store.Allocation {

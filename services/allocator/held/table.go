@@ -290,6 +290,7 @@ func (t *Table) Snapshot() *View {
 // Len returns the number of allocations in the view.
 func (v *View) Len() int { return v.t.Len() }
 
-// Ascend calls fn with each allocation of the view in address order,
-// until fn returns false.
-func (v *View) Ascend(fn func(store.Allocation) bool) { v.t.Ascend(netip.Addr{}, fn) }
+// Ascend calls fn with each allocation of the view from address from
+// (all of them when from is the zero Addr) in address order, until fn
+// returns false.
+func (v *View) Ascend(from netip.Addr, fn func(store.Allocation) bool) { v.t.Ascend(from, fn) }

@@ -23,6 +23,7 @@ import (
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/netparse"
 	"github.com/plexusnet/plexus/internal/pagination"
+	rt "github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -509,9 +510,16 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	if err != nil {
 		return s.fail(err)
 	}
+	batch := req.GetBatchSnapshot()
 	for e := range events {
 		if e.Err != nil {
 			return s.fail(e.Err)
+		}
+		if e.Chunk != nil {
+			if err := s.sendChunk(stream, e.Chunk, batch); err != nil {
+				return err
+			}
+			continue
 		}
 		// A change's commit may hold more changes at its revision, still
 		// to come: resuming from the revision before it repeats them
@@ -533,6 +541,52 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		}
 	}
 	return stream.Context().Err()
+}
+
+// chunkEncoding keys a snapshot chunk's encoding: batched (one message)
+// or not (a message per allocation).
+type chunkEncoding bool
+
+type encodedChunk struct {
+	msgs []*rt.Encoded
+	err  error
+}
+
+// sendChunk sends a chunk of a watch's snapshot. The chunk is encoded
+// once for every watch that sends it (the watches of a pool that start
+// together share their snapshot), and sent as encoded.
+func (s *Server) sendChunk(stream grpc.ServerStream, c *allocation.SnapshotChunk, batch bool) error {
+	enc := c.Memo(chunkEncoding(batch), func(as []store.Allocation) any { return s.encodeChunk(as, batch) }).(encodedChunk)
+	if enc.err != nil {
+		return s.fail(fmt.Errorf("encode a watch snapshot: %w", enc.err))
+	}
+	for _, m := range enc.msgs {
+		if err := stream.SendMsg(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) encodeChunk(as []store.Allocation, batch bool) encodedChunk {
+	var out encodedChunk
+	if batch {
+		resp := &allocatorv1.WatchAllocationsResponse{Type: allocatorv1.EventType_EVENT_TYPE_ADDED, Snapshot: make([]*allocatorv1.Allocation, len(as))}
+		for i, a := range as {
+			resp.Snapshot[i] = s.allocationTo(a)
+		}
+		m, err := rt.Encode(resp)
+		out.msgs, out.err = []*rt.Encoded{m}, err
+		return out
+	}
+	out.msgs = make([]*rt.Encoded, len(as))
+	for i, a := range as {
+		out.msgs[i], out.err = rt.Encode(&allocatorv1.WatchAllocationsResponse{Type: allocatorv1.EventType_EVENT_TYPE_ADDED, Allocation: s.allocationTo(a), Revision: a.Revision})
+		if out.err != nil {
+			return out
+		}
+	}
+	return out
 }
 
 // ReasonTooManyWatches refuses a watch past --max-watches.

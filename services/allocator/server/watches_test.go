@@ -268,3 +268,54 @@ func TestSlowWatchIsCutOffAndResumes(t *testing.T) {
 	}
 	require.Len(t, seen, slowChanges, "every allocation made while the watch was slow arrived once")
 }
+
+// TestBatchSnapshot: with batch_snapshot a watch gets the same snapshot
+// as without, in ADDED messages of at most 512 allocations (snapshot
+// field); either way the snapshot's messages say to resume from 0 (a new
+// snapshot), and the changes after SYNCED are single events.
+func TestBatchSnapshot(t *testing.T) {
+	e := start(t)
+	e.createPool(t, "p", poolV4("10.0.0.0/20"))
+	seed(t, e, "p", 1300)
+
+	read := func(batch bool) (got []string, messages int, synced *allocatorv1.WatchAllocationsResponse, stream allocatorv1.AllocatorService_WatchAllocationsClient) {
+		stream, err := e.client.WatchAllocations(ctx(t), &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", BatchSnapshot: batch})
+		require.NoError(t, err)
+		for {
+			ev, err := stream.Recv()
+			require.NoError(t, err)
+			if ev.GetType() == allocatorv1.EventType_EVENT_TYPE_SYNCED {
+				return got, messages, ev, stream
+			}
+			require.Equal(t, allocatorv1.EventType_EVENT_TYPE_ADDED, ev.GetType())
+			require.Zero(t, ev.GetResumeRevision(), "a snapshot event says to resume from a new snapshot")
+			messages++
+			if batch {
+				require.Nil(t, ev.GetAllocation())
+				require.LessOrEqual(t, len(ev.GetSnapshot()), 512)
+				for _, a := range ev.GetSnapshot() {
+					got = append(got, a.GetAddress()+" "+a.GetOwner().GetName()+" "+a.GetEtag())
+				}
+			} else {
+				require.Empty(t, ev.GetSnapshot())
+				a := ev.GetAllocation()
+				require.Equal(t, a.GetRevision(), ev.GetRevision())
+				got = append(got, a.GetAddress()+" "+a.GetOwner().GetName()+" "+a.GetEtag())
+			}
+		}
+	}
+	single, n1, s1, _ := read(false)
+	batched, n2, s2, stream := read(true)
+	require.Len(t, single, 1300)
+	require.Equal(t, single, batched)
+	require.Equal(t, 1300, n1)
+	require.Equal(t, 3, n2)
+	require.Equal(t, s1.GetRevision(), s2.GetRevision())
+
+	a := e.allocate(t, "p", pod("ns", "after"))
+	ev, err := stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, allocatorv1.EventType_EVENT_TYPE_ADDED, ev.GetType())
+	require.Equal(t, a.GetAddress(), ev.GetAllocation().GetAddress())
+	require.Empty(t, ev.GetSnapshot())
+}

@@ -28,6 +28,7 @@ type watchesConfig struct {
 	conns   int
 	pid     int
 	timeout time.Duration
+	batch   bool
 }
 
 // runWatches opens --watches WatchAllocations streams of --pool together
@@ -44,6 +45,7 @@ func runWatches(args []string, out io.Writer) error {
 	fs.IntVar(&cfg.conns, "conns", 4, "gRPC connections the watches share")
 	fs.IntVar(&cfg.pid, "pid", 0, "the allocator's process id, to read its resident memory from /proc (0: not measured)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up after this long")
+	fs.BoolVar(&cfg.batch, "batch", false, "ask for the snapshot in batches (batch_snapshot) instead of one message per allocation")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -102,7 +104,7 @@ func runWatches(args []string, out io.Writer) error {
 		streams[i] = scancel
 		wg.Go(func() {
 			client := allocatorv1.NewAllocatorServiceClient(conns[i%len(conns)])
-			stream, err := client.WatchAllocations(sctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/" + cfg.pool})
+			stream, err := client.WatchAllocations(sctx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/" + cfg.pool, BatchSnapshot: cfg.batch})
 			if err != nil {
 				errs[i] = err
 				return
