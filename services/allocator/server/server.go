@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +43,7 @@ type Server struct {
 	// them.
 	maxWatches int64
 	watches    atomic.Int64
+	burst      burst
 }
 
 // DefaultMaxWatches is the default bound on open WatchAllocations
@@ -55,9 +58,13 @@ type Option func(*Server)
 // TOO_MANY_WATCHES.
 func WithMaxWatches(n int) Option { return func(s *Server) { s.maxWatches = int64(n) } }
 
+// WithReleaseMemory sets what is called when a burst of watches has ended
+// (debug.FreeOSMemory by default; tests count the calls).
+func WithReleaseMemory(fn func()) Option { return func(s *Server) { s.burst.release = fn } }
+
 // New returns a Server around svc. metrics may be nil.
 func New(svc *allocation.Allocator, metrics *Metrics, opts ...Option) *Server {
-	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches}
+	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches, burst: burst{release: debug.FreeOSMemory}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -500,12 +507,14 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	if req.GetStartRevision() < 0 {
 		return s.fail(&allocation.FieldError{Field: "start_revision", Reason: "INVALID_REVISION", Message: "start_revision must not be negative"})
 	}
-	if n := s.watches.Add(1); s.maxWatches > 0 && n > s.maxWatches {
+	n := s.watches.Add(1)
+	if s.maxWatches > 0 && n > s.maxWatches {
 		s.watches.Add(-1)
 		return s.fail(apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
 			fmt.Sprintf("%d watches are open, the most this allocator serves (--max-watches); retry later or on another replica", s.maxWatches), nil))
 	}
-	defer s.watches.Add(-1)
+	s.burst.opened(n)
+	defer func() { s.burst.closed(s.watches.Add(-1)) }()
 	events, err := s.svc.Watch(stream.Context(), id, req.GetStartRevision())
 	if err != nil {
 		return s.fail(err)
@@ -587,6 +596,49 @@ func (s *Server) encodeChunk(as []store.Allocation, batch bool) encodedChunk {
 		}
 	}
 	return out
+}
+
+// burstWatches is how many watches open at once make a burst; burstSettle
+// is how long after the burst is down to a quarter its memory is released.
+const (
+	burstWatches = 64
+	burstSettle  = time.Second
+)
+
+// burst notices a burst of watches ending and hands the memory they took
+// back to the operating system at once. Left to itself, the runtime keeps
+// the pages of a collected burst until its next collection, which an idle
+// allocator makes only every two minutes, and then returns them slowly.
+type burst struct {
+	mu      sync.Mutex
+	peak    int64
+	running bool
+	release func()
+}
+
+func (b *burst) opened(n int64) {
+	b.mu.Lock()
+	b.peak = max(b.peak, n)
+	b.mu.Unlock()
+}
+
+// closed is told how many watches are left open; once a burst is down to
+// a quarter, its memory is released, a moment later (the rest of the
+// burst is usually closing too) and in the background (it collects).
+func (b *burst) closed(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.peak < burstWatches || n > b.peak/4 || b.running {
+		return
+	}
+	b.peak, b.running = n, true
+	go func() {
+		time.Sleep(burstSettle)
+		b.release()
+		b.mu.Lock()
+		b.running = false
+		b.mu.Unlock()
+	}()
 }
 
 // ReasonTooManyWatches refuses a watch past --max-watches.

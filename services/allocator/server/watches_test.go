@@ -319,3 +319,40 @@ func TestBatchSnapshot(t *testing.T) {
 	require.Equal(t, a.GetAddress(), ev.GetAllocation().GetAddress())
 	require.Empty(t, ev.GetSnapshot())
 }
+
+// TestBurstOfWatchesReleasesMemory: when a burst of watches is down to a
+// quarter, the memory is released once; a few watches coming and going
+// release nothing.
+func TestBurstOfWatchesReleasesMemory(t *testing.T) {
+	var released atomic.Int64
+	e := start(t, withServer(allocserver.WithReleaseMemory(func() { released.Add(1) })))
+	e.createPool(t, "p", poolV4("10.0.0.0/24"))
+	open := func(n int) []context.CancelFunc {
+		cancels := make([]context.CancelFunc, n)
+		for i := range cancels {
+			c, cancel := context.WithCancel(context.Background())
+			cancels[i] = cancel
+			stream, err := e.client.WatchAllocations(c, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p"})
+			require.NoError(t, err)
+			ev, err := stream.Recv()
+			require.NoError(t, err)
+			require.Equal(t, allocatorv1.EventType_EVENT_TYPE_SYNCED, ev.GetType())
+		}
+		return cancels
+	}
+	closeAll := func(cancels []context.CancelFunc) {
+		for _, c := range cancels {
+			c()
+		}
+	}
+	closeAll(open(10))
+	time.Sleep(200 * time.Millisecond)
+	require.Zero(t, released.Load(), "10 watches are no burst")
+
+	burst := open(100)
+	require.Zero(t, released.Load())
+	closeAll(burst)
+	require.Eventually(t, func() bool { return released.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, int64(1), released.Load(), "released once per burst")
+}
