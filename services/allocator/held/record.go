@@ -39,16 +39,12 @@ const (
 var errCorrupt = errors.New("held: corrupt record")
 
 // encode packs f into a record.
-func encode(f fields) record {
+func encode(f fields) record { return record(appendRecord(nil, f)) }
+
+// appendRecord packs f at the end of b.
+func appendRecord(b []byte, f fields) []byte {
 	var u [16]byte
 	isUUID := parseUUID(f.uid, &u)
-	n := 3*binary.MaxVarintLen64 + binary.MaxVarintLen32 + 3*binary.MaxVarintLen64 + 1 + len(f.name) + len(f.requestID)
-	if isUUID {
-		n += 16
-	} else {
-		n += len(f.uid)
-	}
-	b := make([]byte, 0, n)
 	b = binary.AppendUvarint(b, uint64(f.revision))
 	b = binary.AppendVarint(b, f.create.Unix())
 	b = binary.AppendUvarint(b, uint64(f.create.Nanosecond()))
@@ -61,8 +57,7 @@ func encode(f fields) record {
 		b = append(b, uidRaw)
 		b = appendString(b, f.uid)
 	}
-	b = appendString(b, f.requestID)
-	return record(b)
+	return appendString(b, f.requestID)
 }
 
 func appendString(b []byte, s string) []byte {

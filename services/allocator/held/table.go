@@ -2,12 +2,13 @@
 // form: the allocator's record of what is allocated, beside the free-space
 // index of package ipam.
 //
-// A Table holds each allocation as one packed string in a B-tree ordered
-// by address (so a page of a list costs O(log n + page)), interns the
-// owners' cluster/kind/namespace prefixes, and finds an owner's address
-// through a map of hashes, with no pointers in it for the garbage
-// collector to follow. A million allocations take about a sixth of the
-// memory of one heap object per allocation with a map for each lookup.
+// A Table holds each allocation as a packed record in an arena of byte
+// chunks, found through a B-tree of (address, place) ordered by address
+// (so a page of a list costs O(log n + page)); it interns the owners'
+// cluster/kind/namespace prefixes, and finds an owner's address through a
+// map of hashes. Neither the records nor the tree's items nor the map
+// hold pointers, so the garbage collector has a few thousand objects to
+// look at for a million allocations, not millions.
 //
 // A Table is not safe for concurrent use: the allocator holds the pool's
 // lock around it.
@@ -18,6 +19,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net/netip"
+	"strings"
+	"unsafe"
 
 	"github.com/google/btree"
 
@@ -37,7 +40,7 @@ func (k key) less(o key) bool { return k.hi < o.hi || (k.hi == o.hi && k.lo < o.
 
 type item struct {
 	k key
-	r record
+	r ref
 }
 
 // ownerKey is an owner as the table compares it: its interned prefix and
@@ -49,9 +52,12 @@ type ownerKey struct {
 
 // Table holds the allocations of one pool.
 type Table struct {
-	pool string
-	is4  bool
-	tree *btree.BTreeG[item]
+	pool  string
+	is4   bool
+	tree  *btree.BTreeG[item]
+	arena arena
+	// scratch is where a record is packed before it is copied in.
+	scratch []byte
 
 	prefixes prefixes
 	// owners maps the hash of an owner key to its address. An owner
@@ -71,6 +77,7 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 		pool:   pool,
 		is4:    is4,
 		tree:   btree.NewG(32, func(a, b item) bool { return a.k.less(b.k) }),
+		arena:  newArena(),
 		owners: make(map[uint64]key, sizeHint),
 		seed:   maphash.MakeSeed(),
 	}
@@ -116,7 +123,7 @@ func (t *Table) Revision(a netip.Addr) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return it.r.revision(), true
+	return t.arena.record(it.r).revision(), true
 }
 
 // Get returns the allocation of a.
@@ -129,7 +136,8 @@ func (t *Table) Get(a netip.Addr) (store.Allocation, bool) {
 }
 
 func (t *Table) decode(it item) store.Allocation {
-	f, err := it.r.decode()
+	// A copy: what is returned outlives the chunk's place in the table.
+	f, err := record(strings.Clone(string(t.arena.record(it.r)))).decode()
 	if err != nil {
 		// Records are only ever made by encode.
 		panic(fmt.Sprintf("held: record of %s in pool %s: %v", t.addr(it.k), t.pool, err))
@@ -177,7 +185,7 @@ func (t *Table) holds(k key, o ownerKey) bool {
 	if !ok {
 		return false
 	}
-	p, n := it.r.prefixAndName()
+	p, n := t.arena.record(it.r).prefixAndName()
 	return p == o.prefix && n == o.name
 }
 
@@ -188,13 +196,18 @@ func (t *Table) Put(a *store.Allocation) error {
 		return fmt.Errorf("held: address %s does not fit pool %s", a.Address, t.pool)
 	}
 	k := keyOf(a.Address)
-	if old, ok := t.tree.Get(item{k: k}); ok {
+	old, replaced := t.tree.Get(item{k: k})
+	if replaced {
 		t.unlink(old)
 	}
 	id := t.prefixes.ref(prefix{a.Owner.Cluster, a.Owner.Kind, a.Owner.Namespace})
-	r := encode(fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID})
-	t.tree.ReplaceOrInsert(item{k: k, r: r})
+	t.scratch = appendRecord(t.scratch[:0], fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID})
+	t.tree.ReplaceOrInsert(item{k: k, r: t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch)))})
 	t.link(ownerKey{id, a.Owner.Name}, k)
+	if replaced {
+		t.arena.drop(old.r)
+		t.compact()
+	}
 	return nil
 }
 
@@ -206,7 +219,35 @@ func (t *Table) Delete(a netip.Addr) bool {
 	}
 	t.unlink(it)
 	t.tree.Delete(it)
+	t.arena.drop(it.r)
+	t.compact()
 	return true
+}
+
+// compactChunks bounds the work of one compaction: a few chunks, about a
+// thousand records each, so a Put or Delete that triggers it stays short.
+const compactChunks = 8
+
+// compact moves the live records of the emptiest chunks to the current
+// one when garbage has grown larger than what is live, and gives the
+// emptied chunks up.
+func (t *Table) compact() {
+	if !t.arena.wasteful() {
+		return
+	}
+	for _, c := range t.arena.victims(compactChunks) {
+		t.arena.each(c, func(r ref, k key, rec record) {
+			it, ok := t.tree.Get(item{k: k})
+			if !ok || it.r != r {
+				return // dropped
+			}
+			t.tree.ReplaceOrInsert(item{k: k, r: t.arena.add(k, string(rec))})
+			t.arena.drop(r)
+		})
+		if t.arena.chunks[c] != nil && t.arena.live[c] == 0 {
+			t.arena.release(c)
+		}
+	}
 }
 
 // link makes k the address of owner o, whose record is in the tree.
@@ -215,6 +256,7 @@ func (t *Table) link(o ownerKey, k key) {
 		t.overflow[o] = k
 		return
 	}
+	o.name = strings.Clone(o.name) // kept in overflow, if it goes there
 	h := t.hash(o)
 	if cur, ok := t.owners[h]; ok && cur != k && !t.holds(cur, o) {
 		// Another owner with the same hash.
@@ -235,7 +277,7 @@ func (t *Table) linked(h uint64, k key) bool {
 // unlink drops what its record refers to: its owner's link, if the owner
 // still holds it, and its prefix.
 func (t *Table) unlink(it item) {
-	p, n := it.r.prefixAndName()
+	p, n := t.arena.record(it.r).prefixAndName()
 	o := ownerKey{p, n}
 	if v, ok := t.overflow[o]; ok {
 		if v == it.k {
@@ -281,7 +323,7 @@ type View struct {
 // copy of the interned prefixes: the B-tree is shared, copy-on-write, so
 // the table's later writes copy the nodes they touch, once.
 func (t *Table) Snapshot() *View {
-	v := &View{t: Table{pool: t.pool, is4: t.is4, tree: t.tree.Clone()}}
+	v := &View{t: Table{pool: t.pool, is4: t.is4, tree: t.tree.Clone(), arena: t.arena.view()}}
 	v.t.prefixes.list = append([]prefix(nil), t.prefixes.list...)
 	v.t.prefixes.refs = append([]uint32(nil), t.prefixes.refs...)
 	return v

@@ -126,6 +126,16 @@ func check(t *testing.T, tab *Table, m *model) {
 			t.Fatalf("Owned(%s) = %s %v, want %s %v", want.Owner.Key(), gotAddr, ok, wantAddr, wantOK)
 		}
 	}
+	total := 0
+	for _, c := range tab.arena.chunks {
+		total += len(c)
+	}
+	if tab.arena.used < 0 || tab.arena.garbage < 0 || total != tab.arena.used+tab.arena.garbage {
+		t.Fatalf("arena: %d bytes in chunks, %d used, %d garbage", total, tab.arena.used, tab.arena.garbage)
+	}
+	if total > 2*tab.arena.used+3*maxChunk {
+		t.Fatalf("arena: %d bytes in chunks for %d used: not compacted", total, tab.arena.used)
+	}
 	if len(tab.owners)+len(tab.overflow) != len(m.byOwner) {
 		t.Fatalf("%d owner links (%d overflowing), want %d", len(tab.owners)+len(tab.overflow), len(tab.overflow), len(m.byOwner))
 	}
@@ -278,10 +288,57 @@ func TestSnapshotKeepsItsState(t *testing.T) {
 		}
 	}
 	put("10.0.9.9", "late", "x", 5000)
+	// Enough churn for the arena to compact, moving records the view
+	// still refers to.
+	for i := range 20000 {
+		put(fmt.Sprintf("10.0.%d.%d", 5+i%3, 1+i%200), "churn", fmt.Sprintf("c%d", i), int64(6000+i))
+	}
 
 	var got []store.Allocation
 	v.Ascend(netip.Addr{}, func(a store.Allocation) bool { got = append(got, a); return true })
 	if v.Len() != len(want) || !slices.Equal(got, want) {
 		t.Fatalf("the view changed with the table: %d allocations, want %d", len(got), len(want))
+	}
+}
+
+// TestArenaCompacts: deleting most of a large table leaves a few records
+// in every chunk; the table moves them together and gives the chunks up,
+// and every record still reads back.
+func TestArenaCompacts(t *testing.T) {
+	tab := New("p", true, 0)
+	addr := netip.MustParseAddr("10.0.0.1")
+	var all []store.Allocation
+	for i := range 20000 {
+		a := store.Allocation{Pool: "p", Address: addr, Revision: int64(i + 1), Owner: store.Owner{Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("%08x-3b9e-4c5d-8f7a-1b2c3d4e5f60", i)}}
+		require(t, tab.Put(&a) == nil, "put")
+		all = append(all, a)
+		addr = addr.Next()
+	}
+	for i, a := range all {
+		if i%50 != 0 {
+			tab.Delete(a.Address)
+		}
+	}
+	total := 0
+	for _, c := range tab.arena.chunks {
+		total += len(c)
+	}
+	t.Logf("%d bytes in %d chunks for %d live", total, len(tab.arena.chunks)-len(tab.arena.free), tab.arena.used)
+	require(t, total <= 3*tab.arena.used+maxChunk, "%d bytes in chunks for %d live: not compacted", total, tab.arena.used)
+	for i, a := range all {
+		got, ok := tab.Get(a.Address)
+		require(t, ok == (i%50 == 0), "Get(%s) found=%v", a.Address, ok)
+		if ok {
+			require(t, got == a, "Get(%s) = %+v, want %+v", a.Address, got, a)
+			back, ok := tab.Owned(a.Owner)
+			require(t, ok && back == a.Address, "Owned(%s) = %s %v", a.Owner.Name, back, ok)
+		}
+	}
+}
+
+func require(t *testing.T, ok bool, format string, args ...any) {
+	t.Helper()
+	if !ok {
+		t.Fatalf(format, args...)
 	}
 }

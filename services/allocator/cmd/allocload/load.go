@@ -56,6 +56,7 @@ type loadConfig struct {
 	requests  int
 	warmup    time.Duration
 	pool      string
+	pools     int
 	cidr      string
 	mode      string
 	batchSize int
@@ -73,6 +74,7 @@ func (c *loadConfig) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.requests, "requests", 0, "stop after this many measured calls instead of after --duration")
 	fs.DurationVar(&c.warmup, "warmup", 0, "run this long before measuring")
 	fs.StringVar(&c.pool, "pool", "load", "pool to allocate from; created with --cidr when missing")
+	fs.IntVar(&c.pools, "pools", 0, "spread the calls over the pools POOL-0 .. POOL-(N-1), which must exist (allocload prefill --pools)")
 	fs.StringVar(&c.cidr, "cidr", "10.0.0.0/8", "CIDR of the pool when it has to be created")
 	fs.StringVar(&c.mode, "mode", modeAllocate, "allocate (fresh owners), allocate-release (allocate, then release it guarded by etag), allocate-get (allocate, then read it back through the next connection: another replica when --addr lists several), batch (BatchAllocate of --batch-size fresh owners) "+
 		"or ipaddress (the Kubernetes way, for comparison: create one IPAddress object per allocation on the kube-apiserver of --kubeconfig)")
@@ -89,6 +91,9 @@ func (c *loadConfig) validate() error {
 	}
 	if c.conns <= 0 {
 		errs = append(errs, errors.New("--conns must be positive"))
+	}
+	if c.pools < 0 {
+		errs = append(errs, errors.New("--pools must not be negative"))
 	}
 	if c.requests < 0 {
 		errs = append(errs, errors.New("--requests must not be negative"))
@@ -218,7 +223,7 @@ type target struct {
 
 func load(ctx context.Context, cfg loadConfig, t target) (*report, error) {
 	if t.kube == nil {
-		if err := ensurePool(ctx, allocatorv1.NewAllocatorServiceClient(t.conns[0]), cfg); err != nil {
+		if err := ensurePool(ctx, allocatorv1.NewAllocatorServiceClient(t.conns[0]), cfg); cfg.pools == 0 && err != nil {
 			return nil, err
 		}
 	}
@@ -342,6 +347,9 @@ func (c *loadClient) step(ctx context.Context, n int, record bool) {
 		return err == nil
 	}
 	pool := "pools/" + c.cfg.pool
+	if c.cfg.pools > 0 {
+		pool = fmt.Sprintf("pools/%s-%d", c.cfg.pool, c.next.Add(1)%uint32(c.cfg.pools))
+	}
 	switch c.cfg.mode {
 	case modeAllocate, modeAllocateRelease, modeAllocateGet:
 		var a *allocatorv1.Allocation

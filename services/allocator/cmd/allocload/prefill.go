@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ type prefillConfig struct {
 	cidr    string
 	count   int
 	txnSize int
+	pools   int
 }
 
 func runPrefill(args []string, out io.Writer) error {
@@ -32,6 +34,7 @@ func runPrefill(args []string, out io.Writer) error {
 	fs.StringVar(&cfg.cidr, "cidr", "10.0.0.0/8", "CIDR of the pool (IPv4 or IPv6)")
 	fs.IntVar(&cfg.count, "count", 1_000_000, "allocations to write")
 	fs.IntVar(&cfg.txnSize, "txn-size", 10_000, "allocations per store transaction")
+	fs.IntVar(&cfg.pools, "pools", 0, "instead of one pool, create this many, POOL-0 .. POOL-(N-1), each with --count allocations, in consecutive equal IPv4 CIDRs carved from --cidr")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,6 +45,14 @@ func runPrefill(args []string, out io.Writer) error {
 		return errors.New("--count and --txn-size must be positive")
 	}
 	start := time.Now()
+	if cfg.pools > 0 {
+		n, err := prefillPools(context.Background(), cfg)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "wrote %d pools %s-* with %d allocations in all to %s in %s\n", cfg.pools, cfg.pool, n, cfg.file, time.Since(start).Round(time.Millisecond))
+		return err
+	}
 	n, err := prefill(context.Background(), cfg)
 	if err != nil {
 		return err
@@ -100,6 +111,54 @@ func prefill(ctx context.Context, cfg prefillConfig) (int, error) {
 			return written, fmt.Errorf("commit after %d allocations: %w", written, err)
 		}
 		written += n
+	}
+	return written, st.Close()
+}
+
+// prefillPools writes cfg.pools pools, each a CIDR just large enough for
+// cfg.count allocations, carved one after the other from cfg.cidr, and
+// fills each. It returns the number of allocations written.
+func prefillPools(ctx context.Context, cfg prefillConfig) (int, error) {
+	pfx, err := netparse.ParsePrefix(cfg.cidr)
+	if err != nil || !pfx.Addr().Is4() {
+		return 0, fmt.Errorf("--cidr %q: --pools needs an IPv4 CIDR", cfg.cidr)
+	}
+	host := 2
+	for 1<<host < cfg.count+2 { // network and broadcast addresses
+		host++
+	}
+	if pfx.Bits()+host > 32 || (32-pfx.Bits()-host < 31 && cfg.pools > 1<<(32-pfx.Bits()-host)) {
+		return 0, fmt.Errorf("%s holds fewer than %d pools of %d addresses", pfx, cfg.pools, cfg.count)
+	}
+	st, err := bolt.Open(cfg.file)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	base := binary.BigEndian.Uint32(pfx.Addr().AsSlice())
+	now := time.Now().UTC()
+	written := 0
+	for i := range cfg.pools {
+		first := base + uint32(i)<<host
+		cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, first))), 32-host)
+		id := fmt.Sprintf("%s-%d", cfg.pool, i)
+		txn := store.Txn{
+			Conds: []store.Cond{{Kind: store.CondPoolAbsent, Pool: id}},
+			Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: id, CIDRs: []string{cidr.String()}, CreateTime: now, UpdateTime: now}}},
+		}
+		addr := cidr.Addr().Next()
+		for j := range cfg.count {
+			name := fmt.Sprintf("pod-%d-%d", i, j)
+			txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
+				Pool: id, Address: addr, CreateTime: now,
+				Owner: store.Owner{Cluster: "prefill", Kind: "Pod", Namespace: "prefill", Name: name, UID: "uid-" + name},
+			}})
+			addr = addr.Next()
+		}
+		if _, err := st.Commit(ctx, txn); err != nil {
+			return written, fmt.Errorf("pool %s: %w", id, err)
+		}
+		written += cfg.count
 	}
 	return written, st.Close()
 }
