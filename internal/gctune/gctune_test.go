@@ -53,17 +53,25 @@ func TestRunSetsGOGCUnlessTheEnvironmentDoes(t *testing.T) {
 	}
 }
 
-func TestRunRaisesGOGCForASmallHeap(t *testing.T) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
+// runTuner runs Run without GOGC in the environment until the test ends,
+// and puts GOGC back then.
+func runTuner(t *testing.T) {
+	t.Helper()
+	old := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
 	if v, set := os.LookupEnv("GOGC"); set {
 		os.Unsetenv("GOGC")
-		defer os.Setenv("GOGC", v)
+		t.Cleanup(func() { os.Setenv("GOGC", v) })
 	}
-	// The test binary's live heap is a few MiB: far below the headroom.
+	runtime.GC() // the live heap as it is now, not as a test before left it
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go Run(ctx, logger)
+	t.Cleanup(cancel)
+	go Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func TestRunRaisesGOGCForASmallHeap(t *testing.T) {
+	// The test binary's live heap is a few MiB: far below the headroom.
+	runTuner(t)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		p := gogc()
@@ -81,15 +89,7 @@ func TestRunRaisesGOGCForASmallHeap(t *testing.T) {
 // more than the headroom, GOGC comes down to 100 after the next
 // collection, not at the next periodic look.
 func TestRunFollowsAJumpAtOnce(t *testing.T) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	if v, set := os.LookupEnv("GOGC"); set {
-		os.Unsetenv("GOGC")
-		defer os.Setenv("GOGC", v)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go Run(ctx, logger)
+	runTuner(t)
 	deadline := time.Now().Add(5 * time.Second)
 	for gogc() <= 100 {
 		if time.Now().After(deadline) {
