@@ -520,7 +520,7 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		return s.fail(err)
 	}
 	batch := req.GetBatchSnapshot()
-	for e := range events {
+	for e := range s.encodeAhead(stream.Context(), events, batch) {
 		if e.Err != nil {
 			return s.fail(e.Err)
 		}
@@ -565,7 +565,7 @@ type encodedChunk struct {
 // once for every watch that sends it (the watches of a pool that start
 // together share their snapshot), and sent as encoded.
 func (s *Server) sendChunk(stream grpc.ServerStream, c *allocation.SnapshotChunk, batch bool) error {
-	enc := c.Memo(chunkEncoding(batch), func(as []store.Allocation) any { return s.encodeChunk(as, batch) }).(encodedChunk)
+	enc := s.encoded(c, batch)
 	if enc.err != nil {
 		return s.fail(fmt.Errorf("encode a watch snapshot: %w", enc.err))
 	}
@@ -575,6 +575,36 @@ func (s *Server) sendChunk(stream grpc.ServerStream, c *allocation.SnapshotChunk
 		}
 	}
 	return nil
+}
+
+func (s *Server) encoded(c *allocation.SnapshotChunk, batch bool) encodedChunk {
+	return c.Memo(chunkEncoding(batch), func(as []store.Allocation) any { return s.encodeChunk(as, batch) }).(encodedChunk)
+}
+
+// encodeAheadChunks is how many chunks of a snapshot are encoded ahead of
+// the one being sent.
+const encodeAheadChunks = 4
+
+// encodeAhead passes a watch's events on, encoding each snapshot chunk
+// first, in a goroutine of its own: the encoding of a chunk overlaps the
+// sending of those before it (and their decoding by the client). It
+// stops when ctx ends, as the events do.
+func (s *Server) encodeAhead(ctx context.Context, events <-chan allocation.WatchEvent, batch bool) <-chan allocation.WatchEvent {
+	out := make(chan allocation.WatchEvent, encodeAheadChunks)
+	go func() {
+		defer close(out)
+		for e := range events {
+			if e.Chunk != nil {
+				s.encoded(e.Chunk, batch)
+			}
+			select {
+			case out <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 func (s *Server) encodeChunk(as []store.Allocation, batch bool) encodedChunk {
