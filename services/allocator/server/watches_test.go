@@ -356,3 +356,24 @@ func TestBurstOfWatchesReleasesMemory(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, int64(1), released.Load(), "released once per burst")
 }
+
+// TestWatchCancelledMidSnapshotLetsGo: a client that goes away in the
+// middle of a batched snapshot leaves no goroutine behind (the watch's,
+// the one encoding ahead, the sender's).
+func TestWatchCancelledMidSnapshotLetsGo(t *testing.T) {
+	e := start(t)
+	e.createPool(t, "p", poolV4("10.0.0.0/18"))
+	seed(t, e, "p", 8000)
+	base := runtime.NumGoroutine()
+	for range 20 {
+		c, cancel := context.WithCancel(context.Background())
+		stream, err := e.client.WatchAllocations(c, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", BatchSnapshot: true})
+		require.NoError(t, err)
+		ev, err := stream.Recv()
+		require.NoError(t, err)
+		require.Len(t, ev.GetSnapshot(), 512)
+		cancel()
+	}
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= base+2 }, 10*time.Second, 20*time.Millisecond,
+		"goroutines: %d, %d before the watches", runtime.NumGoroutine(), base)
+}
