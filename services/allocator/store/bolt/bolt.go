@@ -27,7 +27,6 @@ var (
 	bucketMeta       = []byte("meta")
 	bucketPools      = []byte("pools")
 	bucketAllocs     = []byte("allocations")
-	bucketOwners     = []byte("owners")
 	bucketQuarantine = []byte("quarantine")
 	bucketRequests   = []byte("requests")
 
@@ -37,8 +36,17 @@ var (
 )
 
 // fileFormat is the layout version written in the meta bucket; Open
-// refuses a file of another version rather than misread it.
-const fileFormat = 1
+// refuses a file of another version rather than misread it. Format 2
+// no longer uses the owners bucket of format 1 (the owner index is kept
+// in memory: owners.go); Open upgrades a format 1 file by writing the new
+// format, which an older allocator then refuses.
+const (
+	fileFormat   = 2
+	formatOwners = 1
+)
+
+// bucketOwners is format 1's owner index, left unused in an upgraded file.
+var bucketOwners = []byte("owners")
 
 // Defaults.
 const (
@@ -123,6 +131,9 @@ type Store struct {
 	// Owned by the committer goroutine.
 	rev    int64
 	allocs int64
+	owners *ownerIndex
+	// upgraded is set by init when it upgraded a file of an older format.
+	upgraded bool
 
 	txns, conflicts, batches atomic.Uint64
 }
@@ -180,12 +191,19 @@ func Open(path string, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	if s.upgraded {
+		s.logger.Info("store file upgraded: the owner index is kept in memory from now on, and the file's owners bucket is no longer used", "path", path, "format", fileFormat)
+	}
 	if created && !o.noSync {
 		// The file's directory entry must survive a power loss too.
 		if err := syncDir(filepath.Dir(path)); err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
+	}
+	if s.owners, err = s.indexOwners(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s.log = eventlog.New(o.history, s.rev)
 	go s.run()
@@ -234,10 +252,18 @@ func (s *Store) init(tx *bbolt.Tx) error {
 			return err
 		}
 	}
-	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) {
+	if f := meta.Get(keyFormat); bytes.Equal(f, []byte{formatOwners}) {
+		// The owners bucket stays where it is, unused: deleting it would
+		// take seconds for a million allocations, and leave bbolt a list
+		// of free pages that it writes with every commit from then on.
+		if err := meta.Put(keyFormat, []byte{fileFormat}); err != nil {
+			return err
+		}
+		s.upgraded = true
+	} else if !bytes.Equal(f, []byte{fileFormat}) {
 		return fmt.Errorf("file format %v, want [%d]: not a store file of this version", f, fileFormat)
 	}
-	for _, b := range [][]byte{bucketPools, bucketAllocs, bucketOwners, bucketQuarantine, bucketRequests} {
+	for _, b := range [][]byte{bucketPools, bucketAllocs, bucketQuarantine, bucketRequests} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
@@ -247,6 +273,28 @@ func (s *Store) init(tx *bbolt.Tx) error {
 	// Request records put before now, by this version or an older one,
 	// are counted from now at the latest (requests.go).
 	return markRevision(meta, time.Now(), s.span)
+}
+
+// indexOwners builds the owner index from the allocations in the file.
+func (s *Store) indexOwners() (*ownerIndex, error) {
+	x := newOwnerIndex(int(min(s.allocs, 1<<24)))
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketAllocs).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			pool, addr, err := splitAddrKey(k)
+			if err != nil {
+				return err
+			}
+			d := newDecoder(v)
+			cluster, kind, namespace, name := d.str(), d.str(), d.str(), d.str()
+			if d.err != nil {
+				return fmt.Errorf("allocation %s/%s: %w", pool, addr, d.err)
+			}
+			x.add(x.hashParts(pool, cluster, kind, namespace, name), addr)
+		}
+		return nil
+	})
+	return x, err
 }
 
 func syncDir(dir string) error {

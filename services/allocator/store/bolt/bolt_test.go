@@ -268,9 +268,9 @@ func TestOwnerIndexCollision(t *testing.T) {
 	_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(other)}})
 	require.NoError(t, err)
 	wanted := store.Owner{Kind: "Pod", Namespace: "ns", Name: "wanted"}
-	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketOwners).Put(ownerIndexKey("p", wanted.Key(), other.Address), []byte{})
-	}))
+	// A colliding entry: the hash of the wanted owner, the address of
+	// another's allocation. (Between commits, the committer is idle.)
+	s.owners.add(s.owners.hash("p", wanted.Key()), other.Address)
 	absent := func(o store.Owner) bool {
 		_, err := s.Commit(ctx, store.Txn{
 			Conds: []store.Cond{{Kind: store.CondOwnerAbsent, Pool: "p", OwnerKey: o.Key()}},

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
@@ -45,18 +44,6 @@ func addrKey(pool string, addr netip.Addr) []byte {
 	k := make([]byte, 0, len(pool)+2+16)
 	k = append(append(k, pool...), 0)
 	return appendAddr(k, addr)
-}
-
-func ownerPrefix(pool, ownerKey string) []byte {
-	k := make([]byte, 0, len(pool)+1+8+17)
-	k = append(append(k, pool...), 0)
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(ownerKey))
-	return h.Sum(k)
-}
-
-func ownerIndexKey(pool, ownerKey string, addr netip.Addr) []byte {
-	return appendAddr(ownerPrefix(pool, ownerKey), addr)
 }
 
 func appendAddr(k []byte, addr netip.Addr) []byte {

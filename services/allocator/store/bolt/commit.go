@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	bbolt "go.etcd.io/bbolt"
@@ -122,7 +123,16 @@ func (s *Store) write(batch []*pending) error {
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 
-	w := newWriter(tx)
+	w := newWriter(tx, s.owners)
+	s.owners.begin()
+	committed := false
+	defer func() {
+		if committed {
+			s.owners.commit()
+		} else {
+			s.owners.rollback() // the bbolt transaction is rolled back too
+		}
+	}()
 	rev := s.rev
 	revs := make([]int64, len(batch)) // 0: failed a condition
 	var events []store.Event
@@ -160,6 +170,7 @@ func (s *Store) write(batch []*pending) error {
 		}
 		s.batches.Add(1)
 	}
+	committed = true
 	// Else every transaction failed its conditions: nothing to write, and
 	// the verdicts rest on state that is already on disk.
 	s.rev = rev
@@ -185,23 +196,23 @@ func (s *Store) write(batch []*pending) error {
 // unchanged until the transaction commits, so every key is freshly
 // allocated.
 type writer struct {
-	pools, allocs, owners, quarantine, requests *bbolt.Bucket
-	allocDelta                                  int64
+	pools, allocs, quarantine, requests *bbolt.Bucket
+	owners                              *ownerIndex
+	allocDelta                          int64
 }
 
-func newWriter(tx *bbolt.Tx) *writer {
+func newWriter(tx *bbolt.Tx, owners *ownerIndex) *writer {
 	w := &writer{
 		pools:      tx.Bucket(bucketPools),
 		allocs:     tx.Bucket(bucketAllocs),
-		owners:     tx.Bucket(bucketOwners),
+		owners:     owners,
 		quarantine: tx.Bucket(bucketQuarantine),
 		requests:   tx.Bucket(bucketRequests),
 	}
 	// Allocations mostly arrive in address order (the allocator hands out
 	// the next free address), so pages split by an append would stay
 	// half empty at bbolt's default fill; fuller pages mean a smaller
-	// file and a faster snapshot. The owner index is written in random
-	// order and keeps the default.
+	// file and a faster snapshot.
 	w.allocs.FillPercent = allocFill
 	return w
 }
@@ -273,26 +284,21 @@ func (w *writer) poolsUnchangedSince(rev int64) (bool, error) {
 // ownerAbsent looks the owner up in the hashed index and confirms each
 // hit against the allocation it points to.
 func (w *writer) ownerAbsent(pool, ownerKey string) (bool, error) {
-	prefix := ownerPrefix(pool, ownerKey)
-	c := w.owners.Cursor()
-	for k, _ := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		addr, ok := parseAddr(k[len(prefix):])
-		if !ok {
-			return false, fmt.Errorf("malformed owner index key %q", k)
-		}
+	absent := true
+	var err error
+	w.owners.each(w.owners.hash(pool, ownerKey), func(addr netip.Addr) bool {
 		v := w.allocs.Get(addrKey(pool, addr))
 		if v == nil {
-			return false, fmt.Errorf("owner index entry %q points to no allocation", k)
+			return true // an owner of another pool with the same hash
 		}
-		a, err := decodeAllocation(pool, addr, v)
-		if err != nil {
-			return false, err
+		var a store.Allocation
+		if a, err = decodeAllocation(pool, addr, v); err != nil {
+			return false
 		}
-		if a.Owner.Key() == ownerKey {
-			return false, nil
-		}
-	}
-	return true, nil
+		absent = a.Owner.Key() != ownerKey
+		return absent
+	})
+	return absent && err == nil, err
 }
 
 func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Event, error) {
@@ -318,18 +324,14 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 			if err != nil {
 				return events, err
 			}
-			if err := w.owners.Delete(ownerIndexKey(a.Pool, prev.Owner.Key(), a.Address)); err != nil {
-				return events, err
-			}
+			w.owners.remove(w.owners.hash(a.Pool, prev.Owner.Key()), a.Address)
 		} else {
 			w.allocDelta++
 		}
 		if err := w.allocs.Put(key, encodeAllocation(&a, rev)); err != nil {
 			return events, err
 		}
-		if err := w.owners.Put(ownerIndexKey(a.Pool, a.Owner.Key(), a.Address), []byte{}); err != nil {
-			return events, err
-		}
+		w.owners.add(w.owners.hash(a.Pool, a.Owner.Key()), a.Address)
 		if err := w.quarantine.Delete(addrKey(a.Pool, a.Address)); err != nil {
 			return events, err
 		}
@@ -345,9 +347,7 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 		if err != nil {
 			return events, err
 		}
-		if err := w.owners.Delete(ownerIndexKey(op.PoolID, prev.Owner.Key(), op.Address)); err != nil {
-			return events, err
-		}
+		w.owners.remove(w.owners.hash(op.PoolID, prev.Owner.Key()), op.Address)
 		if err := w.allocs.Delete(key); err != nil {
 			return events, err
 		}
@@ -386,21 +386,20 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 		}
 		events = append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &a})
 		keys = append(keys, bytes.Clone(k))
+		w.owners.remove(w.owners.hash(id, a.Owner.Key()), addr)
 	}
 	if err := deleteKeys(w.allocs, keys); err != nil {
 		return events, err
 	}
 	w.allocDelta -= int64(len(keys))
 
-	for _, b := range []*bbolt.Bucket{w.owners, w.quarantine} {
-		keys = keys[:0]
-		c := b.Cursor()
-		for k, _ := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			keys = append(keys, bytes.Clone(k))
-		}
-		if err := deleteKeys(b, keys); err != nil {
-			return events, err
-		}
+	keys = keys[:0]
+	qc := w.quarantine.Cursor()
+	for k, _ := qc.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = qc.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	if err := deleteKeys(w.quarantine, keys); err != nil {
+		return events, err
 	}
 
 	if v := w.pools.Get([]byte(id)); v != nil {

@@ -1,0 +1,188 @@
+package bolt
+
+import (
+	"hash/maphash"
+	"net/netip"
+)
+
+// ownerIndex finds the allocations whose owner has a given key, for
+// CondOwnerAbsent. Format 1 kept it in the file, as a bucket keyed by a
+// hash of the owner: every allocation added a key to a random leaf of that
+// tree, and with a million allocations a commit of 64 allocations
+// rewrote ~64 pages for it, which made the store's writes two and a half
+// times as costly as on an empty file. Format 2 keeps it in memory,
+// built from the allocations when the file is opened.
+//
+// The index maps a hash of (pool, owner key) to the addresses holding
+// such an owner; a lookup reads each allocation to compare the key, so a
+// collision costs a read, never a wrong answer. IPv4 addresses take four
+// bytes, and neither map holds a pointer for the garbage collector.
+//
+// Only the committer uses it. Changes made while a batch is written are
+// logged, and undone if the batch does not commit.
+type ownerIndex struct {
+	seed maphash.Seed
+	v4   map[uint64]uint32
+	v6   map[uint64][16]byte
+	// more holds the second and later addresses of a hash (another owner
+	// with the same hash, or the same owner holding two addresses, which
+	// only a transaction without CondOwnerAbsent can make).
+	more map[uint64][]netip.Addr
+
+	logging bool
+	undo    []ownerChange
+}
+
+type ownerChange struct {
+	added bool
+	h     uint64
+	addr  netip.Addr
+}
+
+func newOwnerIndex(sizeHint int) *ownerIndex {
+	return &ownerIndex{
+		seed: maphash.MakeSeed(),
+		v4:   make(map[uint64]uint32, sizeHint),
+		v6:   map[uint64][16]byte{},
+		more: map[uint64][]netip.Addr{},
+	}
+}
+
+// hash is the index's hash of an owner of pool.
+func (x *ownerIndex) hash(pool, ownerKey string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(x.seed)
+	h.WriteString(pool)
+	h.WriteByte(0)
+	h.WriteString(ownerKey)
+	return h.Sum64()
+}
+
+// hashParts is hash(pool, owner key) from the owner's fields, as
+// store.Owner.Key joins them.
+func (x *ownerIndex) hashParts(pool []byte, cluster, kind, namespace, name string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(x.seed)
+	h.Write(pool)
+	h.WriteByte(0)
+	for i, part := range [...]string{cluster, kind, namespace, name} {
+		if i > 0 {
+			h.WriteByte('/')
+		}
+		h.WriteString(part)
+	}
+	return h.Sum64()
+}
+
+// each calls fn with every address filed under h, until fn returns false.
+func (x *ownerIndex) each(h uint64, fn func(netip.Addr) bool) {
+	if a, ok := x.first(h); ok {
+		if !fn(a) {
+			return
+		}
+		for _, a := range x.more[h] {
+			if !fn(a) {
+				return
+			}
+		}
+	}
+}
+
+func (x *ownerIndex) first(h uint64) (netip.Addr, bool) {
+	if v, ok := x.v4[h]; ok {
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+	}
+	if v, ok := x.v6[h]; ok {
+		return netip.AddrFrom16(v), true
+	}
+	return netip.Addr{}, false
+}
+
+func (x *ownerIndex) setFirst(h uint64, a netip.Addr) {
+	if a.Is4() {
+		b := a.As4()
+		x.v4[h] = uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		return
+	}
+	x.v6[h] = a.As16()
+}
+
+// add files addr under h.
+func (x *ownerIndex) add(h uint64, addr netip.Addr) {
+	if _, ok := x.first(h); ok {
+		x.more[h] = append(x.more[h], addr)
+	} else {
+		x.setFirst(h, addr)
+	}
+	if x.logging {
+		x.undo = append(x.undo, ownerChange{added: true, h: h, addr: addr})
+	}
+}
+
+// remove takes addr from under h, if it is there.
+func (x *ownerIndex) remove(h uint64, addr netip.Addr) {
+	first, ok := x.first(h)
+	if !ok {
+		return
+	}
+	more := x.more[h]
+	switch {
+	case first == addr:
+		delete(x.v4, h)
+		delete(x.v6, h)
+		if len(more) > 0 {
+			x.setFirst(h, more[0])
+			more = more[1:]
+		}
+	default:
+		i := -1
+		for j, a := range more {
+			if a == addr {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			return
+		}
+		more = append(more[:i:i], more[i+1:]...)
+	}
+	if len(more) == 0 {
+		delete(x.more, h)
+	} else {
+		x.more[h] = more
+	}
+	if x.logging {
+		x.undo = append(x.undo, ownerChange{h: h, addr: addr})
+	}
+}
+
+// begin starts logging the changes of a batch.
+func (x *ownerIndex) begin() {
+	x.logging, x.undo = true, x.undo[:0]
+}
+
+// commit keeps the batch's changes; rollback undoes them, newest first.
+func (x *ownerIndex) commit() { x.logging = false }
+
+func (x *ownerIndex) rollback() {
+	x.logging = false
+	for i := len(x.undo) - 1; i >= 0; i-- {
+		c := x.undo[i]
+		if c.added {
+			x.remove(c.h, c.addr)
+		} else {
+			x.add(c.h, c.addr)
+		}
+	}
+	x.undo = x.undo[:0]
+}
+
+// len counts the addresses filed (tests).
+func (x *ownerIndex) len() int {
+	n := len(x.v4) + len(x.v6)
+	for _, m := range x.more {
+		n += len(m)
+	}
+	return n
+}
