@@ -271,17 +271,7 @@ func TestOwnerIndexCollision(t *testing.T) {
 	// A colliding entry: the hash of the wanted owner, the address of
 	// another's allocation. (Between commits, the committer is idle.)
 	s.owners.add(s.owners.hash("p", wanted.Key()), other.Address)
-	absent := func(o store.Owner) bool {
-		_, err := s.Commit(ctx, store.Txn{
-			Conds: []store.Cond{{Kind: store.CondOwnerAbsent, Pool: "p", OwnerKey: o.Key()}},
-			Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.9.9.9")}},
-		})
-		if errors.Is(err, store.ErrConflict) {
-			return false
-		}
-		require.NoError(t, err)
-		return true
-	}
+	absent := func(o store.Owner) bool { return ownerAbsent(t, s, "p", o) }
 	require.True(t, absent(wanted))
 	require.False(t, absent(other.Owner))
 
@@ -289,4 +279,19 @@ func TestOwnerIndexCollision(t *testing.T) {
 	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(&store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.9"), Owner: wanted})}})
 	require.NoError(t, err)
 	require.False(t, absent(wanted))
+}
+
+// ownerAbsent tells whether CondOwnerAbsent holds for o in pool, by
+// committing a transaction that changes nothing under it.
+func ownerAbsent(t *testing.T, s *Store, pool string, o store.Owner) bool {
+	t.Helper()
+	_, err := s.Commit(t.Context(), store.Txn{
+		Conds: []store.Cond{{Kind: store.CondOwnerAbsent, Pool: pool, OwnerKey: o.Key()}},
+		Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: pool, Address: netip.MustParseAddr("10.9.9.9")}},
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
 }

@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
@@ -112,17 +111,6 @@ func TestOpenUpgradesFormat1(t *testing.T) {
 		require.Equal(t, []byte{fileFormat}, tx.Bucket(bucketMeta).Get(keyFormat))
 		return nil
 	}))
-	absent := func(o store.Owner) bool {
-		_, err := s.Commit(t.Context(), store.Txn{
-			Conds: []store.Cond{{Kind: store.CondOwnerAbsent, Pool: "p", OwnerKey: o.Key()}},
-			Ops:   []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.9.9.9")}},
-		})
-		if errors.Is(err, store.ErrConflict) {
-			return false
-		}
-		require.NoError(t, err)
-		return true
-	}
-	require.False(t, absent(held.Owner))
-	require.True(t, absent(store.Owner{Kind: "Pod", Namespace: "ns", Name: "someone-else"}))
+	require.False(t, ownerAbsent(t, s, "p", held.Owner))
+	require.True(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "someone-else"}))
 }
