@@ -7,6 +7,7 @@
 //	allocload prefill --file plexus-allocator.db --count 1000000
 //	allocload startup --binary bin/allocator --store bolt:plexus-allocator.db --runs 5
 //	allocload watches --addr 127.0.0.1:7401 --pool load --watches 2000 --conns 4 --pid PID
+//	allocload probe --addr 127.0.0.1:7401 --interval 20ms --duration 30s
 //
 // load (the default) runs the clients. prefill writes allocations straight
 // into a bolt store file, through the store's API, to make a big store
@@ -14,6 +15,8 @@
 // long it takes until its health service says SERVING. watches opens many
 // WatchAllocations streams together and reports how long their snapshots
 // took, how health checks fared meanwhile and the allocator's memory.
+// probe sends health checks from a process of its own, to watch a load
+// from outside it.
 package main
 
 import (
@@ -44,6 +47,8 @@ func run(args []string, out io.Writer) error {
 		return runStartup(args, out)
 	case "watches":
 		return runWatches(args, out)
+	case "probe":
+		return runProbe(args, out)
 	}
-	return fmt.Errorf("unknown command %q (load, prefill, startup or watches)", cmd)
+	return fmt.Errorf("unknown command %q (load, prefill, startup, watches or probe)", cmd)
 }

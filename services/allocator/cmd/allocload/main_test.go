@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -170,4 +172,24 @@ func TestPercentile(t *testing.T) {
 	for _, tc := range tests {
 		require.Equal(t, tc.want, percentile(tc.values, tc.p), "p%v of %v", tc.p, tc.values)
 	}
+}
+
+func TestWatchesAndProbe(t *testing.T) {
+	addr := serve(t, memory.New())
+	loadJSON(t, "--addr", addr, "--clients=2", "--requests=50", "--pool=w", "--cidr=10.0.0.0/24")
+
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"watches", "--addr", addr, "--pool=w", "--watches=20", "--conns=2", "--batch", "--timeout=20s", "--pid", strconv.Itoa(os.Getpid())}, &out))
+	require.Contains(t, out.String(), "20 watches of pools/w over 2 connections")
+	require.Contains(t, out.String(), "; 0 failed")
+	require.Regexp(t, `health checks: [1-9]\d*, 0 failed or not SERVING`, out.String())
+	require.Regexp(t, `allocator memory: [1-9]\d* MB \(anon [1-9]\d*, file \d+\) before`, out.String())
+
+	// A watch of a pool that does not exist fails, and says so.
+	require.ErrorContains(t, run([]string{"watches", "--addr", addr, "--pool=nosuch", "--watches=2", "--conns=1", "--probe=false"}, io.Discard), "2 watches failed")
+
+	out.Reset()
+	require.NoError(t, run([]string{"probe", "--addr", addr, "--interval=10ms", "--duration=200ms"}, &out))
+	require.Regexp(t, `^health checks: [1-9]\d*, 0 failed or not SERVING, p50 `, out.String())
+	require.Error(t, run([]string{"probe", "--addr", addr, "--interval=0"}, io.Discard))
 }

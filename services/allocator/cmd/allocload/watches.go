@@ -29,6 +29,7 @@ type watchesConfig struct {
 	pid     int
 	timeout time.Duration
 	batch   bool
+	probe   bool
 }
 
 // runWatches opens --watches WatchAllocations streams of --pool together
@@ -46,6 +47,7 @@ func runWatches(args []string, out io.Writer) error {
 	fs.IntVar(&cfg.pid, "pid", 0, "the allocator's process id, to read its resident memory from /proc (0: not measured)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up after this long")
 	fs.BoolVar(&cfg.batch, "batch", false, "ask for the snapshot in batches (batch_snapshot) instead of one message per allocation")
+	fs.BoolVar(&cfg.probe, "probe", true, "send health checks while the watches start (turn off when allocload probe runs in a process of its own)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,7 +63,7 @@ func runWatches(args []string, out io.Writer) error {
 		defer cc.Close()
 		conns[i] = cc
 	}
-	before := rss(cfg.pid)
+	before := memOf(cfg.pid)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
 
@@ -69,21 +71,29 @@ func runWatches(args []string, out io.Writer) error {
 	done := make(chan struct{})
 	var (
 		mu          sync.Mutex
-		healthTimes []time.Duration
+		healthTimes []check
+		healthFails int
 		peak        = before
 	)
 	var sampler sync.WaitGroup
 	sampler.Go(func() {
 		hc := healthpb.NewHealthClient(conns[0])
 		for {
-			start := time.Now()
-			hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
-			_, _ = hc.Check(hctx, &healthpb.HealthCheckRequest{})
-			hcancel()
+			if cfg.probe {
+				start := time.Now()
+				hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+				resp, err := hc.Check(hctx, &healthpb.HealthCheckRequest{})
+				hcancel()
+				mu.Lock()
+				healthTimes = append(healthTimes, check{start, time.Since(start)})
+				if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					healthFails++
+				}
+				mu.Unlock()
+			}
 			mu.Lock()
-			healthTimes = append(healthTimes, time.Since(start))
-			if r := rss(cfg.pid); r > peak {
-				peak = r
+			if m := memOf(cfg.pid); m.total() > peak.total() {
+				peak = m
 			}
 			mu.Unlock()
 			select {
@@ -130,7 +140,7 @@ func runWatches(args []string, out io.Writer) error {
 	close(done)
 	sampler.Wait()
 	time.Sleep(2 * time.Second) // let the server let go of the streams
-	after := rss(cfg.pid)
+	after := memOf(cfg.pid)
 
 	failed := 0
 	var firstErr error
@@ -143,18 +153,13 @@ func runWatches(args []string, out io.Writer) error {
 		}
 	}
 	slices.Sort(synced)
-	slices.Sort(healthTimes)
-	pct := func(ds []time.Duration, p float64) time.Duration {
-		if len(ds) == 0 {
-			return 0
-		}
-		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
-	}
 	fmt.Fprintf(out, "%d watches of pools/%s over %d connections: all synced after %s (p50 %s, p99 %s); %d failed\n",
-		cfg.watches, cfg.pool, cfg.conns, all.Round(time.Millisecond), pct(synced, .5).Round(time.Millisecond), pct(synced, .99).Round(time.Millisecond), failed)
-	fmt.Fprintf(out, "health checks meanwhile: %d, p50 %s, max %s\n", len(healthTimes), pct(healthTimes, .5).Round(time.Microsecond), pct(healthTimes, 1).Round(time.Millisecond))
+		cfg.watches, cfg.pool, cfg.conns, all.Round(time.Millisecond), percentile(synced, 50).Round(time.Millisecond), percentile(synced, 99).Round(time.Millisecond), failed)
+	if cfg.probe {
+		fmt.Fprintln(out, probeSummary(healthTimes, healthFails), "(meanwhile)")
+	}
 	if cfg.pid != 0 {
-		fmt.Fprintf(out, "allocator RSS: %d MB before, %d MB at most while starting, %d MB after closing\n", before>>20, peak>>20, after>>20)
+		fmt.Fprintf(out, "allocator memory: %s before, %s at most while starting, %s after closing\n", before, peak, after)
 	}
 	if firstErr != nil {
 		return fmt.Errorf("%d watches failed, the first: %w", failed, firstErr)
@@ -162,23 +167,35 @@ func runWatches(args []string, out io.Writer) error {
 	return nil
 }
 
-// rss is a process's resident memory in bytes, from /proc (0 when pid is
-// 0 or unreadable).
-func rss(pid int) int64 {
+// procMemory is a process's resident memory, from /proc: anonymous pages
+// (heap, stacks, the runtime's own) and file pages (the binary's code,
+// the store file's mapped pages, which the kernel can drop and read again).
+type procMemory struct{ anon, file int64 }
+
+func (m procMemory) total() int64 { return m.anon + m.file }
+
+func (m procMemory) String() string {
+	return fmt.Sprintf("%d MB (anon %d, file %d)", m.total()>>20, m.anon>>20, m.file>>20)
+}
+
+// memOf reads pid's resident memory (zero when pid is 0 or unreadable).
+func memOf(pid int) procMemory {
+	var m procMemory
 	if pid == 0 {
-		return 0
+		return m
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return m
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err == nil {
-				return kb << 10
+		for key, dst := range map[string]*int64{"RssAnon:": &m.anon, "RssFile:": &m.file, "RssShmem:": &m.file} {
+			if rest, ok := strings.CutPrefix(line, key); ok {
+				if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
+					*dst += kb << 10
+				}
 			}
 		}
 	}
-	return 0
+	return m
 }
