@@ -103,11 +103,44 @@ func flagsDoc() ([]byte, error) {
 			rows = append(rows, row)
 		}
 		writeTable(&b, rows)
+		if err := serviceCommands(&b, spec); err != nil {
+			return nil, err
+		}
 	}
 	if err := plexusctlFlags(&b); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// serviceCommands renders a service's maintenance commands and their
+// flags.
+func serviceCommands(b *bytes.Buffer, spec server.Spec) error {
+	for _, sub := range server.Command(spec).Commands() {
+		if sub.Hidden || !sub.Runnable() {
+			continue
+		}
+		fmt.Fprintf(b, "\n### %s\n\n`%s`: %s.\n", sub.CommandPath(), sub.UseLine(), strings.TrimSuffix(sub.Short, "."))
+		var rows []flagRow
+		var err error
+		sub.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Name == "help" || err != nil {
+				return
+			}
+			var row flagRow
+			if row, err = serviceRow(f); err == nil {
+				rows = append(rows, row)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", sub.CommandPath(), err)
+		}
+		if len(rows) > 0 {
+			b.WriteString("\n")
+			writeTable(b, rows)
+		}
+	}
+	return nil
 }
 
 // joinAnd joins "a", "b" and "c" as "a, b and c".

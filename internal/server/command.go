@@ -38,6 +38,9 @@ type Spec struct {
 	// starts in the background must stop when ctx is done; the returned
 	// cleanup (may be nil) runs after the server has drained.
 	Setup func(ctx context.Context, rt *Runtime) (cleanup func(), err error)
+	// Commands are the service's maintenance commands (may be nil), run
+	// instead of the server: plexus-allocator compact, for example.
+	Commands func() []*cobra.Command
 }
 
 // Flags is a service's own options as flags: pointer receivers that
@@ -97,6 +100,10 @@ func Command(spec Spec) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd.Context(), cfg, spec)
 		},
+	}
+	if spec.Commands != nil {
+		cmd.AddCommand(spec.Commands()...)
+		cmd.CompletionOptions.DisableDefaultCmd = true
 	}
 	cfg.AddFlags(cmd.Flags())
 	if spec.AddFlags != nil {

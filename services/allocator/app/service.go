@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
@@ -56,6 +57,7 @@ func Spec() server.Spec {
 		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
 			return setup(ctx, rt, storeSpec, &etcdFlags, allocserver.WithMaxWatches(maxWatches))
 		},
+		Commands: func() []*cobra.Command { return []*cobra.Command{compactCommand()} },
 	}
 }
 

@@ -18,15 +18,13 @@ import (
 // range sorted by pool id. Addresses follow as a family byte and their
 // bytes, so a pool's allocations are sorted by address.
 //
-// The owner index keys by a 64-bit FNV-1a hash of the owner key rather
-// than the key itself: an entry takes about 20 bytes instead of 70, which
-// keeps the index (written in random order, so spread over many pages)
-// small. A lookup confirms a hit against the owner in the allocation
-// record, so a collision costs a read, never a wrong answer.
+// Format 1 also kept an owner index, keyed by a hash of the owner; format
+// 2 keeps it in memory (owners.go) and leaves that bucket unused in an
+// upgraded file until Compact drops it.
 //
 //	pools       pool id
 //	allocations pool 0x00 family address
-//	owners      pool 0x00 hash(owner-key) family address   (empty value)
+//	owners      pool 0x00 hash(owner-key) family address   (format 1 only)
 //	quarantine  pool 0x00 family address
 //	requests    request id
 const (

@@ -15,9 +15,11 @@
 // had when it was opened; a watch from an older revision gets
 // store.ErrCompacted and re-lists, as it would after an etcd compaction.
 //
-// The file holds one bucket per kind of record plus an owner index (see
-// codec.go for the key layout). Values use a small hand-written binary
-// encoding: a million allocations are read back in well under a second.
+// The file holds one bucket per kind of record (see codec.go for the key
+// layout); the owner index is kept in memory, built as the file opens
+// (owners.go). Values use a small hand-written binary encoding: a
+// million allocations are read back in well under a second. Compact
+// rewrites a file without its free pages while no allocator has it open.
 //
 // Request records are kept for store.DefaultRequestRetention, as etcd's
 // are, not for good: the file would otherwise grow with every request

@@ -1,0 +1,156 @@
+package bolt
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// CompactResult says what Compact did.
+type CompactResult struct {
+	// Before and After are the file's sizes in bytes.
+	Before, After int64
+	// Records is how many records were copied.
+	Records int
+	// Dropped names the buckets left out (format 1's owner index).
+	Dropped []string
+}
+
+// compactTxnRecords bounds one write transaction of the copy, so that
+// copying a million records does not hold them all in memory at once.
+const compactTxnRecords = 1 << 16
+
+// Compact rewrites the store file at path with only what the store
+// uses, packed: free pages and the owners bucket an upgraded format 1
+// file keeps are left behind. bbolt never gives free pages back to the
+// file system, and an upgraded file keeps its old owner index (about a
+// third of the file) until this runs.
+//
+// The allocator must not be running: Compact takes the file's lock (and
+// waits lockTimeout for it). The copy goes to PATH.compact, which is
+// synced and then renamed over the file, so a crash at any point leaves
+// either the old file or the new one; a leftover PATH.compact of an
+// interrupted run is overwritten. The copy is written in the current
+// format.
+func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
+	var res CompactResult
+	if fi, err := os.Stat(path); err == nil {
+		res.Before = fi.Size()
+	}
+	src, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout, OpenFile: openExisting})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return res, fmt.Errorf("compact %s: file is locked by another process (stop the allocator that uses it first; waited %s)", path, lockTimeout)
+	}
+	if err != nil {
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	defer src.Close() // held until the new file is in place: nobody opens the old one meanwhile
+
+	tmp := path + ".compact"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	dst, err := bbolt.Open(tmp, 0o600, &bbolt.Options{NoSync: true, FreelistType: bbolt.FreelistMapType})
+	if err != nil {
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	err = src.View(func(tx *bbolt.Tx) error {
+		if err := checkFormat(tx); err != nil {
+			return err
+		}
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			if bytes.Equal(name, bucketOwners) {
+				res.Dropped = append(res.Dropped, string(name))
+				return nil
+			}
+			n, err := copyBucket(dst, name, b)
+			res.Records += n
+			return err
+		})
+	})
+	if err == nil {
+		err = dst.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyFormat, []byte{fileFormat}) })
+	}
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return res, fmt.Errorf("compact %s: the new file is in place, but its directory entry may not be on disk: %w", path, err)
+	}
+	if fi, err := os.Stat(path); err == nil {
+		res.After = fi.Size()
+	}
+	return res, nil
+}
+
+// openExisting opens a store file for bbolt without creating one: a
+// mistyped path is an error, not a new empty store.
+func openExisting(name string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(name, flag&^os.O_CREATE, perm)
+}
+
+// checkFormat refuses a file that is not a store file of this version or
+// of format 1.
+func checkFormat(tx *bbolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return errors.New("not a store file: no meta bucket")
+	}
+	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) && !bytes.Equal(f, []byte{formatOwners}) {
+		return fmt.Errorf("file format %v, want [%d] or [%d]: not a store file of this version", f, formatOwners, fileFormat)
+	}
+	return nil
+}
+
+// copyBucket copies the top-level bucket b, named name, into dst, in
+// write transactions of at most compactTxnRecords records. The store
+// keeps no nested buckets; one is an error rather than dropped silently.
+func copyBucket(dst *bbolt.DB, name []byte, b *bbolt.Bucket) (int, error) {
+	c := b.Cursor()
+	k, v := c.First()
+	copied := 0
+	for first := true; first || k != nil; first = false {
+		err := dst.Update(func(tx *bbolt.Tx) error {
+			out, err := tx.CreateBucketIfNotExists(name)
+			if err != nil {
+				return err
+			}
+			// Keys arrive in order: pages filled like the allocations
+			// bucket's (newWriter) leave room for the inserts to come.
+			out.FillPercent = allocFill
+			for n := 0; k != nil && n < compactTxnRecords; n++ {
+				if v == nil {
+					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", name, k)
+				}
+				if err := out.Put(k, v); err != nil { // src's pages stay mapped until its View ends
+					return err
+				}
+				copied++
+				k, v = c.Next()
+			}
+			return nil
+		})
+		if err != nil {
+			return copied, err
+		}
+	}
+	return copied, nil
+}
