@@ -11,8 +11,10 @@ import (
 // Metrics are the allocator's own Prometheus metrics; the shared runtime
 // adds the per-RPC ones.
 type Metrics struct {
-	latency *prometheus.HistogramVec
-	errors  *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	errors        *prometheus.CounterVec
+	turnWait      prometheus.Histogram
+	turnsTimedOut prometheus.Counter
 }
 
 // NewMetrics registers the allocator's metrics, including per-pool gauges
@@ -28,8 +30,17 @@ func NewMetrics(reg prometheus.Registerer, svc *allocation.Allocator) *Metrics {
 			Name: "plexus_allocator_errors_total",
 			Help: "Allocator errors by reason.",
 		}, []string{"reason"}),
+		turnWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "plexus_allocator_watch_turn_wait_seconds",
+			Help:    "Time a watch waited for its turn to send its snapshot (a few watches send theirs at once).",
+			Buckets: []float64{.001, .01, .1, .5, 1, 2.5, 5, 10, 30},
+		}),
+		turnsTimedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "plexus_allocator_watch_turns_timed_out_total",
+			Help: "Watches whose snapshot took longer than their turn (a slow reader or a big pool); each went on beside the others.",
+		}),
 	}
-	reg.MustRegister(m.latency, m.errors, &poolCollector{svc: svc})
+	reg.MustRegister(m.latency, m.errors, m.turnWait, m.turnsTimedOut, &poolCollector{svc: svc})
 	return m
 }
 

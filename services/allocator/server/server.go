@@ -44,6 +44,7 @@ type Server struct {
 	maxWatches int64
 	watches    atomic.Int64
 	burst      burst
+	turns      *turns
 }
 
 // DefaultMaxWatches is the default bound on open WatchAllocations
@@ -62,11 +63,27 @@ func WithMaxWatches(n int) Option { return func(s *Server) { s.maxWatches = int6
 // (debug.FreeOSMemory by default; tests count the calls).
 func WithReleaseMemory(fn func()) Option { return func(s *Server) { s.burst.release = fn } }
 
+// WithSnapshotTurns lets n watches at a time send their snapshots, each
+// for hold at most (turns.go); n of 0 lets every watch go at once.
+func WithSnapshotTurns(n int, hold time.Duration) Option {
+	return func(s *Server) {
+		s.turns = nil
+		if n > 0 {
+			s.turns = newTurns(n, hold)
+		}
+	}
+}
+
 // New returns a Server around svc. metrics may be nil.
 func New(svc *allocation.Allocator, metrics *Metrics, opts ...Option) *Server {
-	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches, burst: burst{release: debug.FreeOSMemory}}
+	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches, burst: burst{release: debug.FreeOSMemory},
+		turns: newTurns(DefaultSnapshotTurns, DefaultSnapshotTurnHold)}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.turns != nil && metrics != nil {
+		s.turns.observe = func(d time.Duration) { metrics.turnWait.Observe(d.Seconds()) }
+		s.turns.timedOut = metrics.turnsTimedOut.Inc
 	}
 	return s
 }
@@ -515,6 +532,13 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	}
 	s.burst.opened(n)
 	defer func() { s.burst.closed(s.watches.Add(-1)) }()
+	turnDone := func() {}
+	if req.GetStartRevision() == 0 { // a snapshot to send
+		if turnDone, err = s.turns.take(stream.Context()); err != nil {
+			return err
+		}
+		defer turnDone()
+	}
 	events, err := s.svc.Watch(stream.Context(), id, req.GetStartRevision())
 	if err != nil {
 		return s.fail(err)
@@ -523,6 +547,9 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	for e := range s.encodeAhead(stream.Context(), events, batch) {
 		if e.Err != nil {
 			return s.fail(e.Err)
+		}
+		if e.Synced {
+			turnDone()
 		}
 		if e.Chunk != nil {
 			if err := s.sendChunk(stream, e.Chunk, batch); err != nil {

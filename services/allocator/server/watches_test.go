@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
@@ -376,4 +377,64 @@ func TestWatchCancelledMidSnapshotLetsGo(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= base+2 }, 10*time.Second, 20*time.Millisecond,
 		"goroutines: %d, %d before the watches", runtime.NumGoroutine(), base)
+}
+
+// TestSnapshotsTakeTurns: watches send their snapshots a few at a time; a
+// watch waits for its turn, a closed watch gives its turn back, and a
+// watch whose snapshot is not read in time loses its turn to the next.
+func TestSnapshotsTakeTurns(t *testing.T) {
+	for _, hold := range []time.Duration{time.Hour, 300 * time.Millisecond} {
+		e := start(t, withFixedWindow(), withServer(allocserver.WithSnapshotTurns(1, hold)))
+		e.createPool(t, "big", poolV4("10.0.0.0/18"))
+		e.createPool(t, "small", poolV4("10.1.0.0/24"))
+		seed(t, e, "big", 8000)
+
+		// A watch whose client reads one message of its snapshot, then
+		// nothing: 8,000 messages do not fit the flow-control window.
+		stuckCtx, unstick := context.WithCancel(context.Background())
+		defer unstick()
+		stuck, err := e.client.WatchAllocations(stuckCtx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/big"})
+		require.NoError(t, err)
+		_, err = stuck.Recv()
+		require.NoError(t, err)
+
+		syncs := func(c context.Context) error {
+			stream, err := e.client.WatchAllocations(c, &allocatorv1.WatchAllocationsRequest{Pool: "pools/small"})
+			if err != nil {
+				return err
+			}
+			ev, err := stream.Recv()
+			if err == nil && ev.GetType() != allocatorv1.EventType_EVENT_TYPE_SYNCED {
+				return fmt.Errorf("first event %v, want SYNCED", ev.GetType())
+			}
+			return err
+		}
+		metrics := func() string { return httpGet(t, "http://"+e.httpAddr+"/metrics") }
+		if hold == time.Hour {
+			c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			require.Equal(t, codes.DeadlineExceeded, status.Code(syncs(c)), "the turn is the stuck watch's")
+			cancel()
+			unstick()
+			require.NoError(t, syncs(ctx(t)), "a watch that closes gives its turn back")
+			require.Zero(t, sample(t, metrics(), "plexus_allocator_watch_turns_timed_out_total"))
+			continue
+		}
+		require.NoError(t, syncs(ctx(t)), "the stuck watch's turn runs out")
+		m := metrics()
+		require.Equal(t, 1.0, sample(t, m, "plexus_allocator_watch_turns_timed_out_total"))
+		require.Equal(t, 2.0, sample(t, m, "plexus_allocator_watch_turn_wait_seconds_count"))
+		require.GreaterOrEqual(t, sample(t, m, "plexus_allocator_watch_turn_wait_seconds_sum"), 0.2)
+
+		// A watch resumed from a revision has no snapshot to send, and no
+		// turn to wait for.
+		_, err = e.client.Allocate(ctx(t), &allocatorv1.AllocateRequest{Pool: "pools/small", Owner: &allocatorv1.Owner{Kind: "Pod", Namespace: "ns", Name: "late"}})
+		require.NoError(t, err)
+		turnsBefore := sample(t, metrics(), "plexus_allocator_watch_turn_wait_seconds_count")
+		resumed, err := e.client.WatchAllocations(ctx(t), &allocatorv1.WatchAllocationsRequest{Pool: "pools/small", StartRevision: 1})
+		require.NoError(t, err)
+		ev, err := resumed.Recv()
+		require.NoError(t, err)
+		require.Equal(t, "late", ev.GetAllocation().GetOwner().GetName())
+		require.Equal(t, turnsBefore, sample(t, metrics(), "plexus_allocator_watch_turn_wait_seconds_count"))
+	}
 }
