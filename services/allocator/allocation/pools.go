@@ -752,8 +752,12 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		return events, nil
 	}
 	key, take := "-", storeSnapshot(s.store)
-	if pool != "-" && !s.follow {
+	switch {
+	case pool == "-":
+	case !s.follow:
 		key, take = pool, s.heldSnapshot(pool)
+	default:
+		key, take = pool, storePoolSnapshot(s.store, pool)
 	}
 	for fresh := false; ; fresh = true {
 		sn, err := s.snapshots.get(ctx, key, fresh, take)

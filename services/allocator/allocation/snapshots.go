@@ -180,7 +180,8 @@ type snapshotCall struct {
 // started together take one, not 2,000. A snapshot is dropped
 // snapshotReuse after it was taken (the watches still sending it keep
 // what they hold). Snapshots are kept by key: one for the whole store,
-// and one per pool taken from memory.
+// and one per pool (taken from memory, or on a follower read from the
+// store).
 type snapshots struct {
 	mu    sync.Mutex
 	calls map[string]*snapshotCall
@@ -237,6 +238,19 @@ func storeSnapshot(st store.Store) func(context.Context) (*poolSnapshot, error) 
 			return nil, fmt.Errorf("watch snapshot: %w", err)
 		}
 		return &poolSnapshot{rev: snap.Revision, all: snap.Allocations, byPool: map[string][]store.Allocation{}}, nil
+	}
+}
+
+// storePoolSnapshot reads one pool's allocations from the store: what a
+// follower does, whose held state is not exact at any one revision (see
+// heldSnapshot), without decoding the other pools.
+func storePoolSnapshot(st store.Store, pool string) func(context.Context) (*poolSnapshot, error) {
+	return func(ctx context.Context) (*poolSnapshot, error) {
+		rev, allocs, err := st.SnapshotPool(ctx, pool)
+		if err != nil {
+			return nil, fmt.Errorf("watch snapshot of pool %s: %w", pool, err)
+		}
+		return &poolSnapshot{rev: rev, all: allocs, byPool: map[string][]store.Allocation{pool: allocs}}, nil
 	}
 }
 

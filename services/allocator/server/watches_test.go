@@ -23,12 +23,17 @@ import (
 // countingStore counts the snapshots taken of the store.
 type countingStore struct {
 	store.Store
-	snapshots atomic.Int64
+	snapshots, poolSnapshots atomic.Int64
 }
 
 func (c *countingStore) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	c.snapshots.Add(1)
 	return c.Store.Snapshot(ctx)
+}
+
+func (c *countingStore) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
+	c.poolSnapshots.Add(1)
+	return c.Store.SnapshotPool(ctx, pool)
 }
 
 // seed allocates n addresses in pool, in batches.
@@ -437,4 +442,67 @@ func TestSnapshotsTakeTurns(t *testing.T) {
 		require.Equal(t, "late", ev.GetAllocation().GetOwner().GetName())
 		require.Equal(t, turnsBefore, sample(t, metrics(), "plexus_allocator_watch_turn_wait_seconds_count"))
 	}
+}
+
+// TestFollowerWatchReadsOnlyItsPool: a replica that shares its store
+// (etcd) cannot take a watch's snapshot from memory; it reads the pool's
+// own records from the store, once for the watches that start together,
+// and never decodes the whole store for a watch of one pool.
+func TestFollowerWatchReadsOnlyItsPool(t *testing.T) {
+	var (
+		counted *countingStore
+		e       *env
+	)
+	e = start(t,
+		withSharedStore(func(ctx context.Context) (int64, error) {
+			rev, _, err := e.store.SnapshotPool(ctx, "")
+			return rev, err
+		}),
+		withStore(func(s store.Store) store.Store { counted = &countingStore{Store: s}; return counted }))
+	e.createPool(t, "big", poolV4("10.0.0.0/16"))
+	e.createPool(t, "small", poolV4("10.1.0.0/24"))
+	seed(t, e, "big", 5000)
+	e.allocate(t, "small", pod("ns", "a"))
+	e.allocate(t, "small", pod("ns", "b"))
+
+	before := counted.snapshots.Load()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			stream, err := e.client.WatchAllocations(ctx(t), &allocatorv1.WatchAllocationsRequest{Pool: "pools/small"})
+			if !assert.NoError(t, err) {
+				return
+			}
+			var names []string
+			for {
+				ev, err := stream.Recv()
+				if !assert.NoError(t, err) {
+					return
+				}
+				if ev.GetType() == allocatorv1.EventType_EVENT_TYPE_SYNCED {
+					assert.Equal(t, []string{"a", "b"}, names)
+					return
+				}
+				names = append(names, ev.GetAllocation().GetOwner().GetName())
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, before, counted.snapshots.Load(), "no whole-store snapshot for watches of one pool")
+	require.Positive(t, counted.poolSnapshots.Load())
+	require.LessOrEqual(t, counted.poolSnapshots.Load(), int64(5), "50 watches started together share the pool's snapshot")
+
+	// What a watch misses between its snapshot and now comes after it.
+	stream, err := e.client.WatchAllocations(ctx(t), &allocatorv1.WatchAllocationsRequest{Pool: "pools/small"})
+	require.NoError(t, err)
+	e.allocate(t, "small", pod("ns", "c"))
+	var names []string
+	for len(names) < 3 {
+		ev, err := stream.Recv()
+		require.NoError(t, err)
+		if ev.GetType() != allocatorv1.EventType_EVENT_TYPE_SYNCED {
+			names = append(names, ev.GetAllocation().GetOwner().GetName())
+		}
+	}
+	require.Equal(t, []string{"a", "b", "c"}, names)
 }

@@ -260,6 +260,11 @@ type Event struct {
 type Store interface {
 	// Snapshot returns the whole state at the current revision.
 	Snapshot(ctx context.Context) (*Snapshot, error)
+	// SnapshotPool returns the allocations of one pool, in address order
+	// (IPv4 first), at the current revision, and that revision. It reads
+	// that pool's records only, where Snapshot decodes the whole store;
+	// a pool that does not exist has none.
+	SnapshotPool(ctx context.Context, pool string) (int64, []Allocation, error)
 	// Commit applies txn atomically and returns its revision, or
 	// ErrConflict when a condition failed.
 	Commit(ctx context.Context, txn Txn) (int64, error)

@@ -398,6 +398,39 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return snap, nil
 }
 
+// SnapshotPool implements store.Store: the pool's keys are one range of
+// the allocations bucket, read in the same transaction as the revision.
+func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	var (
+		rev int64
+		out []store.Allocation
+	)
+	err := s.view(func(tx *bbolt.Tx) error {
+		rev = int64(getUint64(tx.Bucket(bucketMeta), keyRevision))
+		prefix := poolPrefix(pool)
+		c := tx.Bucket(bucketAllocs).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			_, addr, err := splitAddrKey(k)
+			if err != nil {
+				return err
+			}
+			a, err := decodeAllocation(pool, addr, v)
+			if err != nil {
+				return err
+			}
+			out = append(out, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("snapshot pool %s of %s: %w", pool, s.path, err)
+	}
+	return rev, out, nil
+}
+
 // interner returns one string per pool id, since keys come sorted by pool
 // and a million allocations would otherwise carry a million copies.
 type interner struct{ last string }

@@ -102,3 +102,52 @@ func allocTxn(pool string, poolRev int64, i int) store.Txn {
 		},
 	}
 }
+
+// BenchmarkWatchSnapshot compares what a watch of a small pool reads on
+// etcd beside a pool of 100,000 allocations: the whole store (Snapshot,
+// what a follower's watch decoded before) against the pool's own keys
+// (SnapshotPool).
+func BenchmarkWatchSnapshot(b *testing.B) {
+	e := kubetest.StartEtcd(b)
+	s, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: freshPrefix()})
+	require.NoError(b, err)
+	defer s.Close()
+	ctx := b.Context()
+	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{
+		{Kind: store.OpPutPool, Pool: &store.Pool{ID: "big", CIDRs: []string{"10.0.0.0/8"}}},
+		{Kind: store.OpPutPool, Pool: &store.Pool{ID: "small", CIDRs: []string{"11.0.0.0/24"}}},
+	}})
+	require.NoError(b, err)
+	const big, small = 100000, 100
+	fill := func(pool string, base netip.Addr, n int) {
+		for done := 0; done < n; {
+			var ops []store.Op
+			for ; done < n && len(ops) < 30; done++ { // several etcd ops each, within its --max-txn-ops of 128
+				ops = append(ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{Pool: pool, Address: base,
+					Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", done), UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", done)}}})
+				base = base.Next()
+			}
+			_, err := s.Commit(ctx, store.Txn{Ops: ops})
+			require.NoError(b, err)
+		}
+	}
+	fill("big", netip.MustParseAddr("10.0.0.1"), big)
+	fill("small", netip.MustParseAddr("11.0.0.1"), small)
+
+	b.Run("store", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			snap, err := s.Snapshot(ctx)
+			require.NoError(b, err)
+			require.Len(b, snap.Allocations, big+small)
+		}
+	})
+	b.Run("pool", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, allocs, err := s.SnapshotPool(ctx, "small")
+			require.NoError(b, err)
+			require.Len(b, allocs, small)
+		}
+	})
+}

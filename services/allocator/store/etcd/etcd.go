@@ -178,6 +178,26 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return snap, nil
 }
 
+// SnapshotPool implements store.Store: one range read of the pool's
+// allocation keys, at the revision of its first page.
+func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
+	if s.isClosed() {
+		return 0, nil, store.ErrClosed
+	}
+	var out []store.Allocation
+	rev, err := s.scan(ctx, s.k.prefix+keyAllocs+pool+sep, 0, func(kv *mvccpb.KeyValue) error {
+		a, err := decodeAlloc(kv.Value, kv.ModRevision)
+		if err == nil {
+			out = append(out, a)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, nil, s.readError(ctx, "snapshot pool "+pool, err)
+	}
+	return rev, out, nil
+}
+
 // ErrOldLayout is returned by Snapshot when the prefix holds pools in the
 // key layout of an earlier version. Serving from the current layout would
 // show an empty store and hand out addresses that are taken.

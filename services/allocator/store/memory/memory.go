@@ -115,6 +115,23 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return snap, nil
 }
 
+// SnapshotPool implements store.Store.
+func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, nil, store.ErrClosed
+	}
+	var out []store.Allocation
+	if ps := s.pools[pool]; ps != nil {
+		out = slices.SortedFunc(maps.Values(ps.allocs), func(x, y store.Allocation) int { return x.Address.Compare(y.Address) })
+	}
+	return s.rev, out, nil
+}
+
 // GetRequest implements store.Store.
 func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool, error) {
 	if err := ctx.Err(); err != nil {

@@ -53,6 +53,32 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	require.Equal(t, snap, snapshot(t, s))
 }
 
+// testSnapshotPool: a pool's snapshot holds its allocations in address
+// order, IPv4 first, and no other pool's, not even one whose id starts
+// with its id; an unknown pool has none, at the current revision.
+func testSnapshotPool(t *testing.T, s store.Store) {
+	commit(t, s, txn(putPool(newPool("a", "10.0.0.0/24", "2001:db8::/64")), putPool(newPool("ab", "10.1.0.0/24"))))
+	commit(t, s, txn(putAlloc(newAlloc("a", "2001:db8::1", "v6")), putAlloc(newAlloc("a", "10.0.0.9", "nine")), putAlloc(newAlloc("ab", "10.1.0.1", "other"))))
+	rev := commit(t, s, txn(putAlloc(newAlloc("a", "10.0.0.10", "ten"))))
+
+	got, allocs, err := s.SnapshotPool(t.Context(), "a")
+	require.NoError(t, err)
+	require.Equal(t, rev, got)
+	var names []string
+	for _, a := range allocs {
+		require.Equal(t, "a", a.Pool)
+		names = append(names, a.Owner.Name)
+	}
+	require.Equal(t, []string{"nine", "ten", "v6"}, names)
+	full := snapshot(t, s)
+	require.Equal(t, full.Allocations[:3], allocs, "as the whole-store snapshot has them")
+
+	got, allocs, err = s.SnapshotPool(t.Context(), "nosuch")
+	require.NoError(t, err)
+	require.Equal(t, rev, got)
+	require.Empty(t, allocs)
+}
+
 func testConditions(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	rPool := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))

@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	}{
 		{"EmptyStore", testEmptyStore},
 		{"RoundTrip", testRoundTrip},
+		{"SnapshotPool", testSnapshotPool},
 		{"Conditions", testConditions},
 		{"PoolsUnchangedSince", testPoolsUnchangedSince},
 		{"RangeFree", testRangeFree},
