@@ -90,19 +90,7 @@ func TestOpenUpgradesFormat1(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
-	db, err := bbolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, db.Update(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketMeta).Put(keyFormat, []byte{formatOwners}); err != nil {
-			return err
-		}
-		b, err := tx.CreateBucket(bucketOwners)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte("p\x00stale"), []byte{})
-	}))
-	require.NoError(t, db.Close())
+	asFormat1(t, path, 1)
 
 	s, err = Open(path)
 	require.NoError(t, err)
