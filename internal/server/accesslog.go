@@ -29,12 +29,20 @@ type callLog struct{ principal string }
 type callLogKey struct{}
 
 // accessLogLevel is the level of a call's line: successful calls at debug,
-// the rest as go-grpc-middleware's server default has them.
+// UNAVAILABLE at info, the rest as go-grpc-middleware's server default
+// has them.
 func accessLogLevel(c codes.Code) slog.Level {
-	if c == codes.OK || c == codes.Canceled {
+	switch c {
+	case codes.OK, codes.Canceled:
 		// A client that went away (Ctrl-C on a watch) is no problem of
 		// the server's.
 		return slog.LevelDebug
+	case codes.Unavailable:
+		// "Retry shortly": the server is starting (NOT_SYNCED), draining,
+		// or waiting for its store. Each of those is reported once by
+		// what knows about it (a readiness check, the store's own
+		// errors); a warning per call would only repeat it.
+		return slog.LevelInfo
 	}
 	return slog.Level(logging.DefaultServerCodeToLevel(c))
 }

@@ -104,9 +104,14 @@ func (r *readiness) runOnce(ctx context.Context, timeout time.Duration) {
 		switch {
 		case !seen || (prev.err == nil) != (err == nil):
 			r.results[c.name] = checkResult{err: err, since: now}
-			if err == nil {
+			switch {
+			case err == nil:
 				r.logger.Info("readiness check passing", "check", c.name)
-			} else {
+			case !seen:
+				// Starting up: not ready yet is what is expected, not a
+				// fault (a store that cannot be reached says so itself).
+				r.logger.Info("readiness check not passing yet", "check", c.name, "error", err)
+			default:
 				r.logger.Warn("readiness check failing", "check", c.name, "error", err)
 			}
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -303,6 +304,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	cfg := testConfig()
 	var allocatorUp atomic.Bool
 	counter := prometheus.NewCounter(prometheus.CounterOpts{Name: "plexus_test_things_total", Help: "things"})
+	logs := &servertest.Buffer{}
 	r := startWith(t, cfg, func(s *server.Server) {
 		s.SetServing("grpc.testing.TestService", false) // warming up
 		s.AddReadinessCheck("allocator", func(context.Context) error {
@@ -312,7 +314,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 			return nil
 		})
 		s.Registry().MustRegister(counter)
-	})
+	}, server.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	counter.Add(3)
 
 	conn, err := dial.New(r.srv.GRPCAddr(), dial.WithoutRetry())
@@ -341,6 +343,19 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	require.Eventually(t, func() bool {
 		code, body := httpGet(t, r.srv.HTTPAddr(), "/readyz")
 		return code == 200 && strings.Contains(body, "[+]allocator ok")
+	}, 3*time.Second, 20*time.Millisecond)
+	// Not ready while starting is no fault: logged at INFO. A check that
+	// passed and then fails is: WARN.
+	require.Contains(t, logs.String(), `level=INFO msg="readiness check not passing yet" service=test check=allocator error="not reachable yet"`)
+	require.NotContains(t, logs.String(), "level=WARN msg=\"readiness check")
+	allocatorUp.Store(false)
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), `level=WARN msg="readiness check failing" service=test check=allocator error="not reachable yet"`)
+	}, 3*time.Second, 20*time.Millisecond)
+	allocatorUp.Store(true)
+	require.Eventually(t, func() bool {
+		code, _ := httpGet(t, r.srv.HTTPAddr(), "/readyz")
+		return code == 200
 	}, 3*time.Second, 20*time.Millisecond)
 
 	_, err = testpb.NewTestServiceClient(conn).EmptyCall(callCtx(t), &testpb.Empty{})
@@ -582,4 +597,32 @@ func TestClientCancellationIsNoError(t *testing.T) {
 		}
 		return false
 	}, 5*time.Second, 20*time.Millisecond, "no debug line with code Canceled: %s", out.String())
+}
+
+// TestUnavailableIsNoWarning: a call the server ends with UNAVAILABLE
+// ("retry shortly": draining here, or not synced yet) is logged at info,
+// not as a warning per call.
+func TestUnavailableIsNoWarning(t *testing.T) {
+	var out servertest.Buffer
+	logger, err := telemetry.NewLogger(&out, "info", "json")
+	require.NoError(t, err)
+	r := start(t, testConfig(), server.WithLogger(logger))
+	client := connect(t, r.srv.GRPCAddr())
+	stream, err := client.StreamingOutputCall(callCtx(t), &testpb.StreamingOutputCallRequest{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	require.NoError(t, err)
+	require.NoError(t, r.stop())
+	_, err = stream.Recv()
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+
+	var found bool
+	for _, l := range jsonLines(&out) {
+		if l["msg"] == "finished streaming call" || (l["msg"] == "finished call" && l["grpc.method"] == "StreamingOutputCall") {
+			found = true
+			require.Equal(t, "Unavailable", l["grpc.code"])
+			require.Equal(t, "INFO", l["level"])
+		}
+	}
+	require.True(t, found, "the stream's access log line: %s", out.String())
 }

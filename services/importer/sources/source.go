@@ -35,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
@@ -51,6 +52,10 @@ const (
 	// healthyStream is how long a stream must have lived for the backoff
 	// to start again from its minimum.
 	healthyStream = 10 * time.Second
+	// DefaultUnavailableQuiet is how long a member may answer UNAVAILABLE
+	// (it is starting, not synced yet, or restarting) before that is worth
+	// a warning; until then each failed attempt is logged at info.
+	DefaultUnavailableQuiet = 30 * time.Second
 )
 
 // Sink receives what a source says. exports.Store implements it.
@@ -83,6 +88,10 @@ type Config struct {
 	// Settle is how long a silent stream must stay open to count as up;
 	// DefaultSettle when zero.
 	Settle time.Duration
+	// UnavailableQuiet is how long streams refused or cut with UNAVAILABLE
+	// are logged at info before they are warned about;
+	// DefaultUnavailableQuiet when zero.
+	UnavailableQuiet time.Duration
 	// Start is where the first stream resumes from: the position of the
 	// Source this one replaces (the member's membership moved), or zero
 	// for a snapshot.
@@ -114,6 +123,9 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.BackoffMin <= 0 {
 		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.UnavailableQuiet <= 0 {
+		cfg.UnavailableQuiet = DefaultUnavailableQuiet
 	}
 	if cfg.BackoffMax < cfg.BackoffMin {
 		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffMin)
@@ -153,6 +165,7 @@ func (s *Source) LastError() error {
 // Run follows the source until ctx ends.
 func (s *Source) Run(ctx context.Context) {
 	backoff := s.cfg.BackoffMin
+	var unavailableSince time.Time // zero: the last stream did not end UNAVAILABLE
 	for ctx.Err() == nil {
 		started := time.Now()
 		err := s.watch(ctx)
@@ -165,9 +178,20 @@ func (s *Source) Run(ctx context.Context) {
 		s.cfg.Metrics.streamEnded(s.cfg.Name)
 		if time.Since(started) >= healthyStream {
 			backoff = s.cfg.BackoffMin
+			unavailableSince = time.Time{}
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		s.logger.Warn("source stream ended; keeping its last known exports", "error", describe(err), "retry_in", wait.Round(time.Millisecond))
+		level := slog.LevelWarn
+		switch {
+		case status.Code(err) != codes.Unavailable:
+			unavailableSince = time.Time{}
+		case unavailableSince.IsZero():
+			unavailableSince = started
+			level = slog.LevelInfo
+		case time.Since(unavailableSince) < s.cfg.UnavailableQuiet:
+			level = slog.LevelInfo
+		}
+		s.logger.Log(ctx, level, "source stream ended; keeping its last known exports", "error", describe(err), "retry_in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

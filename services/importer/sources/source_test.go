@@ -2,7 +2,9 @@ package sources_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/sources"
 	"github.com/plexusnet/plexus/services/importer/sourcetest"
@@ -24,13 +27,20 @@ const wait, tick = 10 * time.Second, 10 * time.Millisecond
 
 func follow(t *testing.T, name, addr string, store *exports.Store) *sources.Source {
 	t.Helper()
+	return followWith(t, name, addr, store, func(*sources.Config) {})
+}
+
+func followWith(t *testing.T, name, addr string, store *exports.Store, configure func(*sources.Config)) *sources.Source {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	m, err := sources.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
-	src, err := sources.New(sources.Config{Name: name, Addr: addr, Conn: conn, Sink: store, Metrics: m,
-		BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Settle: 50 * time.Millisecond})
+	cfg := sources.Config{Name: name, Addr: addr, Conn: conn, Sink: store, Metrics: m,
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Settle: 50 * time.Millisecond}
+	configure(&cfg)
+	src, err := sources.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -135,6 +145,37 @@ func TestRefusedWatchIsRetried(t *testing.T) {
 	require.Error(t, src.LastError())
 	fake.Refuse(nil)
 	require.Eventually(t, func() bool { return store.Len() == 1 }, wait, tick)
+}
+
+// TestUnavailableMemberIsNoWarningAtFirst: a member that answers
+// UNAVAILABLE (starting, not synced yet) is retried and logged at info;
+// only once it has been so for UnavailableQuiet is it a warning. Any other
+// refusal is one at once.
+func TestUnavailableMemberIsNoWarningAtFirst(t *testing.T) {
+	fake := sourcetest.Start(t, "east")
+	fake.Refuse(status.Error(codes.Unavailable, "membership has not synced its caches yet"))
+	logs := &servertest.Buffer{}
+	store := exports.New(nil)
+	store.AddSource("east")
+	followWith(t, "east", fake.Addr(), store, func(c *sources.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		c.UnavailableQuiet = 500 * time.Millisecond
+	})
+	require.Eventually(t, func() bool { return len(fake.Requests()) >= 3 }, wait, tick)
+	require.Contains(t, logs.String(), `level=INFO msg="source stream ended; keeping its last known exports"`)
+	require.NotContains(t, logs.String(), "level=WARN")
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), `level=WARN msg="source stream ended; keeping its last known exports"`)
+	}, wait, tick, "still unavailable after UnavailableQuiet")
+
+	denied := sourcetest.Start(t, "west")
+	denied.Refuse(status.Error(codes.PermissionDenied, "not allowed"))
+	logs2 := &servertest.Buffer{}
+	store.AddSource("west")
+	followWith(t, "west", denied.Addr(), store, func(c *sources.Config) { c.Logger = slog.New(slog.NewTextHandler(logs2, nil)) })
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs2.String(), `level=WARN msg="source stream ended; keeping its last known exports"`)
+	}, wait, tick)
 }
 
 // cutSnapshot is a membership whose first stream breaks in the middle of
