@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -63,4 +64,15 @@ func TestCompactCommand(t *testing.T) {
 	require.ErrorContains(t, err, "compact works on a bolt file")
 	_, err = compact(t, nil, "--lock-timeout", "0s")
 	require.ErrorContains(t, err, "--lock-timeout must be positive")
+}
+
+func TestWatchFlagsAreValidated(t *testing.T) {
+	for _, args := range [][]string{{"--max-watches=-1"}, {"--watch-snapshot-turns=-1"}} {
+		cmd := server.Command(app.Spec())
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		cmd.SetArgs(append(args, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--store=memory"))
+		err := cmd.ExecuteContext(t.Context())
+		require.ErrorContains(t, err, "must not be negative", "%v", args)
+	}
 }

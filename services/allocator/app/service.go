@@ -38,6 +38,7 @@ const serviceName = "plexus.allocator.v1.AllocatorService"
 func Spec() server.Spec {
 	storeSpec := store.DefaultSpec
 	maxWatches := allocserver.DefaultMaxWatches
+	snapshotTurns := allocserver.DefaultSnapshotTurns
 	var etcdFlags etcd.Flags
 	return server.Spec{
 		Service: config.Allocator,
@@ -46,16 +47,21 @@ func Spec() server.Spec {
 			fs.StringVar(&storeSpec, "store", storeSpec, "where allocations are kept: bolt:PATH (embedded file, fsync per acknowledged write), "+
 				"etcd:URL[,URL...] (shared by several allocator replicas, all active) or memory (lost on exit)")
 			fs.IntVar(&maxWatches, "max-watches", maxWatches, "most WatchAllocations streams open at once over all clients; one more is RESOURCE_EXHAUSTED (TOO_MANY_WATCHES); 0: no bound")
+			fs.IntVar(&snapshotTurns, "watch-snapshot-turns", snapshotTurns, "most watches sending their snapshots at once (each for a second at most; the others wait their turn); 0: no bound")
 			etcdFlags.AddFlags(fs)
 		},
 		Validate: func() error {
 			if maxWatches < 0 {
 				return fmt.Errorf("--max-watches: must not be negative, got %d", maxWatches)
 			}
+			if snapshotTurns < 0 {
+				return fmt.Errorf("--watch-snapshot-turns: must not be negative, got %d", snapshotTurns)
+			}
 			return etcdFlags.Validate()
 		},
 		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			return setup(ctx, rt, storeSpec, &etcdFlags, allocserver.WithMaxWatches(maxWatches))
+			return setup(ctx, rt, storeSpec, &etcdFlags, allocserver.WithMaxWatches(maxWatches),
+				allocserver.WithSnapshotTurns(snapshotTurns, allocserver.DefaultSnapshotTurnHold))
 		},
 		Commands: func() []*cobra.Command { return []*cobra.Command{compactCommand()} },
 	}
