@@ -544,7 +544,24 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		return s.fail(err)
 	}
 	batch := req.GetBatchSnapshot()
-	for e := range s.encodeAhead(stream.Context(), events, batch) {
+	// The snapshot's events come through encodeAhead, the changes after
+	// it straight from the watch: an open watch keeps no goroutine for
+	// encoding once its snapshot is sent.
+	src := events
+	var ahead <-chan allocation.WatchEvent
+	if req.GetStartRevision() == 0 {
+		ahead = s.encodeAhead(stream.Context(), events, batch)
+		src = ahead
+	}
+	for {
+		e, ok := <-src
+		if !ok {
+			if src == ahead {
+				src = events
+				continue
+			}
+			break
+		}
 		if e.Err != nil {
 			return s.fail(e.Err)
 		}
@@ -612,10 +629,11 @@ func (s *Server) encoded(c *allocation.SnapshotChunk, batch bool) encodedChunk {
 // the one being sent.
 const encodeAheadChunks = 4
 
-// encodeAhead passes a watch's events on, encoding each snapshot chunk
-// first, in a goroutine of its own: the encoding of a chunk overlaps the
-// sending of those before it (and their decoding by the client). It
-// stops when ctx ends, as the events do.
+// encodeAhead passes a watch's snapshot on, encoding each chunk first,
+// in a goroutine of its own: the encoding of a chunk overlaps the sending
+// of those before it (and their decoding by the client). It closes its
+// channel after the event that ends the snapshot (Synced, or an error),
+// leaving the events after it in events, or when ctx ends.
 func (s *Server) encodeAhead(ctx context.Context, events <-chan allocation.WatchEvent, batch bool) <-chan allocation.WatchEvent {
 	out := make(chan allocation.WatchEvent, encodeAheadChunks)
 	go func() {
@@ -627,6 +645,9 @@ func (s *Server) encodeAhead(ctx context.Context, events <-chan allocation.Watch
 			select {
 			case out <- e:
 			case <-ctx.Done():
+				return
+			}
+			if e.Synced || e.Err != nil {
 				return
 			}
 		}

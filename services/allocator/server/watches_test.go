@@ -506,3 +506,40 @@ func TestFollowerWatchReadsOnlyItsPool(t *testing.T) {
 	}
 	require.Equal(t, []string{"a", "b", "c"}, names)
 }
+
+// TestSyncedWatchKeepsNoEncoder: once its snapshot is sent, an open watch
+// keeps its handler and the core's watch goroutine, not the one that
+// encoded its snapshot ahead (here, with the client's own goroutine per
+// stream in the same process: three per watch, not four).
+func TestSyncedWatchKeepsNoEncoder(t *testing.T) {
+	e := start(t)
+	e.createPool(t, "p", poolV4("10.0.0.0/20"))
+	seed(t, e, "p", 1500)
+	base := runtime.NumGoroutine()
+	const watches = 50
+	c, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	streams := make([]allocatorv1.AllocatorService_WatchAllocationsClient, watches)
+	for i := range streams {
+		stream, err := e.client.WatchAllocations(c, &allocatorv1.WatchAllocationsRequest{Pool: "pools/p", BatchSnapshot: true})
+		require.NoError(t, err)
+		for {
+			ev, err := stream.Recv()
+			require.NoError(t, err)
+			if ev.GetType() == allocatorv1.EventType_EVENT_TYPE_SYNCED {
+				break
+			}
+		}
+		streams[i] = stream
+	}
+	require.Eventually(t, func() bool { return runtime.NumGoroutine()-base <= 3*watches+5 }, 10*time.Second, 20*time.Millisecond,
+		"%d goroutines for %d open watches", runtime.NumGoroutine()-base, watches)
+
+	// The changes still come, through the watch itself.
+	got := e.allocate(t, "p", pod("ns", "after"))
+	for _, stream := range streams[:3] {
+		ev, err := stream.Recv()
+		require.NoError(t, err)
+		require.Equal(t, got.GetAddress(), ev.GetAllocation().GetAddress())
+	}
+}
