@@ -98,6 +98,14 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	if err != nil {
 		return nil, err
 	}
+	// A store that prepares itself for commits in the background (the
+	// bolt store builds its indexes while the snapshot above is read)
+	// has done so before the allocator counts as started.
+	if r, ok := st.(readier); ok {
+		if err := r.WaitReady(ctx); err != nil {
+			return nil, fmt.Errorf("store not ready for commits: %w", err)
+		}
+	}
 	s.pools, s.rev, s.cidrs = l.pools, l.rev, nil
 	s.followed.advance(l.rev)
 	go releaseMemory() // not in the way of serving
@@ -108,6 +116,12 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		go s.Follow(ctx)
 	}
 	return s, nil
+}
+
+// readier is a store that is not ready for commits as soon as it is
+// opened: WaitReady waits until it is, or reports why it will not be.
+type readier interface {
+	WaitReady(ctx context.Context) error
 }
 
 // releaseMemory returns to the operating system what loading a snapshot

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +28,7 @@ import (
 var (
 	bucketMeta       = []byte("meta")
 	bucketPools      = []byte("pools")
-	bucketAllocs     = []byte("allocations")
+	bucketRecords    = []byte("records")
 	bucketQuarantine = []byte("quarantine")
 	bucketRequests   = []byte("requests")
 
@@ -36,17 +38,24 @@ var (
 )
 
 // fileFormat is the layout version written in the meta bucket; Open
-// refuses a file of another version rather than misread it. Format 2
-// no longer uses the owners bucket of format 1 (the owner index is kept
-// in memory: owners.go); Open upgrades a format 1 file by writing the new
-// format, which an older allocator then refuses.
+// refuses a file of another version rather than misread it, and rewrites
+// a file of format 1 or 2 into this one (upgrade, in compact.go), which
+// an older allocator then refuses. Format 2 kept the owner index in
+// memory instead of format 1's owners bucket (owners.go); format 3 files
+// allocations under sequence numbers instead of pool and address
+// (index.go).
 const (
-	fileFormat   = 2
+	fileFormat   = 3
 	formatOwners = 1
+	formatAddrs  = 2
 )
 
-// bucketOwners is format 1's owner index, left unused in an upgraded file.
-var bucketOwners = []byte("owners")
+// Buckets of older formats: allocations keyed by pool and address
+// (formats 1 and 2), and format 1's owner index.
+var (
+	bucketAllocs = []byte("allocations")
+	bucketOwners = []byte("owners")
+)
 
 // Defaults.
 const (
@@ -132,8 +141,13 @@ type Store struct {
 	rev    int64
 	allocs int64
 	owners *ownerIndex
-	// upgraded is set by init when it upgraded a file of an older format.
-	upgraded bool
+	addrs  *addrIndex
+	// seq is the number the next new allocation record is filed under.
+	seq uint64
+	// indexed is closed once the indexes are built (indexErr: or failed
+	// to be); the committer waits for it.
+	indexed  chan struct{}
+	indexErr error
 
 	txns, conflicts, batches atomic.Uint64
 }
@@ -161,17 +175,25 @@ func Open(path string, opts ...Option) (*Store, error) {
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, fs.ErrNotExist)
 
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:         o.lockTimeout,
-		NoSync:          o.noSync,
-		FreelistType:    bbolt.FreelistMapType,
-		InitialMmapSize: mmapSize,
-	})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open store %s: file is locked by another process (waited %s)", path, o.lockTimeout)
-	}
+	db, err := openFile(path, o)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, err
+	}
+	if from := formatOf(db); from == formatOwners || from == formatAddrs {
+		// Rewritten into a new file, like Compact, which is renamed over
+		// this one: a crash leaves the old file or the new one.
+		_ = db.Close()
+		start := time.Now()
+		res, err := rewrite(path, o.lockTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: upgrade from format %d: %w", path, from, err)
+		}
+		o.logger.Info("store file upgraded: allocations are filed under sequence numbers, found through an index in memory; an older allocator cannot open the file",
+			"path", path, "from", from, "format", fileFormat, "records", res.Records,
+			"bytes_before", res.Before, "bytes_after", res.After, "duration", time.Since(start))
+		if db, err = openFile(path, o); err != nil {
+			return nil, err
+		}
 	}
 	s := &Store{
 		db:       db,
@@ -191,9 +213,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	if s.upgraded {
-		s.logger.Info("store file upgraded: the owner index is kept in memory from now on, and the file's owners bucket is no longer used", "path", path, "format", fileFormat)
-	}
 	if created && !o.noSync {
 		// The file's directory entry must survive a power loss too.
 		if err := syncDir(filepath.Dir(path)); err != nil {
@@ -201,10 +220,15 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
 	}
-	if s.owners, err = s.indexOwners(); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
+	// The indexes are built beside the reads an allocator makes as it
+	// starts (its snapshot); only the committer needs them.
+	s.indexed = make(chan struct{})
+	go func() {
+		defer close(s.indexed)
+		if err := s.index(); err != nil {
+			s.indexErr = fmt.Errorf("store %s: index: %w", path, err)
+		}
+	}()
 	s.log = eventlog.New(o.history, s.rev)
 	go s.run()
 	go s.sweeper()
@@ -212,6 +236,19 @@ func Open(path string, opts ...Option) (*Store, error) {
 		go s.warm()
 	}
 	return s, nil
+}
+
+// WaitReady waits until the store can commit: its indexes are built
+// in the background after Open (a second for a million allocations), and
+// a commit made before waits for them. It returns the error that stopped
+// them, if any; every commit fails with it.
+func (s *Store) WaitReady(ctx context.Context) error {
+	select {
+	case <-s.indexed:
+		return s.indexErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // warm reads the file once, sequentially, to fill the page cache. The
@@ -252,18 +289,10 @@ func (s *Store) init(tx *bbolt.Tx) error {
 			return err
 		}
 	}
-	if f := meta.Get(keyFormat); bytes.Equal(f, []byte{formatOwners}) {
-		// The owners bucket stays where it is, unused: deleting it would
-		// take seconds for a million allocations, and leave bbolt a list
-		// of free pages that it writes with every commit from then on.
-		if err := meta.Put(keyFormat, []byte{fileFormat}); err != nil {
-			return err
-		}
-		s.upgraded = true
-	} else if !bytes.Equal(f, []byte{fileFormat}) {
+	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) {
 		return fmt.Errorf("file format %v, want [%d]: not a store file of this version", f, fileFormat)
 	}
-	for _, b := range [][]byte{bucketPools, bucketAllocs, bucketQuarantine, bucketRequests} {
+	for _, b := range [][]byte{bucketPools, bucketRecords, bucketQuarantine, bucketRequests} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
@@ -275,26 +304,75 @@ func (s *Store) init(tx *bbolt.Tx) error {
 	return markRevision(meta, time.Now(), s.span)
 }
 
-// indexOwners builds the owner index from the allocations in the file.
-func (s *Store) indexOwners() (*ownerIndex, error) {
-	x := newOwnerIndex(int(min(s.allocs, 1<<24)))
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketAllocs).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			pool, addr, err := splitAddrKey(k)
-			if err != nil {
-				return err
+// openFile opens the bbolt file of the store at path.
+func openFile(path string, o options) (*bbolt.DB, error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:         o.lockTimeout,
+		NoSync:          o.noSync,
+		FreelistType:    bbolt.FreelistMapType,
+		InitialMmapSize: mmapSize,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open store %s: file is locked by another process (waited %s)", path, o.lockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// formatOf returns the format byte of db's meta bucket, 0 if it has none
+// (a new file).
+func formatOf(db *bbolt.DB) byte {
+	var f byte
+	_ = db.View(func(tx *bbolt.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			if v := meta.Get(keyFormat); len(v) == 1 {
+				f = v[0]
 			}
-			d := newDecoder(v)
-			cluster, kind, namespace, name := d.str(), d.str(), d.str(), d.str()
-			if d.err != nil {
-				return fmt.Errorf("allocation %s/%s: %w", pool, addr, d.err)
-			}
-			x.add(x.hashParts(pool, cluster, kind, namespace, name), addr)
 		}
 		return nil
 	})
-	return x, err
+	return f
+}
+
+// index builds the owner and address indexes from the records in the
+// file, and finds the next record number.
+func (s *Store) index() error {
+	s.owners = newOwnerIndex(int(min(s.allocs, 1<<24)))
+	s.addrs = newAddrIndex()
+	s.seq = 1
+	return s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketRecords).Cursor()
+		var last *poolAddrs
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) != 8 {
+				return fmt.Errorf("malformed record key %q", k)
+			}
+			seq := binary.BigEndian.Uint64(k)
+			pool, addr, val, err := splitRecord(v)
+			if err != nil {
+				return fmt.Errorf("record %d: %w", seq, err)
+			}
+			h, err := s.owners.hashValue(pool, val)
+			if err != nil {
+				return fmt.Errorf("allocation %s/%s: %w", pool, addr, err)
+			}
+			s.owners.add(h, addr)
+			// Records of one pool mostly come in runs.
+			if last == nil || last.id != string(pool) {
+				if last = s.addrs.poolBytes(pool); last == nil {
+					last = s.addrs.ensure(string(pool))
+				}
+			}
+			n := last.len()
+			if last.set(addr, seq); last.len() == n {
+				return fmt.Errorf("allocation %s/%s: two records (the later is %d)", pool, addr, seq)
+			}
+			s.seq = seq + 1
+		}
+		return nil
+	})
 }
 
 func syncDir(dir string) error {
@@ -358,25 +436,28 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 		// could hold, so a wrong count cannot cost more than it saves.
 		hint := min(getUint64(meta, keyAllocs), uint64(tx.Size()/16))
 		snap.Allocations = make([]store.Allocation, 0, hint)
-		var pools interner
+		pools := interner{}
 		n := 0
-		c := tx.Bucket(bucketAllocs).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
+		c := tx.Bucket(bucketRecords).Cursor()
+		for _, v := c.First(); v != nil; _, v = c.Next() {
 			if n++; n%(1<<16) == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 			}
-			pool, addr, err := splitAddrKey(k)
+			pool, addr, val, err := splitRecord(v)
 			if err != nil {
 				return err
 			}
-			a, err := decodeAllocation(pools.get(pool), addr, v)
+			a, err := decodeAllocation(pools.get(pool), addr, val)
 			if err != nil {
 				return err
 			}
 			snap.Allocations = append(snap.Allocations, a)
 		}
+		// Records come in the order they were first written: mostly by
+		// address within a pool already, which the sort finds in one pass.
+		sortAllocations(snap.Allocations)
 
 		c = tx.Bucket(bucketQuarantine).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -398,8 +479,12 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return snap, nil
 }
 
-// SnapshotPool implements store.Store: the pool's keys are one range of
-// the allocations bucket, read in the same transaction as the revision.
+// SnapshotPool implements store.Store. It reads every record in the
+// transaction that reads the revision, and keeps the pool's: records are
+// filed by sequence number, and the address index in memory follows the
+// committer, not a read transaction. The allocator asks for it only as a
+// follower of a store that others write too (etcd); alone on a bolt file
+// it serves a pool's watches from memory.
 func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
@@ -410,19 +495,28 @@ func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.A
 	)
 	err := s.view(func(tx *bbolt.Tx) error {
 		rev = int64(getUint64(tx.Bucket(bucketMeta), keyRevision))
-		prefix := poolPrefix(pool)
-		c := tx.Bucket(bucketAllocs).Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			_, addr, err := splitAddrKey(k)
+		c := tx.Bucket(bucketRecords).Cursor()
+		n := 0
+		for _, v := c.First(); v != nil; _, v = c.Next() {
+			if n++; n%(1<<16) == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			p, addr, val, err := splitRecord(v)
 			if err != nil {
 				return err
 			}
-			a, err := decodeAllocation(pool, addr, v)
+			if string(p) != pool {
+				continue
+			}
+			a, err := decodeAllocation(pool, addr, val)
 			if err != nil {
 				return err
 			}
 			out = append(out, a)
 		}
+		sortAllocations(out)
 		return nil
 	})
 	if err != nil {
@@ -431,15 +525,31 @@ func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.A
 	return rev, out, nil
 }
 
-// interner returns one string per pool id, since keys come sorted by pool
-// and a million allocations would otherwise carry a million copies.
-type interner struct{ last string }
-
-func (i *interner) get(b []byte) string {
-	if string(b) != i.last {
-		i.last = string(b)
+// sortAllocations sorts allocations by pool, then address, unless they
+// are sorted already.
+func sortAllocations(allocs []store.Allocation) {
+	cmp := func(x, y store.Allocation) int {
+		if c := strings.Compare(x.Pool, y.Pool); c != 0 {
+			return c
+		}
+		return x.Address.Compare(y.Address)
 	}
-	return i.last
+	if !slices.IsSortedFunc(allocs, cmp) {
+		slices.SortFunc(allocs, cmp)
+	}
+}
+
+// interner returns one string per pool id, so that a million
+// allocations do not carry a million copies of their pool's id.
+type interner map[string]string
+
+func (i interner) get(b []byte) string {
+	if s, ok := i[string(b)]; ok { // no allocation: the compiler looks up without a copy
+		return s
+	}
+	s := string(b)
+	i[s] = s
+	return s
 }
 
 // GetRequest implements store.Store.

@@ -167,9 +167,13 @@ func TestBatchOfOnlyConflictsWritesNothing(t *testing.T) {
 func TestBadRecordFailsOnlyItsTransaction(t *testing.T) {
 	s := openTemp(t)
 	ctx := t.Context()
+	bad := netip.MustParseAddr("10.0.0.66")
 	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketAllocs).Put(addrKey("p", netip.MustParseAddr("10.0.0.66")), []byte{valueVersion, 0xff})
+		rec := appendAddr(encoder(nil).str("p"), bad)
+		return tx.Bucket(bucketRecords).Put(recordKey(1000), append(rec, valueVersion, 0xff))
 	}))
+	require.NoError(t, s.WaitReady(ctx))
+	s.addrs.set("p", bad, 1000) // the committer is idle
 	ps := enqueue(t, s, []context.Context{ctx, ctx, ctx}, []store.Txn{
 		{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "a"))}},
 		{Ops: []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.0.0.66")}}},

@@ -16,15 +16,19 @@ import (
 // Keys. Pool ids and owner keys never contain NUL (store.Txn.Validate), so
 // NUL ends them and a pool's records form one contiguous, prefix-free key
 // range sorted by pool id. Addresses follow as a family byte and their
-// bytes, so a pool's allocations are sorted by address.
+// bytes, so a pool's quarantine records are sorted by address.
 //
-// Format 1 also kept an owner index, keyed by a hash of the owner; format
-// 2 keeps it in memory (owners.go) and leaves that bucket unused in an
-// upgraded file until Compact drops it.
+// Allocations are filed under a sequence number (format 3), given when an
+// allocation is first written and kept while it lives; the record starts
+// with its pool and address, which an index in memory maps back to the
+// number (index.go). Format 2 filed them under pool, then address, in an
+// allocations bucket; format 1 also kept an owner index, keyed by a hash
+// of the owner. Open rewrites a file of either into format 3 (compact.go).
 //
 //	pools       pool id
-//	allocations pool 0x00 family address
-//	owners      pool 0x00 hash(owner-key) family address   (format 1 only)
+//	records     sequence number (8 bytes, big-endian)    (format 3)
+//	allocations pool 0x00 family address                 (formats 1 and 2)
+//	owners      pool 0x00 hash(owner-key) family address (format 1)
 //	quarantine  pool 0x00 family address
 //	requests    request id
 const (
@@ -120,11 +124,52 @@ func encodePool(p *store.Pool, rev int64) []byte {
 	return e.uint(overlap).time(p.CreateTime).time(p.UpdateTime).int(rev)
 }
 
-func encodeAllocation(a *store.Allocation, rev int64) []byte {
+// appendAllocation appends an allocation's value: its fields without its
+// pool and address.
+func appendAllocation(e encoder, a *store.Allocation, rev int64) encoder {
 	o := a.Owner
-	e := encoder(make([]byte, 0, 32+len(o.Cluster)+len(o.Kind)+len(o.Namespace)+len(o.Name)+len(o.UID)+len(a.RequestID)))
 	return e.uint(valueVersion).str(o.Cluster).str(o.Kind).str(o.Namespace).str(o.Name).str(o.UID).
 		time(a.CreateTime).str(a.RequestID).int(rev)
+}
+
+// recordKey is the key of the allocation record numbered seq.
+func recordKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq) }
+
+// encodeRecord is an allocation's record: its pool and address, then its
+// value as appendAllocation writes it.
+func encodeRecord(a *store.Allocation, rev int64) []byte {
+	o := a.Owner
+	e := encoder(make([]byte, 0, 56+len(a.Pool)+len(o.Cluster)+len(o.Kind)+len(o.Namespace)+len(o.Name)+len(o.UID)+len(a.RequestID)))
+	return appendAllocation(encoder(appendAddr(e.str(a.Pool), a.Address)), a, rev)
+}
+
+// splitRecord returns the pool and address of a record and the value
+// after them (appendAllocation's form). The pool and value alias v.
+func splitRecord(v []byte) (pool []byte, addr netip.Addr, val []byte, err error) {
+	n, w := binary.Uvarint(v)
+	if w > 0 && n <= uint64(len(v)-w) {
+		pool, v = v[w:w+int(n)], v[w+int(n):]
+		size := 0
+		switch {
+		case len(v) >= 5 && v[0] == famV4:
+			size = 5
+		case len(v) >= 17 && v[0] == famV6:
+			size = 17
+		}
+		if a, ok := parseAddr(v[:size]); ok {
+			return pool, a, v[size:], nil
+		}
+	}
+	return nil, netip.Addr{}, nil, errors.New("malformed allocation record")
+}
+
+// decodeRecord decodes an allocation record.
+func decodeRecord(v []byte) (store.Allocation, error) {
+	pool, addr, val, err := splitRecord(v)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	return decodeAllocation(string(pool), addr, val)
 }
 
 func encodeQuarantine(q *store.Quarantine) []byte {

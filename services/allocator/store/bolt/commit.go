@@ -54,6 +54,10 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 // Close completes.
 func (s *Store) run() {
 	defer close(s.stopped)
+	<-s.indexed
+	if s.indexErr != nil {
+		s.logger.Error("store cannot commit: its indexes could not be built", "path", s.path, "err", s.indexErr)
+	}
 	var batch []*pending
 	for {
 		s.qmu.Lock()
@@ -83,6 +87,13 @@ func (s *Store) run() {
 
 // commitBatch writes batch and replies to every Commit in it.
 func (s *Store) commitBatch(batch []*pending) {
+	if s.indexErr != nil {
+		for _, p := range batch {
+			p.err = s.indexErr
+			close(p.done)
+		}
+		return
+	}
 	live := 0
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
@@ -123,14 +134,19 @@ func (s *Store) write(batch []*pending) error {
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 
-	w := newWriter(tx, s.owners)
+	w := newWriter(tx, s.owners, s.addrs, s.seq)
 	s.owners.begin()
+	s.addrs.begin()
 	committed := false
 	defer func() {
 		if committed {
 			s.owners.commit()
+			s.addrs.commit()
+			s.seq = w.seq
 		} else {
-			s.owners.rollback() // the bbolt transaction is rolled back too
+			// The bbolt transaction is rolled back too.
+			s.owners.rollback()
+			s.addrs.rollback()
 		}
 	}()
 	rev := s.rev
@@ -196,25 +212,47 @@ func (s *Store) write(batch []*pending) error {
 // unchanged until the transaction commits, so every key is freshly
 // allocated.
 type writer struct {
-	pools, allocs, quarantine, requests *bbolt.Bucket
-	owners                              *ownerIndex
-	allocDelta                          int64
+	pools, records, quarantine, requests *bbolt.Bucket
+	owners                               *ownerIndex
+	addrs                                *addrIndex
+	// seq is the number the next new allocation is filed under.
+	seq        uint64
+	allocDelta int64
 }
 
-func newWriter(tx *bbolt.Tx, owners *ownerIndex) *writer {
+func newWriter(tx *bbolt.Tx, owners *ownerIndex, addrs *addrIndex, seq uint64) *writer {
 	w := &writer{
 		pools:      tx.Bucket(bucketPools),
-		allocs:     tx.Bucket(bucketAllocs),
+		records:    tx.Bucket(bucketRecords),
 		owners:     owners,
+		addrs:      addrs,
+		seq:        seq,
 		quarantine: tx.Bucket(bucketQuarantine),
 		requests:   tx.Bucket(bucketRequests),
 	}
-	// Allocations mostly arrive in address order (the allocator hands out
-	// the next free address), so pages split by an append would stay
-	// half empty at bbolt's default fill; fuller pages mean a smaller
-	// file and a faster snapshot.
-	w.allocs.FillPercent = allocFill
+	// New records go to the end of the tree, so pages split by an append
+	// would stay half empty at bbolt's default fill; fuller pages mean a
+	// smaller file and a faster snapshot.
+	w.records.FillPercent = allocFill
 	return w
+}
+
+// allocation reads pool's allocation of addr: its record's number and
+// its decoded form.
+func (w *writer) allocation(pool string, addr netip.Addr) (uint64, store.Allocation, bool, error) {
+	seq, ok := w.addrs.get(pool, addr)
+	if !ok {
+		return 0, store.Allocation{}, false, nil
+	}
+	v := w.records.Get(recordKey(seq))
+	if v == nil {
+		return 0, store.Allocation{}, false, fmt.Errorf("allocation %s/%s: record %d is missing", pool, addr, seq)
+	}
+	a, err := decodeRecord(v)
+	if err == nil && (a.Pool != pool || a.Address != addr) {
+		err = fmt.Errorf("allocation %s/%s: record %d holds %s/%s", pool, addr, seq, a.Pool, a.Address)
+	}
+	return seq, a, err == nil, err
 }
 
 func (w *writer) holds(conds []store.Cond) (bool, error) {
@@ -239,28 +277,21 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 		p, err := decodePool(c.Pool, v)
 		return err == nil && p.Revision == c.Revision, err
 	case store.CondAllocationAbsent:
-		return w.allocs.Get(addrKey(c.Pool, c.Address)) == nil, nil
+		_, ok := w.addrs.get(c.Pool, c.Address)
+		return !ok, nil
 	case store.CondAllocationRevision:
-		v := w.allocs.Get(addrKey(c.Pool, c.Address))
-		if v == nil {
-			return false, nil
-		}
-		a, err := decodeAllocation(c.Pool, c.Address, v)
-		return err == nil && a.Revision == c.Revision, err
+		_, a, ok, err := w.allocation(c.Pool, c.Address)
+		return ok && a.Revision == c.Revision, err
 	case store.CondOwnerAbsent:
 		return w.ownerAbsent(c.Pool, c.OwnerKey)
 	case store.CondPoolEmpty:
-		prefix := poolPrefix(c.Pool)
-		k, _ := w.allocs.Cursor().Seek(prefix)
-		return !bytes.HasPrefix(k, prefix), nil
+		return w.addrs.pool(c.Pool).len() == 0, nil
 	case store.CondRequestAbsent:
 		return w.requests.Get([]byte(c.RequestID)) == nil, nil
 	case store.CondPoolsUnchangedSince:
 		return w.poolsUnchangedSince(c.Revision)
 	case store.CondRangeFree:
-		// Keys sort by address within a pool and family.
-		k, _ := w.allocs.Cursor().Seek(addrKey(c.Pool, c.Address))
-		return k == nil || bytes.Compare(k, addrKey(c.Pool, c.Last)) > 0, nil
+		return !w.addrs.anyIn(c.Pool, c.Address, c.Last), nil
 	}
 	return false, fmt.Errorf("unknown condition kind %d", c.Kind)
 }
@@ -287,13 +318,12 @@ func (w *writer) ownerAbsent(pool, ownerKey string) (bool, error) {
 	absent := true
 	var err error
 	w.owners.each(w.owners.hash(pool, ownerKey), func(addr netip.Addr) bool {
-		v := w.allocs.Get(addrKey(pool, addr))
-		if v == nil {
-			return true // an owner of another pool with the same hash
-		}
-		var a store.Allocation
-		if a, err = decodeAllocation(pool, addr, v); err != nil {
-			return false
+		var (
+			a  store.Allocation
+			ok bool
+		)
+		if _, a, ok, err = w.allocation(pool, addr); !ok {
+			return err == nil // an owner of another pool with the same hash
 		}
 		absent = a.Owner.Key() != ownerKey
 		return absent
@@ -318,17 +348,22 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 	case store.OpPutAllocation:
 		a := *op.Allocation
 		a.Revision = rev
-		key := addrKey(a.Pool, a.Address)
-		if old := w.allocs.Get(key); old != nil {
-			prev, err := decodeAllocation(a.Pool, a.Address, old)
-			if err != nil {
-				return events, err
-			}
+		seq, prev, ok, err := w.allocation(a.Pool, a.Address)
+		if err != nil {
+			return events, err
+		}
+		if ok {
 			w.owners.remove(w.owners.hash(a.Pool, prev.Owner.Key()), a.Address)
 		} else {
+			if w.seq > maxSeq {
+				return events, fmt.Errorf("allocation %s/%s: record numbers exhausted", a.Pool, a.Address)
+			}
+			seq = w.seq
+			w.seq++
+			w.addrs.set(a.Pool, a.Address, seq)
 			w.allocDelta++
 		}
-		if err := w.allocs.Put(key, encodeAllocation(&a, rev)); err != nil {
+		if err := w.records.Put(recordKey(seq), encodeRecord(&a, rev)); err != nil {
 			return events, err
 		}
 		w.owners.add(w.owners.hash(a.Pool, a.Owner.Key()), a.Address)
@@ -338,19 +373,15 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 		return append(events, store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: &a}), nil
 
 	case store.OpDeleteAllocation:
-		key := addrKey(op.PoolID, op.Address)
-		old := w.allocs.Get(key)
-		if old == nil {
-			return events, nil
-		}
-		prev, err := decodeAllocation(op.PoolID, op.Address, old)
-		if err != nil {
+		seq, prev, ok, err := w.allocation(op.PoolID, op.Address)
+		if !ok {
 			return events, err
 		}
 		w.owners.remove(w.owners.hash(op.PoolID, prev.Owner.Key()), op.Address)
-		if err := w.allocs.Delete(key); err != nil {
+		if err := w.records.Delete(recordKey(seq)); err != nil {
 			return events, err
 		}
+		w.addrs.del(op.PoolID, op.Address)
 		w.allocDelta--
 		return append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &prev}), nil
 
@@ -373,27 +404,22 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store.Event, error) {
 	prefix := poolPrefix(id)
 
-	var keys [][]byte
-	c := w.allocs.Cursor()
-	for k, v := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		_, addr, err := splitAddrKey(k)
-		if err != nil {
-			return events, err
-		}
-		a, err := decodeAllocation(id, addr, v)
+	// In address order, as the events of a pool's deletion always were.
+	for _, addr := range w.addrs.addrs(id) {
+		seq, a, _, err := w.allocation(id, addr)
 		if err != nil {
 			return events, err
 		}
 		events = append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &a})
-		keys = append(keys, bytes.Clone(k))
+		if err := w.records.Delete(recordKey(seq)); err != nil {
+			return events, err
+		}
 		w.owners.remove(w.owners.hash(id, a.Owner.Key()), addr)
+		w.addrs.del(id, addr)
+		w.allocDelta--
 	}
-	if err := deleteKeys(w.allocs, keys); err != nil {
-		return events, err
-	}
-	w.allocDelta -= int64(len(keys))
 
-	keys = keys[:0]
+	var keys [][]byte
 	qc := w.quarantine.Cursor()
 	for k, _ := qc.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = qc.Next() {
 		keys = append(keys, bytes.Clone(k))

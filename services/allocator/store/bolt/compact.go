@@ -21,6 +21,9 @@ type CompactResult struct {
 	Records int
 	// Dropped names the buckets left out (format 1's owner index).
 	Dropped []string
+	// From is the format of the file before, To the one written: a
+	// file of format 1 or 2 is rewritten in the current one.
+	From, To int
 }
 
 // compactTxnRecords bounds one write transaction of the copy, so that
@@ -28,55 +31,78 @@ type CompactResult struct {
 const compactTxnRecords = 1 << 16
 
 // Compact rewrites the store file at path with only what the store
-// uses, packed: free pages and the owners bucket an upgraded format 1
-// file keeps are left behind. bbolt never gives free pages back to the
-// file system, and an upgraded file keeps its old owner index (about a
-// third of the file) until this runs.
+// uses, packed: free pages and the buckets of older formats are left
+// behind. bbolt never gives free pages back to the file system.
 //
 // The allocator must not be running: Compact takes the file's lock (and
 // waits lockTimeout for it). The copy goes to PATH.compact, which is
 // synced and then renamed over the file, so a crash at any point leaves
 // either the old file or the new one; a leftover PATH.compact of an
 // interrupted run is overwritten. The copy is written in the current
-// format.
+// format: Open upgrades a file of format 1 or 2 the same way.
 func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
-	var res CompactResult
+	res, err := rewrite(path, lockTimeout)
+	if err != nil {
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	return res, nil
+}
+
+// rewrite is Compact, with errors that do not name the file.
+func rewrite(path string, lockTimeout time.Duration) (CompactResult, error) {
+	res := CompactResult{To: fileFormat}
 	if fi, err := os.Stat(path); err == nil {
 		res.Before = fi.Size()
 	}
 	src, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout, OpenFile: openExisting})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return res, fmt.Errorf("compact %s: file is locked by another process (stop the allocator that uses it first; waited %s)", path, lockTimeout)
+		return res, fmt.Errorf("file is locked by another process (stop the allocator that uses it first; waited %s)", lockTimeout)
 	}
 	if err != nil {
-		return res, fmt.Errorf("compact %s: %w", path, err)
+		return res, err
 	}
 	defer src.Close() // held until the new file is in place: nobody opens the old one meanwhile
 
 	tmp := path + ".compact"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return res, fmt.Errorf("compact %s: %w", path, err)
+		return res, err
 	}
 	dst, err := bbolt.Open(tmp, 0o600, &bbolt.Options{NoSync: true, FreelistType: bbolt.FreelistMapType})
 	if err != nil {
-		return res, fmt.Errorf("compact %s: %w", path, err)
+		return res, err
 	}
 	err = src.View(func(tx *bbolt.Tx) error {
-		if err := checkFormat(tx); err != nil {
+		from, err := checkFormat(tx)
+		if err != nil {
 			return err
 		}
+		res.From = from
 		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			if bytes.Equal(name, bucketOwners) {
+			var (
+				n   int
+				err error
+			)
+			switch {
+			case bytes.Equal(name, bucketOwners):
 				res.Dropped = append(res.Dropped, string(name))
 				return nil
+			case bytes.Equal(name, bucketAllocs):
+				n, err = convertAllocations(dst, b)
+			default:
+				n, err = copyBucket(dst, name, b)
 			}
-			n, err := copyBucket(dst, name, b)
 			res.Records += n
 			return err
 		})
 	})
 	if err == nil {
-		err = dst.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyFormat, []byte{fileFormat}) })
+		err = dst.Update(func(tx *bbolt.Tx) error {
+			// A file without allocations gets its (empty) records bucket.
+			if _, err := tx.CreateBucketIfNotExists(bucketRecords); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketMeta).Put(keyFormat, []byte{fileFormat})
+		})
 	}
 	if err == nil {
 		err = dst.Sync()
@@ -86,14 +112,14 @@ func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return res, fmt.Errorf("compact %s: %w", path, err)
+		return res, err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		_ = os.Remove(tmp)
-		return res, fmt.Errorf("compact %s: %w", path, err)
+		return res, err
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
-		return res, fmt.Errorf("compact %s: the new file is in place, but its directory entry may not be on disk: %w", path, err)
+		return res, fmt.Errorf("the new file is in place, but its directory entry may not be on disk: %w", err)
 	}
 	if fi, err := os.Stat(path); err == nil {
 		res.After = fi.Size()
@@ -107,17 +133,18 @@ func openExisting(name string, flag int, perm os.FileMode) (*os.File, error) {
 	return os.OpenFile(name, flag&^os.O_CREATE, perm)
 }
 
-// checkFormat refuses a file that is not a store file of this version or
-// of format 1.
-func checkFormat(tx *bbolt.Tx) error {
+// checkFormat returns the format of a store file, refusing a file that
+// is not one of this version or an older one.
+func checkFormat(tx *bbolt.Tx) (int, error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
-		return errors.New("not a store file: no meta bucket")
+		return 0, errors.New("not a store file: no meta bucket")
 	}
-	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) && !bytes.Equal(f, []byte{formatOwners}) {
-		return fmt.Errorf("file format %v, want [%d] or [%d]: not a store file of this version", f, formatOwners, fileFormat)
+	f := meta.Get(keyFormat)
+	if len(f) != 1 || (f[0] != fileFormat && f[0] != formatAddrs && f[0] != formatOwners) {
+		return 0, fmt.Errorf("file format %v, want [%d], [%d] or [%d]: not a store file of this version", f, formatOwners, formatAddrs, fileFormat)
 	}
-	return nil
+	return int(f[0]), nil
 }
 
 // copyBucket copies the top-level bucket b, named name, into dst, in
@@ -153,4 +180,43 @@ func copyBucket(dst *bbolt.DB, name []byte, b *bbolt.Bucket) (int, error) {
 		}
 	}
 	return copied, nil
+}
+
+// convertAllocations files the allocations of an older format's
+// allocations bucket (keyed by pool and address) as records numbered
+// from 1, in key order, in write transactions of at most
+// compactTxnRecords records.
+func convertAllocations(dst *bbolt.DB, b *bbolt.Bucket) (int, error) {
+	c := b.Cursor()
+	k, v := c.First()
+	seq := uint64(0)
+	for first := true; first || k != nil; first = false {
+		err := dst.Update(func(tx *bbolt.Tx) error {
+			out, err := tx.CreateBucketIfNotExists(bucketRecords)
+			if err != nil {
+				return err
+			}
+			out.FillPercent = allocFill
+			for n := 0; k != nil && n < compactTxnRecords; n++ {
+				pool, addr, err := splitAddrKey(k)
+				if err != nil {
+					return err
+				}
+				if v == nil {
+					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", bucketAllocs, k)
+				}
+				rec := appendAddr(encoder(make([]byte, 0, len(pool)+18+len(v))).str(string(pool)), addr)
+				seq++
+				if err := out.Put(recordKey(seq), append(rec, v...)); err != nil {
+					return err
+				}
+				k, v = c.Next()
+			}
+			return nil
+		})
+		if err != nil {
+			return int(seq), err
+		}
+	}
+	return int(seq), nil
 }

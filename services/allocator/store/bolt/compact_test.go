@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
@@ -51,15 +52,37 @@ func fillForCompact(t *testing.T, path string) *store.Snapshot {
 	return snap
 }
 
-// asFormat1 turns a store file into what format 1 left: its format byte,
-// and an owners bucket (here of n stale entries).
-func asFormat1(t *testing.T, path string, n int) {
+// asFormat turns a store file into what an older format left: its
+// format byte, its allocations filed under pool and address in the
+// allocations bucket, and for format 1 an owners bucket (here of n stale
+// entries).
+func asFormat(t *testing.T, path string, format byte, n int) {
 	t.Helper()
 	db, err := bbolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketMeta).Put(keyFormat, []byte{formatOwners}); err != nil {
+		if err := tx.Bucket(bucketMeta).Put(keyFormat, []byte{format}); err != nil {
 			return err
+		}
+		allocs, err := tx.CreateBucket(bucketAllocs)
+		if err != nil {
+			return err
+		}
+		err = tx.Bucket(bucketRecords).ForEach(func(_, v []byte) error {
+			pool, addr, val, err := splitRecord(v)
+			if err != nil {
+				return err
+			}
+			return allocs.Put(addrKey(string(pool), addr), bytes.Clone(val))
+		})
+		if err != nil {
+			return err
+		}
+		if err := tx.DeleteBucket(bucketRecords); err != nil {
+			return err
+		}
+		if format != formatOwners {
+			return nil
 		}
 		b, err := tx.CreateBucket(bucketOwners)
 		if err != nil {
@@ -78,7 +101,7 @@ func asFormat1(t *testing.T, path string, n int) {
 func TestCompactKeepsEverythingTheStoreUses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	want := fillForCompact(t, path)
-	asFormat1(t, path, 50000)
+	asFormat(t, path, formatOwners, 50000)
 	require.NoError(t, os.WriteFile(path+".compact", []byte("left by an interrupted run"), 0o600))
 
 	res, err := Compact(path, time.Second)
@@ -96,9 +119,10 @@ func TestCompactKeepsEverythingTheStoreUses(t *testing.T) {
 	got, err := s.Snapshot(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, want, got)
-	require.False(t, s.upgraded, "the copy is in the current format")
+	require.Equal(t, formatOwners, res.From)
 	require.NoError(t, s.db.View(func(tx *bbolt.Tx) error {
 		require.Nil(t, tx.Bucket(bucketOwners))
+		require.Nil(t, tx.Bucket(bucketAllocs))
 		require.Equal(t, []byte{fileFormat}, tx.Bucket(bucketMeta).Get(keyFormat))
 		return nil
 	}))

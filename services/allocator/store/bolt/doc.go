@@ -16,10 +16,15 @@
 // store.ErrCompacted and re-lists, as it would after an etcd compaction.
 //
 // The file holds one bucket per kind of record (see codec.go for the key
-// layout); the owner index is kept in memory, built as the file opens
-// (owners.go). Values use a small hand-written binary encoding: a
-// million allocations are read back in well under a second. Compact
-// rewrites a file without its free pages while no allocator has it open.
+// layout). Allocations are filed under a sequence number, so that a
+// commit's new allocations go to the end of one tree whichever pools
+// they are in; the indexes by pool and address (index.go) and by owner
+// (owners.go) are kept in memory, built in the background as the file
+// opens (WaitReady; commits wait for them). Values use a small
+// hand-written binary encoding: a million allocations are read back in
+// well under a second. Compact rewrites a file without its free pages
+// while no allocator has it open; Open rewrites a file of an older
+// format the same way.
 //
 // Request records are kept for store.DefaultRequestRetention, as etcd's
 // are, not for good: the file would otherwise grow with every request

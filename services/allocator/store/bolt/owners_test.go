@@ -3,11 +3,9 @@ package bolt
 import (
 	"math/rand/v2"
 	"net/netip"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	bbolt "go.etcd.io/bbolt"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -17,10 +15,10 @@ import (
 // that several addresses share one.
 func TestOwnerIndexRollback(t *testing.T) {
 	x := newOwnerIndex(0)
-	model := map[uint64]map[netip.Addr]int{}
-	snapshot := func() map[uint64]map[netip.Addr]int {
-		out := map[uint64]map[netip.Addr]int{}
-		for h := range uint64(8) {
+	model := map[uint32]map[netip.Addr]int{}
+	snapshot := func() map[uint32]map[netip.Addr]int {
+		out := map[uint32]map[netip.Addr]int{}
+		for h := range uint32(8) {
 			x.each(h, func(a netip.Addr) bool {
 				if out[h] == nil {
 					out[h] = map[netip.Addr]int{}
@@ -39,7 +37,7 @@ func TestOwnerIndexRollback(t *testing.T) {
 		x.begin()
 		staged := clone(model)
 		for range rng.IntN(6) {
-			h, a := uint64(rng.IntN(8)), addrs[rng.IntN(len(addrs))]
+			h, a := uint32(rng.IntN(8)), addrs[rng.IntN(len(addrs))]
 			if rng.IntN(2) == 0 {
 				x.add(h, a)
 				if staged[h] == nil {
@@ -66,8 +64,8 @@ func TestOwnerIndexRollback(t *testing.T) {
 	}
 }
 
-func clone(m map[uint64]map[netip.Addr]int) map[uint64]map[netip.Addr]int {
-	out := map[uint64]map[netip.Addr]int{}
+func clone(m map[uint32]map[netip.Addr]int) map[uint32]map[netip.Addr]int {
+	out := map[uint32]map[netip.Addr]int{}
 	for h, as := range m {
 		out[h] = map[netip.Addr]int{}
 		for a, n := range as {
@@ -77,28 +75,24 @@ func clone(m map[uint64]map[netip.Addr]int) map[uint64]map[netip.Addr]int {
 	return out
 }
 
-// TestOpenUpgradesFormat1: a file of format 1 opens as format 2, its
-// owners bucket left alone and unused (a stale entry in it changes
-// nothing), and the owner index (now in memory) answers CondOwnerAbsent
-// for the allocations the file holds.
-func TestOpenUpgradesFormat1(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path)
-	require.NoError(t, err)
-	held := alloc("p", "10.0.0.7", "held")
-	_, err = s.Commit(t.Context(), store.Txn{Ops: []store.Op{putAlloc(held)}})
-	require.NoError(t, err)
-	require.NoError(t, s.Close())
-
-	asFormat1(t, path, 1)
-
-	s, err = Open(path)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.db.View(func(tx *bbolt.Tx) error {
-		require.Equal(t, []byte{fileFormat}, tx.Bucket(bucketMeta).Get(keyFormat))
-		return nil
-	}))
-	require.False(t, ownerAbsent(t, s, "p", held.Owner))
-	require.True(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "someone-else"}))
+// TestHashValue: the hash read from a stored value is the hash of the
+// owner's key, and a damaged value is an error.
+func TestHashValue(t *testing.T) {
+	x := newOwnerIndex(0)
+	for _, o := range []store.Owner{
+		{Kind: "Pod", Namespace: "ns", Name: "a", UID: "u"},
+		{Cluster: "east", Kind: "Service", Namespace: "", Name: "a/b"},
+		{},
+	} {
+		v := appendAllocation(nil, &store.Allocation{Owner: o}, 3)
+		h, err := x.hashValue([]byte("pool"), v)
+		require.NoError(t, err)
+		require.Equal(t, x.hash("pool", o.Key()), h, "%+v", o)
+		for i := range v[:len(v)-1] {
+			if _, err := x.hashValue([]byte("pool"), v[:i]); err == nil {
+				// Cut after the name, the owner is whole.
+				require.Greater(t, i, len(o.Cluster)+len(o.Kind)+len(o.Namespace)+len(o.Name)+4)
+			}
+		}
+	}
 }

@@ -80,8 +80,8 @@ func TestRequestRetentionAcrossReopen(t *testing.T) {
 }
 
 // oldBuckets are the buckets of a file written before request records
-// expired.
-var oldBuckets = [][]byte{bucketMeta, bucketPools, bucketAllocs, bucketOwners, bucketQuarantine, bucketRequests}
+// expired (with its allocations filed as the current format files them).
+var oldBuckets = [][]byte{bucketMeta, bucketPools, bucketRecords, bucketOwners, bucketQuarantine, bucketRequests}
 
 // makeOld turns the store file at path into one as a version from before
 // request retention wrote it: only oldBuckets, only the meta keys it knew.
