@@ -143,19 +143,26 @@ var (
 	millionErr  error
 	// benchDir holds files that outlive one benchmark run; TestMain removes
 	// it.
-	benchDir string
+	benchDir    string
+	benchDirErr error
+	benchDirSet sync.Once
 )
+
+// sharedDir returns benchDir, made on first use.
+func sharedDir(b *testing.B) string {
+	b.Helper()
+	benchDirSet.Do(func() { benchDir, benchDirErr = os.MkdirTemp("", "plexus-store-bench-") })
+	require.NoError(b, benchDirErr)
+	return benchDir
+}
 
 // millionFile builds, once per test binary, a store file holding a
 // million allocations of realistic size in one pool.
 func millionFile(b *testing.B) string {
 	b.Helper()
+	dir := sharedDir(b)
 	millionOnce.Do(func() {
-		benchDir, millionErr = os.MkdirTemp("", "plexus-store-bench-")
-		if millionErr != nil {
-			return
-		}
-		millionPath = filepath.Join(benchDir, "million.db")
+		millionPath = filepath.Join(dir, "million.db")
 		s, err := Open(millionPath, WithNoSync(), WithHistory(1))
 		if err != nil {
 			millionErr = err
@@ -288,7 +295,7 @@ func BenchmarkSweep(b *testing.B) {
 // i is 10.x.y.0/24, its allocations .1 to .100), built once per run.
 func poolsFile(b *testing.B, pools int) string {
 	b.Helper()
-	path := filepath.Join(benchDir, fmt.Sprintf("pools-%d.db", pools))
+	path := filepath.Join(sharedDir(b), fmt.Sprintf("pools-%d.db", pools))
 	if _, err := os.Stat(path); err == nil {
 		return path
 	}
