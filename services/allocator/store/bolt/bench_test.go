@@ -37,7 +37,11 @@ func benchAddr(i int) netip.Addr {
 // allocTxn is what the allocator commits for one Allocate: the address
 // and the owner must both be free.
 func allocTxn(i int) store.Txn {
-	a := &store.Allocation{Pool: "bench", Address: benchAddr(i), Owner: benchOwner(i), CreateTime: time.Now(), RequestID: fmt.Sprint("req-", i)}
+	return allocateTxn(&store.Allocation{Pool: "bench", Address: benchAddr(i), Owner: benchOwner(i), CreateTime: time.Now(), RequestID: fmt.Sprint("req-", i)})
+}
+
+// allocateTxn is the transaction of an Allocate of a.
+func allocateTxn(a *store.Allocation) store.Txn {
 	return store.Txn{
 		Conds: []store.Cond{
 			{Kind: store.CondAllocationAbsent, Pool: a.Pool, Address: a.Address},
@@ -74,46 +78,54 @@ func benchCommit(b *testing.B, txn func(int) store.Txn) {
 			s, err := Open(filepath.Join(b.TempDir(), "bench.db"))
 			require.NoError(b, err)
 			defer s.Close()
-			var (
-				next      atomic.Int64
-				mu        sync.Mutex
-				latencies = make([]time.Duration, 0, b.N)
-				wg        sync.WaitGroup
-			)
 			before := s.Stats()
 			b.ResetTimer()
-			start := time.Now()
-			for range committers {
-				wg.Go(func() {
-					var mine []time.Duration
-					for {
-						i := int(next.Add(1)) - 1
-						if i >= b.N {
-							break
-						}
-						t0 := time.Now()
-						if _, err := s.Commit(b.Context(), txn(i)); err != nil {
-							b.Error(err)
-							return
-						}
-						mine = append(mine, time.Since(t0))
-					}
-					mu.Lock()
-					latencies = append(latencies, mine...)
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
+			elapsed, latencies := commitAll(b, s, committers, txn)
 			st := s.Stats()
-			slices.Sort(latencies)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
 			b.ReportMetric(float64(st.Txns-before.Txns)/float64(max(1, st.Batches-before.Batches)), "txns/batch")
 			b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds()), "p99-µs")
 		})
 	}
+}
+
+// commitAll commits txn(0) to txn(b.N-1) from committers goroutines,
+// and returns how long that took and each commit's latency, sorted. The
+// timer is stopped when it returns.
+func commitAll(b *testing.B, s *Store, committers int, txn func(int) store.Txn) (time.Duration, []time.Duration) {
+	var (
+		next      atomic.Int64
+		mu        sync.Mutex
+		latencies = make([]time.Duration, 0, b.N)
+		wg        sync.WaitGroup
+	)
+	start := time.Now()
+	for range committers {
+		wg.Go(func() {
+			var mine []time.Duration
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					break
+				}
+				t0 := time.Now()
+				if _, err := s.Commit(b.Context(), txn(i)); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(latencies)
+	return elapsed, latencies
 }
 
 // BenchmarkBatchAllocate measures one transaction of 1,000 allocations,
@@ -357,51 +369,16 @@ func BenchmarkCommitAmongPools(b *testing.B) {
 			for i := range order {
 				order[i] = rng.IntN(c.pools)
 			}
-			var (
-				i         atomic.Int64
-				mu        sync.Mutex
-				latencies = make([]time.Duration, 0, b.N)
-				wg        sync.WaitGroup
-			)
 			b.ResetTimer()
-			start := time.Now()
-			for range 64 {
-				wg.Go(func() {
-					var mine []time.Duration
-					for {
-						n := int(i.Add(1)) - 1
-						if n >= b.N {
-							break
-						}
-						p := order[n]
-						host := 101 + uint32(next[p].Add(1)) - 1
-						a := poolAlloc(p, 0)
-						v := 10<<24 | uint32(p)<<8 + host
-						a.Address = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-						a.Owner = benchOwner(1<<24 + n)
-						tx := store.Txn{
-							Conds: []store.Cond{
-								{Kind: store.CondAllocationAbsent, Pool: a.Pool, Address: a.Address},
-								{Kind: store.CondOwnerAbsent, Pool: a.Pool, OwnerKey: a.Owner.Key()},
-							},
-							Ops: []store.Op{{Kind: store.OpPutAllocation, Allocation: a}},
-						}
-						t0 := time.Now()
-						if _, err := s.Commit(b.Context(), tx); err != nil {
-							b.Error(err)
-							return
-						}
-						mine = append(mine, time.Since(t0))
-					}
-					mu.Lock()
-					latencies = append(latencies, mine...)
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			slices.Sort(latencies)
+			elapsed, latencies := commitAll(b, s, 64, func(n int) store.Txn {
+				p := order[n]
+				host := 101 + uint32(next[p].Add(1)) - 1
+				a := poolAlloc(p, 0)
+				v := 10<<24 | uint32(p)<<8 + host
+				a.Address = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+				a.Owner = benchOwner(1<<24 + n)
+				return allocateTxn(a)
+			})
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
 			b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds()), "p50-µs")
 		})

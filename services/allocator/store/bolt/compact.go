@@ -147,27 +147,55 @@ func checkFormat(tx *bbolt.Tx) (int, error) {
 	return int(f[0]), nil
 }
 
-// copyBucket copies the top-level bucket b, named name, into dst, in
-// write transactions of at most compactTxnRecords records. The store
-// keeps no nested buckets; one is an error rather than dropped silently.
+// copyBucket copies the top-level bucket b, named name, into dst under
+// the same name, in write transactions of at most compactTxnRecords
+// records.
 func copyBucket(dst *bbolt.DB, name []byte, b *bbolt.Bucket) (int, error) {
+	return copyRecords(dst, name, b, name, func(k, v []byte) ([]byte, []byte, error) { return k, v, nil })
+}
+
+// convertAllocations files the allocations of an older format's
+// allocations bucket (keyed by pool and address) as records numbered
+// from 1, in key order.
+func convertAllocations(dst *bbolt.DB, b *bbolt.Bucket) (int, error) {
+	seq := uint64(0)
+	return copyRecords(dst, bucketAllocs, b, bucketRecords, func(k, v []byte) ([]byte, []byte, error) {
+		pool, addr, err := splitAddrKey(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		seq++
+		rec := appendAddr(encoder(make([]byte, 0, len(pool)+18+len(v))).str(string(pool)), addr)
+		return recordKey(seq), append(rec, v...), nil
+	})
+}
+
+// copyRecords puts each record of b (the bucket named from) into the
+// bucket to of dst, as conv makes it, in write transactions of at most
+// compactTxnRecords records. The store keeps no nested buckets; one is an
+// error rather than dropped silently.
+func copyRecords(dst *bbolt.DB, from []byte, b *bbolt.Bucket, to []byte, conv func(k, v []byte) ([]byte, []byte, error)) (int, error) {
 	c := b.Cursor()
 	k, v := c.First()
 	copied := 0
 	for first := true; first || k != nil; first = false {
 		err := dst.Update(func(tx *bbolt.Tx) error {
-			out, err := tx.CreateBucketIfNotExists(name)
+			out, err := tx.CreateBucketIfNotExists(to)
 			if err != nil {
 				return err
 			}
-			// Keys arrive in order: pages filled like the allocations
+			// Keys arrive in order: pages filled like the records
 			// bucket's (newWriter) leave room for the inserts to come.
 			out.FillPercent = allocFill
 			for n := 0; k != nil && n < compactTxnRecords; n++ {
 				if v == nil {
-					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", name, k)
+					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", from, k)
 				}
-				if err := out.Put(k, v); err != nil { // src's pages stay mapped until its View ends
+				ck, cv, err := conv(k, v)
+				if err != nil {
+					return err
+				}
+				if err := out.Put(ck, cv); err != nil { // src's pages stay mapped until its View ends
 					return err
 				}
 				copied++
@@ -180,43 +208,4 @@ func copyBucket(dst *bbolt.DB, name []byte, b *bbolt.Bucket) (int, error) {
 		}
 	}
 	return copied, nil
-}
-
-// convertAllocations files the allocations of an older format's
-// allocations bucket (keyed by pool and address) as records numbered
-// from 1, in key order, in write transactions of at most
-// compactTxnRecords records.
-func convertAllocations(dst *bbolt.DB, b *bbolt.Bucket) (int, error) {
-	c := b.Cursor()
-	k, v := c.First()
-	seq := uint64(0)
-	for first := true; first || k != nil; first = false {
-		err := dst.Update(func(tx *bbolt.Tx) error {
-			out, err := tx.CreateBucketIfNotExists(bucketRecords)
-			if err != nil {
-				return err
-			}
-			out.FillPercent = allocFill
-			for n := 0; k != nil && n < compactTxnRecords; n++ {
-				pool, addr, err := splitAddrKey(k)
-				if err != nil {
-					return err
-				}
-				if v == nil {
-					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", bucketAllocs, k)
-				}
-				rec := appendAddr(encoder(make([]byte, 0, len(pool)+18+len(v))).str(string(pool)), addr)
-				seq++
-				if err := out.Put(recordKey(seq), append(rec, v...)); err != nil {
-					return err
-				}
-				k, v = c.Next()
-			}
-			return nil
-		})
-		if err != nil {
-			return int(seq), err
-		}
-	}
-	return int(seq), nil
 }

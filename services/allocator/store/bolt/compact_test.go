@@ -113,19 +113,8 @@ func TestCompactKeepsEverythingTheStoreUses(t *testing.T) {
 	require.Equal(t, res.After, fi.Size())
 	require.NoFileExists(t, path+".compact")
 
-	s, err := Open(path)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	got, err := s.Snapshot(t.Context())
-	require.NoError(t, err)
-	require.Equal(t, want, got)
 	require.Equal(t, formatOwners, res.From)
-	require.NoError(t, s.db.View(func(tx *bbolt.Tx) error {
-		require.Nil(t, tx.Bucket(bucketOwners))
-		require.Nil(t, tx.Bucket(bucketAllocs))
-		require.Equal(t, []byte{fileFormat}, tx.Bucket(bucketMeta).Get(keyFormat))
-		return nil
-	}))
+	s := requireOpensAs(t, path, want)
 	req, ok, err := s.GetRequest(t.Context(), "req-1")
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -137,6 +126,30 @@ func TestCompactKeepsEverythingTheStoreUses(t *testing.T) {
 	require.Equal(t, want.Revision+1, rev)
 	require.False(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-1"}))
 	require.True(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-0"}))
+}
+
+// requireOpensAs opens the store file at path and requires it to hold
+// want, in the current format: its allocations as records, no bucket of
+// an older format, and indexes of every allocation.
+func requireOpensAs(t *testing.T, path string, want *store.Snapshot) *Store {
+	t.Helper()
+	s, err := Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	got, err := s.Snapshot(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.NoError(t, s.db.View(func(tx *bbolt.Tx) error {
+		require.Equal(t, []byte{fileFormat}, tx.Bucket(bucketMeta).Get(keyFormat))
+		require.Nil(t, tx.Bucket(bucketAllocs))
+		require.Nil(t, tx.Bucket(bucketOwners))
+		require.Equal(t, len(want.Allocations), tx.Bucket(bucketRecords).Stats().KeyN)
+		return nil
+	}))
+	require.NoError(t, s.WaitReady(t.Context()))
+	require.Equal(t, len(want.Allocations), s.addrs.len())
+	require.Equal(t, len(want.Allocations), s.owners.len())
+	return s
 }
 
 func TestCompactRefuses(t *testing.T) {
