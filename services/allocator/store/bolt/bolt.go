@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -339,12 +340,12 @@ func formatOf(db *bbolt.DB) byte {
 // index builds the owner and address indexes from the records in the
 // file, and finds the next record number.
 func (s *Store) index() error {
-	s.owners = newOwnerIndex(int(min(s.allocs, 1<<24)))
-	s.addrs = newAddrIndex()
+	hint := int(min(s.allocs, 1<<24))
+	s.owners = newOwnerIndex(hint)
 	s.seq = 1
-	return s.db.View(func(tx *bbolt.Tx) error {
+	addrs := newAddrLoader(hint)
+	err := s.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketRecords).Cursor()
-		var last *poolAddrs
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if len(k) != 8 {
 				return fmt.Errorf("malformed record key %q", k)
@@ -359,20 +360,16 @@ func (s *Store) index() error {
 				return fmt.Errorf("allocation %s/%s: %w", pool, addr, err)
 			}
 			s.owners.add(h, addr)
-			// Records of one pool mostly come in runs.
-			if last == nil || last.id != string(pool) {
-				if last = s.addrs.poolBytes(pool); last == nil {
-					last = s.addrs.ensure(string(pool))
-				}
-			}
-			n := last.len()
-			if last.set(addr, seq); last.len() == n {
-				return fmt.Errorf("allocation %s/%s: two records (the later is %d)", pool, addr, seq)
-			}
+			addrs.add(pool, addr, seq)
 			s.seq = seq + 1
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	s.addrs, err = addrs.build()
+	return err
 }
 
 func syncDir(dir string) error {
@@ -436,7 +433,7 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 		// could hold, so a wrong count cannot cost more than it saves.
 		hint := min(getUint64(meta, keyAllocs), uint64(tx.Size()/16))
 		snap.Allocations = make([]store.Allocation, 0, hint)
-		pools := interner{}
+		var ord order
 		n := 0
 		c := tx.Bucket(bucketRecords).Cursor()
 		for _, v := c.First(); v != nil; _, v = c.Next() {
@@ -449,15 +446,17 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 			if err != nil {
 				return err
 			}
-			a, err := decodeAllocation(pools.get(pool), addr, val)
+			a, err := decodeAllocation(ord.add(pool, addr), addr, val)
 			if err != nil {
 				return err
 			}
 			snap.Allocations = append(snap.Allocations, a)
 		}
-		// Records come in the order they were first written: mostly by
-		// address within a pool already, which the sort finds in one pass.
-		sortAllocations(snap.Allocations)
+		ord.apply(snap.Allocations)
+		pools := interner{}
+		for _, id := range ord.pools {
+			pools[id] = id
+		}
 
 		c = tx.Bucket(bucketQuarantine).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -525,17 +524,117 @@ func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.A
 	return rev, out, nil
 }
 
-// sortAllocations sorts allocations by pool, then address, unless they
-// are sorted already.
-func sortAllocations(allocs []store.Allocation) {
-	cmp := func(x, y store.Allocation) int {
-		if c := strings.Compare(x.Pool, y.Pool); c != 0 {
-			return c
+// order puts the allocations of a snapshot, read in the order of their
+// records, in the order of store.Snapshot: by pool, then address.
+// Records come in the order they were first written: each pool's mostly
+// in address order already (the allocator hands out the next free
+// address), but the pools interleaved as their calls were. So order
+// notes each record's pool as it is read (and whether they are in order
+// already), groups the pools with a stable counting sort, and sorts only
+// a pool whose allocations are out of order: for a million allocations
+// over 10,000 pools in random order this takes an eighth of a comparison
+// sort's time, and nothing when they are in order.
+type order struct {
+	ids   map[string]int32
+	pools []string // by id, in the order first read
+	of    []int32  // the pool id of each allocation read
+	last  netip.Addr
+	mixed bool
+}
+
+// add notes an allocation of addr in pool and returns the pool's id
+// as a string shared by all its allocations.
+func (o *order) add(pool []byte, addr netip.Addr) string {
+	if len(o.of) > 0 {
+		prev := o.of[len(o.of)-1]
+		if o.pools[prev] == string(pool) {
+			o.of = append(o.of, prev)
+			o.mixed = o.mixed || addr.Compare(o.last) <= 0
+			o.last = addr
+			return o.pools[prev]
 		}
-		return x.Address.Compare(y.Address)
+		o.mixed = o.mixed || string(pool) < o.pools[prev]
 	}
-	if !slices.IsSortedFunc(allocs, cmp) {
-		slices.SortFunc(allocs, cmp)
+	if o.ids == nil {
+		o.ids = map[string]int32{}
+	}
+	id, ok := o.ids[string(pool)]
+	if !ok {
+		id = int32(len(o.pools))
+		o.pools = append(o.pools, string(pool))
+		o.ids[o.pools[id]] = id
+	}
+	o.of = append(o.of, id)
+	o.last = addr
+	return o.pools[id]
+}
+
+// apply puts allocs, the allocations added in that order, in order.
+func (o *order) apply(allocs []store.Allocation) {
+	if !o.mixed {
+		return
+	}
+	// rank[id] is the pool's place among the pools by id.
+	byName := make([]int32, len(o.pools))
+	for i := range byName {
+		byName[i] = int32(i)
+	}
+	slices.SortFunc(byName, func(a, b int32) int { return strings.Compare(o.pools[a], o.pools[b]) })
+	rank := make([]int32, len(o.pools))
+	for r, id := range byName {
+		rank[id] = int32(r)
+	}
+	next := make([]int, len(o.pools)+1)
+	for _, id := range o.of {
+		next[rank[id]+1]++
+	}
+	for r := range o.pools {
+		next[r+1] += next[r]
+	}
+	bounds := slices.Clone(next)
+	to := o.of // becomes each allocation's place
+	for i, id := range to {
+		r := rank[id]
+		to[i] = int32(next[r])
+		next[r]++
+	}
+	permute(allocs, to)
+	byAddress := func(x, y store.Allocation) int { return x.Address.Compare(y.Address) }
+	for r := range o.pools {
+		pool := allocs[bounds[r]:bounds[r+1]]
+		if !slices.IsSortedFunc(pool, byAddress) {
+			slices.SortFunc(pool, byAddress)
+		}
+	}
+}
+
+// sortAllocations sorts allocations by pool, then address, as a snapshot
+// puts them.
+func sortAllocations(allocs []store.Allocation) {
+	var o order
+	for i := range allocs {
+		allocs[i].Pool = o.add([]byte(allocs[i].Pool), allocs[i].Address)
+	}
+	o.apply(allocs)
+}
+
+func compareAllocations(x, y store.Allocation) int {
+	if c := strings.Compare(x.Pool, y.Pool); c != 0 {
+		return c
+	}
+	return x.Address.Compare(y.Address)
+}
+
+// permute moves allocs[i] to allocs[to[i]] for every i, in place, one
+// swap per allocation out of place; to must be a permutation, and is
+// consumed.
+func permute(allocs []store.Allocation, to []int32) {
+	for i := range allocs {
+		for int(to[i]) != i {
+			j := to[i]
+			allocs[i], allocs[j] = allocs[j], allocs[i]
+			to[i], to[j] = to[j], to[i]
+		}
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -298,4 +300,25 @@ func ownerAbsent(t *testing.T, s *Store, pool string, o store.Owner) bool {
 	}
 	require.NoError(t, err)
 	return true
+}
+
+// TestSortAllocations: whatever order the records come in, a snapshot's
+// allocations end up by pool, then address, as a comparison sort puts
+// them.
+func TestSortAllocations(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for round := range 200 {
+		var as []store.Allocation
+		for range r.IntN(60) {
+			p := fmt.Sprintf("p%d", r.IntN(5))
+			as = append(as, store.Allocation{Pool: p, Address: netip.AddrFrom4([4]byte{10, 0, byte(r.IntN(3)), byte(r.IntN(256))})})
+		}
+		if round%3 == 0 { // mostly in order within a pool, as records come
+			slices.SortStableFunc(as, func(x, y store.Allocation) int { return x.Address.Compare(y.Address) })
+		}
+		want := slices.Clone(as)
+		slices.SortStableFunc(want, compareAllocations)
+		sortAllocations(as)
+		require.Equal(t, want, as, "round %d", round)
+	}
 }

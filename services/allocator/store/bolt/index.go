@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 )
@@ -69,11 +70,8 @@ func addrOf4(v uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// pool returns the addresses of pool, nil if it holds none. The []byte
-// form looks a pool up without allocating (index building).
+// pool returns the addresses of pool, nil if it holds none.
 func (x *addrIndex) pool(pool string) *poolAddrs { return x.pools[pool] }
-
-func (x *addrIndex) poolBytes(pool []byte) *poolAddrs { return x.pools[string(pool)] }
 
 func (x *addrIndex) ensure(pool string) *poolAddrs {
 	p := x.pools[pool]
@@ -257,4 +255,101 @@ func (x *addrIndex) len() int {
 		n += p.len()
 	}
 	return n
+}
+
+// addrLoader gathers the pool, address and number of each record as the
+// file is read when it opens, and then builds the index: each pool's
+// maps made once at their final size, and filled pool by pool. Grown an
+// entry at a time, and filled in the order of the records (the pools
+// interleaved as their calls were), the maps took twice as long.
+type addrLoader struct {
+	ids    map[string]int32
+	pools  []string
+	last   int32
+	v4     []load4
+	v6     []load6
+	counts []int
+}
+
+type load4 struct {
+	pool int32
+	addr uint32
+	seq  uint64
+}
+
+type load6 struct {
+	pool int32
+	addr [16]byte
+	seq  uint64
+}
+
+func newAddrLoader(sizeHint int) *addrLoader {
+	return &addrLoader{ids: map[string]int32{}, last: -1, v4: make([]load4, 0, sizeHint)}
+}
+
+// add notes the record numbered seq, of addr in pool.
+func (l *addrLoader) add(pool []byte, addr netip.Addr, seq uint64) {
+	if l.last < 0 || l.pools[l.last] != string(pool) {
+		id, ok := l.ids[string(pool)]
+		if !ok {
+			id = int32(len(l.pools))
+			l.pools = append(l.pools, string(pool))
+			l.ids[l.pools[id]] = id
+			l.counts = append(l.counts, 0)
+		}
+		l.last = id
+	}
+	l.counts[l.last]++
+	if addr.Is4() {
+		l.v4 = append(l.v4, load4{pool: l.last, addr: v4Of(addr), seq: seq})
+	} else {
+		l.v6 = append(l.v6, load6{pool: l.last, addr: addr.As16(), seq: seq})
+	}
+}
+
+// build returns the index of what was added; two records of one address
+// are an error.
+func (l *addrLoader) build() (*addrIndex, error) {
+	x := newAddrIndex()
+	pools := make([]*poolAddrs, len(l.pools))
+	n4 := make([]int, len(l.pools)+1)
+	for _, e := range l.v4 {
+		n4[e.pool+1]++
+	}
+	for i, id := range l.pools {
+		pools[i] = &poolAddrs{
+			id: id,
+			v4: make(map[uint32]seq48, n4[i+1]),
+			v6: make(map[[16]byte]seq48, l.counts[i]-n4[i+1]),
+		}
+		x.pools[id] = pools[i]
+	}
+	// Group the IPv4 records by pool (a stable counting sort).
+	for i := range l.pools {
+		n4[i+1] += n4[i]
+	}
+	grouped := make([]load4, len(l.v4))
+	for _, e := range l.v4 {
+		grouped[n4[e.pool]] = e
+		n4[e.pool]++
+	}
+	l.v4 = nil
+	dup := func(pool int32, addr netip.Addr, seq uint64) error {
+		return fmt.Errorf("allocation %s/%s: two records (the later is %d)", l.pools[pool], addr, seq)
+	}
+	for _, e := range grouped {
+		p := pools[e.pool]
+		n := len(p.v4)
+		if p.v4[e.addr] = seqOf(e.seq); len(p.v4) == n {
+			return nil, dup(e.pool, addrOf4(e.addr), e.seq) // grouping kept the records' order
+		}
+	}
+	for _, e := range l.v6 {
+		p := pools[e.pool]
+		n := len(p.v6)
+		if p.v6[e.addr] = seqOf(e.seq); len(p.v6) == n {
+			return nil, dup(e.pool, netip.AddrFrom16(e.addr), e.seq)
+		}
+	}
+	return x, nil
 }

@@ -186,3 +186,42 @@ func TestIndexErrorStopsCommits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, rev, snap.Revision)
 }
+
+// TestAddrLoader: records of interleaved pools and both families load
+// into the index they would have made one by one, and two records of one
+// address are an error naming the later one.
+func TestAddrLoader(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	l := newAddrLoader(0)
+	want := newAddrIndex()
+	seen := map[string]bool{}
+	for seq := uint64(1); seq < 2000; seq++ {
+		pool := fmt.Sprintf("pool-%d", r.IntN(20))
+		addr := netip.AddrFrom4([4]byte{10, 0, byte(r.IntN(4)), byte(r.IntN(256))})
+		if r.IntN(4) == 0 {
+			addr = netip.AddrFrom16([16]byte{0xfd, 14: byte(r.IntN(4)), 15: byte(r.IntN(256))})
+		}
+		if seen[pool+addr.String()] {
+			continue
+		}
+		seen[pool+addr.String()] = true
+		l.add([]byte(pool), addr, seq)
+		want.set(pool, addr, seq)
+	}
+	got, err := l.build()
+	require.NoError(t, err)
+	require.Equal(t, want.len(), got.len())
+	for id, p := range want.pools {
+		require.Equal(t, p.v4, got.pools[id].v4, id)
+		require.Equal(t, p.v6, got.pools[id].v6, id)
+	}
+
+	for _, addr := range []string{"10.0.0.1", "fd00::1"} {
+		l := newAddrLoader(0)
+		l.add([]byte("a"), netip.MustParseAddr(addr), 1)
+		l.add([]byte("b"), netip.MustParseAddr(addr), 2)
+		l.add([]byte("a"), netip.MustParseAddr(addr), 3)
+		_, err := l.build()
+		require.ErrorContains(t, err, "allocation a/"+addr+": two records (the later is 3)")
+	}
+}
