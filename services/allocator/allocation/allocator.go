@@ -118,6 +118,13 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	return s, nil
 }
 
+// unorderedSnapshotter is a store that can take a snapshot faster when
+// its allocations need not be sorted (the bolt store, whose records are
+// in the order they were written).
+type unorderedSnapshotter interface {
+	SnapshotUnordered(ctx context.Context) (*store.Snapshot, error)
+}
+
 // readier is a store that is not ready for commits as soon as it is
 // opened: WaitReady waits until it is, or reports why it will not be.
 type readier interface {
@@ -139,7 +146,11 @@ type loaded struct {
 
 // load rebuilds the pools and their indexes from a snapshot of the store.
 func load(ctx context.Context, st store.Store, clock func() time.Time, logger *slog.Logger) (*loaded, error) {
-	snap, err := st.Snapshot(ctx)
+	take := st.Snapshot
+	if u, ok := st.(unorderedSnapshotter); ok {
+		take = u.SnapshotUnordered // the pools are rebuilt in any order
+	}
+	snap, err := take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load store snapshot: %w", err)
 	}

@@ -455,3 +455,46 @@ func TestRequestIDRaceAnswersReused(t *testing.T) {
 		require.ErrorIs(t, second, allocation.ErrRequestIDReused, "batch=%v", batch)
 	}
 }
+
+// TestRestartWithInterleavedPools: an allocator restarted on a bolt file
+// whose allocations were written to several pools in turn (the store
+// hands them back in that order, unsorted) holds each pool's allocations,
+// in address order, and goes on allocating after them.
+func TestRestartWithInterleavedPools(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "a.db")
+	st, err := bolt.Open(path)
+	require.NoError(t, err)
+	svc, _ := newService(t, st)
+	pools := []string{"c", "a", "b"}
+	for i, p := range pools {
+		_, err := svc.CreatePool(ctx, p, allocation.PoolSpec{CIDRs: []string{fmt.Sprintf("10.%d.0.0/24", i)}})
+		require.NoError(t, err)
+	}
+	want := map[string][]netip.Addr{}
+	for i := range 30 {
+		p := pools[i%3]
+		a, _, err := svc.Allocate(ctx, allocation.Request{Pool: p, Owner: owner(fmt.Sprint("o", i))})
+		require.NoError(t, err)
+		want[p] = append(want[p], a.Address)
+	}
+	require.NoError(t, st.Close())
+
+	st, err = bolt.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	svc, err = allocation.New(ctx, st)
+	require.NoError(t, err)
+	for _, p := range pools {
+		got, _, err := svc.ListAllocations(p, allocation.Filter{}, allocation.Cursor{}, 100)
+		require.NoError(t, err)
+		var addrs []netip.Addr
+		for _, a := range got {
+			addrs = append(addrs, a.Address)
+		}
+		require.Equal(t, want[p], addrs, p)
+		next, _, err := svc.Allocate(ctx, allocation.Request{Pool: p, Owner: owner("after-" + p)})
+		require.NoError(t, err)
+		require.NotContains(t, want[p], next.Address, "a restart hands out a free address")
+	}
+}

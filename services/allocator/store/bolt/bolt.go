@@ -412,6 +412,19 @@ func (s *Store) view(fn func(*bbolt.Tx) error) error {
 // Snapshot implements store.Store. It reads everything in one bbolt read
 // transaction, which sees one committed batch, so one revision.
 func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
+	return s.snapshot(ctx, true)
+}
+
+// SnapshotUnordered is Snapshot with the allocations in the order of
+// their records (the order they were first written) instead of by pool,
+// then address: for a reader that files them by pool itself, as an
+// allocator does when it starts, and need not wait for them to be put in
+// order. Pools and quarantine records are in order.
+func (s *Store) SnapshotUnordered(ctx context.Context) (*store.Snapshot, error) {
+	return s.snapshot(ctx, false)
+}
+
+func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -452,7 +465,9 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 			}
 			snap.Allocations = append(snap.Allocations, a)
 		}
-		ord.apply(snap.Allocations)
+		if ordered {
+			ord.apply(snap.Allocations)
+		}
 		pools := interner{}
 		for _, id := range ord.pools {
 			pools[id] = id

@@ -322,3 +322,26 @@ func TestSortAllocations(t *testing.T) {
 		require.Equal(t, want, as, "round %d", round)
 	}
 }
+
+// TestSnapshotUnordered: the unordered snapshot holds what Snapshot does,
+// at the same revision, in the order the records were written.
+func TestSnapshotUnordered(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	for _, a := range []*store.Allocation{alloc("b", "10.0.0.2", "x"), alloc("a", "10.0.0.9", "y"), alloc("b", "10.0.0.1", "z")} {
+		_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(a)}})
+		require.NoError(t, err)
+	}
+	ordered, err := s.Snapshot(ctx)
+	require.NoError(t, err)
+	unordered, err := s.SnapshotUnordered(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ordered.Revision, unordered.Revision)
+	var names []string
+	for _, a := range unordered.Allocations {
+		names = append(names, a.Owner.Name)
+	}
+	require.Equal(t, []string{"x", "y", "z"}, names)
+	sortAllocations(unordered.Allocations)
+	require.Equal(t, ordered, unordered)
+}
