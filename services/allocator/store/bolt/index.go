@@ -1,7 +1,9 @@
 package bolt
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 )
@@ -175,7 +177,7 @@ func (x *addrIndex) addrs(pool string) []netip.Addr {
 
 // anyIn reports whether pool holds an address in [first, last] (both of
 // one family, first <= last). It probes the addresses of the range when
-// there are fewer of them than the pool holds, and otherwise looks at
+// there are no more of them than the pool holds, and otherwise looks at
 // each address the pool holds: O(min(range, pool)).
 func (x *addrIndex) anyIn(pool string, first, last netip.Addr) bool {
 	p := x.pools[pool]
@@ -183,17 +185,14 @@ func (x *addrIndex) anyIn(pool string, first, last netip.Addr) bool {
 	if n == 0 {
 		return false
 	}
-	// Probe the range while it is shorter than the pool.
-	a := first
-	for i := 0; i <= n; i++ {
-		if _, ok := p.get(a); ok {
-			return true
-		}
-		if a == last {
-			return false
-		}
-		if a = a.Next(); !a.IsValid() {
-			return false
+	if rangeLen(first, last) <= uint64(n) {
+		for a := first; ; a = a.Next() {
+			if _, ok := p.get(a); ok {
+				return true
+			}
+			if a == last {
+				return false
+			}
 		}
 	}
 	in := func(a netip.Addr) bool { return first.Compare(a) <= 0 && a.Compare(last) <= 0 }
@@ -211,6 +210,18 @@ func (x *addrIndex) anyIn(pool string, first, last netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// rangeLen is the number of addresses in [first, last] (one family,
+// first <= last), saturated at 2^64-1.
+func rangeLen(first, last netip.Addr) uint64 {
+	f, l := first.As16(), last.As16()
+	fhi, flo := binary.BigEndian.Uint64(f[:8]), binary.BigEndian.Uint64(f[8:])
+	lhi, llo := binary.BigEndian.Uint64(l[:8]), binary.BigEndian.Uint64(l[8:])
+	if lhi != fhi || llo-flo == math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return llo - flo + 1
 }
 
 // begin starts logging the changes of a batch.

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
@@ -223,5 +224,21 @@ func TestAddrLoader(t *testing.T) {
 		l.add([]byte("a"), netip.MustParseAddr(addr), 3)
 		_, err := l.build()
 		require.ErrorContains(t, err, "allocation a/"+addr+": two records (the later is 3)")
+	}
+}
+
+func TestRangeLen(t *testing.T) {
+	for _, c := range []struct {
+		first, last string
+		want        uint64
+	}{
+		{"10.0.0.0", "10.0.0.255", 256},
+		{"10.0.0.7", "10.0.0.7", 1},
+		{"0.0.0.0", "255.255.255.255", 1 << 32},
+		{"::", "::ffff:ffff:ffff:fffe", math.MaxUint64},
+		{"::", "::ffff:ffff:ffff:ffff", math.MaxUint64}, // 2^64: saturated
+		{"0:0:0:1::", "0:0:0:2::", math.MaxUint64},      // across the upper half: saturated
+	} {
+		require.Equal(t, c.want, rangeLen(netip.MustParseAddr(c.first), netip.MustParseAddr(c.last)), "%s-%s", c.first, c.last)
 	}
 }
