@@ -170,11 +170,13 @@ func TestBadRecordFailsOnlyItsTransaction(t *testing.T) {
 	s := openTemp(t)
 	ctx := t.Context()
 	bad := netip.MustParseAddr("10.0.0.66")
+	// The indexes are built (in the background) before the bad record
+	// goes in behind their back.
+	require.NoError(t, s.WaitReady(ctx))
 	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
 		rec := appendAddr(encoder(nil).str("p"), bad)
 		return tx.Bucket(bucketRecords).Put(recordKey(1000), append(rec, valueVersion, 0xff))
 	}))
-	require.NoError(t, s.WaitReady(ctx))
 	s.addrs.set("p", bad, 1000) // the committer is idle
 	ps := enqueue(t, s, []context.Context{ctx, ctx, ctx}, []store.Txn{
 		{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "a"))}},
