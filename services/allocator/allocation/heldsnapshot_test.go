@@ -137,7 +137,7 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 		events, err := svc.Watch(wctx, "p", 0)
 		require.NoError(t, err)
 		seen := map[netip.Addr]string{}
-		for e := range events {
+		for e := range events.All(wctx) {
 			require.NoError(t, e.Err)
 			if e.Synced {
 				snaps = append(snaps, taken{rev: e.Revision, seen: seen})
@@ -158,7 +158,7 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 	require.NoError(t, err)
 	live := map[netip.Addr]string{}
 	var synced int64
-	for e := range events {
+	for e := range events.All(wctx) {
 		require.NoError(t, e.Err)
 		if e.Synced {
 			synced = e.Revision
@@ -187,19 +187,19 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 		want[a.Address] = a.Owner.Name
 	}
 	require.Equal(t, rec.stateAt("p", 1<<62), want)
-	deadline := time.After(10 * time.Second)
+	dctx, dcancel := context.WithTimeout(wctx, 10*time.Second)
+	defer dcancel()
 	for !equal(live, want) {
-		select {
-		case e := <-events:
-			require.NoError(t, e.Err)
-			require.Greater(t, e.Revision, synced)
-			if e.Type == store.EventDeleteAllocation {
-				delete(live, e.Allocation.Address)
-			} else {
-				live[e.Allocation.Address] = e.Allocation.Owner.Name
-			}
-		case <-deadline:
+		e := events.Next(dctx)
+		if dctx.Err() != nil {
 			t.Fatalf("the watch did not reach the final state: %d allocations, want %d", len(live), len(want))
+		}
+		require.NoError(t, e.Err)
+		require.Greater(t, e.Revision, synced)
+		if e.Type == store.EventDeleteAllocation {
+			delete(live, e.Allocation.Address)
+		} else {
+			live[e.Allocation.Address] = e.Allocation.Owner.Name
 		}
 	}
 }
@@ -241,7 +241,7 @@ func TestWatchSnapshotChunks(t *testing.T) {
 		events, err := svc.Watch(wctx, pool, 0)
 		require.NoError(t, err)
 		var out [][]store.Allocation
-		for e := range events {
+		for e := range events.All(wctx) {
 			require.NoError(t, e.Err)
 			if e.Synced {
 				return out
@@ -281,7 +281,7 @@ func TestWatchSnapshotChunks(t *testing.T) {
 		t.Cleanup(cancel)
 		events, err := svc.Watch(wctx, "p", 0)
 		require.NoError(t, err)
-		e := <-events
+		e := events.Next(wctx)
 		require.NotNil(t, e.Chunk)
 		return e.Chunk
 	}

@@ -1,11 +1,13 @@
 package allocation
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"math/big"
 	"net/netip"
@@ -664,10 +666,13 @@ type WatchEvent struct {
 	Err    error
 }
 
-// Watch streams allocation events of pool ("-" for all): when fromRev is
-// 0, a snapshot first (in chunks, then Synced with its revision), then
-// every change after fromRev (or after the snapshot's revision).
-func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-chan WatchEvent, error) {
+// Watch opens a watch of pool's allocation events ("-" for every pool):
+// when fromRev is 0, a snapshot first (in chunks, then Synced with its
+// revision), then every change after fromRev (or after the snapshot's
+// revision). ctx bounds the watch. On a store that keeps its history in
+// memory (store.CursorStore) a watch has no goroutine or buffer of its
+// own: its reader pulls each event with Next.
+func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (*Watcher, error) {
 	if pool != "-" {
 		if _, err := s.pool(pool); err != nil {
 			return nil, err
@@ -685,64 +690,131 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (<-ch
 			return nil, fmt.Errorf("start revision %d is after the store's current revision %d; resume from a revision this allocator sent, or 0 for a snapshot: %w", fromRev, cur, ErrRevisionInFuture)
 		}
 	}
-	var snap *poolSnapshot
-	events, err := s.watchFrom(ctx, pool, fromRev, &snap)
-	if err != nil {
+	w := &Watcher{pool: pool}
+	var err error
+	if w.events, err = s.watchFrom(ctx, pool, fromRev, &w.snap); err != nil {
 		return nil, err
 	}
-	out := make(chan WatchEvent, 256)
-	go func() {
-		defer close(out)
-		send := func(e WatchEvent) bool {
-			select {
-			case out <- e:
-				return true
-			case <-ctx.Done():
-				return false
-			}
+	return w, nil
+}
+
+// watchBatch is how many store events a Watcher reads at a time.
+const watchBatch = 32
+
+// A Watcher is an open watch (Allocator.Watch). It is not safe for
+// concurrent use.
+type Watcher struct {
+	pool string
+	// snap is the snapshot still to send, chunk the next of its chunks.
+	snap  *poolSnapshot
+	chunk int
+	// events are the store's; buf[pos:] those read and not yet returned.
+	events store.Cursor
+	buf    []store.Event
+	pos    int
+	// end is the error that ends the watch, returned once buf is drained.
+	end error
+}
+
+// Next returns the watch's next event, waiting for one. An event with Err
+// ends the watch: the store's reason, or ctx's error once ctx ends; every
+// later call returns it again.
+func (w *Watcher) Next(ctx context.Context) WatchEvent {
+	if w.snap != nil {
+		if err := ctx.Err(); err != nil {
+			return WatchEvent{Err: err}
 		}
-		if snap != nil {
-			for i := 0; ; i++ {
-				c, ok := snap.chunk(pool, i)
-				if !ok {
-					break
-				}
-				if !send(WatchEvent{Chunk: c}) {
-					return
-				}
-			}
-			if !send(WatchEvent{Synced: true, Revision: snap.rev}) {
-				return
-			}
+		if c, ok := w.snap.chunk(w.pool, w.chunk); ok {
+			w.chunk++
+			return WatchEvent{Chunk: c}
 		}
-		for e := range events {
-			if e.Err != nil {
-				switch {
-				case errors.Is(e.Err, store.ErrCompacted):
-					e.Err = fmt.Errorf("%w: %w", ErrRevisionTooOld, e.Err)
-				case errors.Is(e.Err, store.ErrTooSlow):
-					e.Err = fmt.Errorf("%w: %w", ErrWatchTooSlow, e.Err)
-				}
-				send(WatchEvent{Err: e.Err})
-				return
-			}
-			if e.Allocation == nil || (pool != "-" && e.Allocation.Pool != pool) {
+		rev := w.snap.rev
+		w.snap = nil
+		return WatchEvent{Synced: true, Revision: rev}
+	}
+	for {
+		for w.pos < len(w.buf) {
+			e := w.buf[w.pos]
+			w.buf[w.pos] = store.Event{} // the records it points to may go
+			w.pos++
+			if e.Allocation == nil || (w.pool != "-" && e.Allocation.Pool != w.pool) {
 				continue
 			}
-			if !send(WatchEvent{Type: e.Type, Allocation: *e.Allocation, Revision: e.Revision}) {
+			return WatchEvent{Type: e.Type, Allocation: *e.Allocation, Revision: e.Revision}
+		}
+		if w.end != nil {
+			return WatchEvent{Err: w.end}
+		}
+		if w.buf == nil {
+			w.buf = make([]store.Event, 0, watchBatch)
+		}
+		var err error
+		w.buf, err = w.events.Next(ctx, w.buf[:0])
+		w.pos = 0
+		switch {
+		case err == nil:
+		case errors.Is(err, store.ErrCompacted):
+			w.end = fmt.Errorf("%w: %w", ErrRevisionTooOld, err)
+		case errors.Is(err, store.ErrTooSlow):
+			w.end = fmt.Errorf("%w: %w", ErrWatchTooSlow, err)
+		default:
+			w.end = err
+		}
+	}
+}
+
+// All yields the watch's events, up to and including the first with Err.
+func (w *Watcher) All(ctx context.Context) iter.Seq[WatchEvent] {
+	return func(yield func(WatchEvent) bool) {
+		for {
+			e := w.Next(ctx)
+			if !yield(e) || e.Err != nil {
 				return
 			}
 		}
-	}()
-	return out, nil
+	}
+}
+
+// chanCursor reads a store's watch channel as a cursor, for a store that
+// offers only the channel.
+type chanCursor <-chan store.Event
+
+func (c chanCursor) Next(ctx context.Context, buf []store.Event) ([]store.Event, error) {
+	if cap(buf) == len(buf) {
+		buf = slices.Grow(buf, 1)
+	}
+	select {
+	case e, ok := <-c:
+		for {
+			switch {
+			case !ok:
+				// The store closes the channel without an error only
+				// when the watch's context ends.
+				return buf, cmp.Or(ctx.Err(), context.Canceled)
+			case e.Err != nil:
+				return buf, e.Err
+			}
+			buf = append(buf, e)
+			if len(buf) == cap(buf) {
+				return buf, nil
+			}
+			select {
+			case e, ok = <-c:
+			default:
+				return buf, nil
+			}
+		}
+	case <-ctx.Done():
+		return buf, ctx.Err()
+	}
 }
 
 // watchFrom opens the store's watch after fromRev or, for fromRev 0,
 // after a snapshot it sets in *snap: a shared recent one, or a fresh one
 // when the store's history no longer reaches back to the shared one.
-func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, snap **poolSnapshot) (<-chan store.Event, error) {
+func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, snap **poolSnapshot) (store.Cursor, error) {
 	if fromRev != 0 {
-		events, err := s.store.Watch(ctx, fromRev)
+		events, err := s.watchStore(ctx, fromRev)
 		if errors.Is(err, store.ErrCompacted) {
 			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, ErrRevisionTooOld)
 		}
@@ -764,7 +836,7 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		if err != nil {
 			return nil, err
 		}
-		events, err := s.store.Watch(ctx, sn.rev)
+		events, err := s.watchStore(ctx, sn.rev)
 		if errors.Is(err, store.ErrCompacted) && !fresh {
 			continue
 		}
@@ -774,6 +846,18 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		*snap = sn
 		return events, nil
 	}
+}
+
+// watchStore opens the store's watch after fromRev, as a cursor.
+func (s *Allocator) watchStore(ctx context.Context, fromRev int64) (store.Cursor, error) {
+	if cs, ok := unwrap(s.store).(store.CursorStore); ok {
+		return cs.WatchCursor(fromRev)
+	}
+	ch, err := s.store.Watch(ctx, fromRev)
+	if err != nil {
+		return nil, err
+	}
+	return chanCursor(ch), nil
 }
 
 // currentRevision is the store's revision: the latest commit of any

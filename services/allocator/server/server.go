@@ -539,30 +539,31 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		}
 		defer turnDone()
 	}
-	events, err := s.svc.Watch(stream.Context(), id, req.GetStartRevision())
+	ctx := stream.Context()
+	w, err := s.svc.Watch(ctx, id, req.GetStartRevision())
 	if err != nil {
 		return s.fail(err)
 	}
 	batch := req.GetBatchSnapshot()
 	// The snapshot's events come through encodeAhead, the changes after
-	// it straight from the watch: an open watch keeps no goroutine for
-	// encoding once its snapshot is sent.
-	src := events
-	var ahead <-chan allocation.WatchEvent
+	// it straight from the watch: an open watch keeps no goroutine but
+	// its own once its snapshot is sent.
+	next := w.Next
 	if req.GetStartRevision() == 0 {
-		ahead = s.encodeAhead(stream.Context(), events, batch)
-		src = ahead
+		ahead := s.encodeAhead(ctx, w, batch)
+		next = func(ctx context.Context) allocation.WatchEvent {
+			if e, ok := <-ahead; ok {
+				return e
+			}
+			return w.Next(ctx)
+		}
 	}
 	for {
-		e, ok := <-src
-		if !ok {
-			if src == ahead {
-				src = events
-				continue
-			}
-			break
-		}
+		e := next(ctx)
 		if e.Err != nil {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			return s.fail(e.Err)
 		}
 		if e.Synced {
@@ -593,7 +594,6 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 			return err
 		}
 	}
-	return stream.Context().Err()
 }
 
 // chunkEncoding keys a snapshot chunk's encoding: batched (one message)
@@ -629,16 +629,17 @@ func (s *Server) encoded(c *allocation.SnapshotChunk, batch bool) encodedChunk {
 // the one being sent.
 const encodeAheadChunks = 4
 
-// encodeAhead passes a watch's snapshot on, encoding each chunk first,
-// in a goroutine of its own: the encoding of a chunk overlaps the sending
-// of those before it (and their decoding by the client). It closes its
-// channel after the event that ends the snapshot (Synced, or an error),
-// leaving the events after it in events, or when ctx ends.
-func (s *Server) encodeAhead(ctx context.Context, events <-chan allocation.WatchEvent, batch bool) <-chan allocation.WatchEvent {
+// encodeAhead reads a watch's snapshot and passes it on, encoding each
+// chunk first, in a goroutine of its own: the encoding of a chunk overlaps
+// the sending of those before it (and their decoding by the client). It
+// closes its channel after the event that ends the snapshot (Synced, or an
+// error), leaving the events after it to the watch, or when ctx ends.
+func (s *Server) encodeAhead(ctx context.Context, w *allocation.Watcher, batch bool) <-chan allocation.WatchEvent {
 	out := make(chan allocation.WatchEvent, encodeAheadChunks)
 	go func() {
 		defer close(out)
-		for e := range events {
+		for {
+			e := w.Next(ctx)
 			if e.Chunk != nil {
 				s.encoded(e.Chunk, batch)
 			}

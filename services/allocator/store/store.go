@@ -255,6 +255,28 @@ type Event struct {
 	Err error
 }
 
+// A Cursor reads a watch's events from where the store keeps them, with
+// no goroutine or buffer of its own: a watch that is read this way costs
+// its reader's goroutine and the cursor, where a channel costs a goroutine
+// and a buffer per watch. Its events and errors are those of Watch.
+type Cursor interface {
+	// Next appends the events ready after the last one read to buf, at
+	// most cap(buf)-len(buf) of them (at least one), waiting until there
+	// is one. It returns ctx's error when ctx ends first, and the error
+	// that ends the watch (ErrTooSlow, ErrCompacted, ErrClosed), with the
+	// last events before it if any are left; the cursor is done after an
+	// error.
+	Next(ctx context.Context, buf []Event) ([]Event, error)
+}
+
+// A CursorStore is a Store whose watches can also be read as cursors
+// (the stores that keep their history in memory).
+type CursorStore interface {
+	Store
+	// WatchCursor is Watch read as a cursor.
+	WatchCursor(fromRev int64) (Cursor, error)
+}
+
 // Store is the allocator's durable record. Implementations are safe for
 // concurrent use; Commit is durable when it returns (for bolt: fsync'd).
 type Store interface {

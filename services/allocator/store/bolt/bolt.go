@@ -699,6 +699,20 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 	return s.log.Watch(ctx, fromRev)
 }
 
+// WatchCursor implements store.CursorStore.
+func (s *Store) WatchCursor(fromRev int64) (store.Cursor, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	c, err := s.log.Cursor(fromRev)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var _ store.CursorStore = (*Store)(nil)
+
 // Compact drops the in-memory event history up to rev. The file keeps no
 // history, so this is what a restart does to watchers, on demand.
 func (s *Store) Compact(_ context.Context, rev int64) error {

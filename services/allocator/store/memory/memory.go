@@ -347,6 +347,17 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 	return s.log.Watch(ctx, fromRev)
 }
 
+// WatchCursor implements store.CursorStore.
+func (s *Store) WatchCursor(fromRev int64) (store.Cursor, error) {
+	c, err := s.log.Cursor(fromRev)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var _ store.CursorStore = (*Store)(nil)
+
 // Compact drops the event history up to rev, as etcd's compaction does,
 // so tests can reach the ErrCompacted paths.
 func (s *Store) Compact(_ context.Context, rev int64) error {

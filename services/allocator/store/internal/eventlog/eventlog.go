@@ -1,19 +1,21 @@
 // Package eventlog keeps the recent history of a store's events in a ring
 // and serves watchers from it.
 //
-// Appending never waits for a watcher: each watcher has its own goroutine
-// that reads the ring at its own cursor and copies events into a bounded
-// channel. A watcher that reads so slowly that it falls more than half the
-// ring behind (or, starting far back, a quarter of the ring further than
-// where it started) ends with an Err event that wraps store.ErrTooSlow: what it missed is
-// still in the ring, so it resumes from its last revision. One whose
-// cursor falls out of the ring (history was compacted past it) ends with
-// store.ErrCompacted. Either way its channel closes.
+// Appending never waits for a watcher: each watcher reads the ring at its
+// own cursor, either itself (Cursor: no goroutine or buffer per watch) or
+// through a goroutine that copies events into a bounded channel (Watch). A
+// watcher that reads so slowly that it falls more than half the ring
+// behind (or, starting far back, a quarter of the ring further than where
+// it started) ends with an error that wraps store.ErrTooSlow: what it
+// missed is still in the ring, so it resumes from its last revision. One
+// whose cursor falls out of the ring (history was compacted past it) ends
+// with store.ErrCompacted.
 package eventlog
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -129,17 +131,28 @@ func (l *Log) Close(err error) {
 	close(l.notify)
 }
 
-// Watch implements store.Store.Watch on the history.
+// Watch implements store.Store.Watch on the history: a cursor read by a
+// goroutine of the watch's own into a bounded channel.
 func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
+	c, err := l.Cursor(fromRev)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan store.Event, chanBuffer)
+	go c.pump(ctx, out)
+	return out, nil
+}
+
+// Cursor implements store.CursorStore.WatchCursor on the history: the
+// events after fromRev, read from the ring by the caller.
+func (l *Log) Cursor(fromRev int64) (*Cursor, error) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.closed {
-		l.mu.Unlock()
 		return nil, l.closeErr
 	}
 	if fromRev < l.compacted {
-		compacted := l.compacted
-		l.mu.Unlock()
-		return nil, fmt.Errorf("watch from revision %d, history starts after %d: %w", fromRev, compacted, store.ErrCompacted)
+		return nil, fmt.Errorf("watch from revision %d, history starts after %d: %w", fromRev, l.compacted, store.ErrCompacted)
 	}
 	n := uint64(len(l.ring))
 	// Revisions in the ring never decrease, so the first event to send is
@@ -147,39 +160,60 @@ func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, err
 	i := sort.Search(int(l.head-l.tail), func(i int) bool {
 		return l.ring[(l.tail+uint64(i))%n].Revision > fromRev
 	})
-	w := &watcher{log: l, next: l.tail + uint64(i), after: fromRev}
+	c := &Cursor{log: l, next: l.tail + uint64(i), after: fromRev}
 	// A watch that starts far back (resuming) may fall a quarter of the
 	// ring further behind than where it started.
-	w.allowance = max(n/2, l.head-w.next+n/4)
-	l.mu.Unlock()
-
-	out := make(chan store.Event, chanBuffer)
-	go w.run(ctx, out)
-	return out, nil
+	c.allowance = max(n/2, l.head-c.next+n/4)
+	return c, nil
 }
 
-type watcher struct {
+// A Cursor is a watch's place in the history. It is not safe for
+// concurrent use.
+type Cursor struct {
 	log  *Log
 	next uint64
 	// after filters out events of revisions the caller already has: a
 	// commit may be visible in the store before its events are appended.
 	after int64
-	// allowance is how far behind the head the watcher may fall before it
+	// allowance is how far behind the head the cursor may fall before it
 	// is cut off as too slow.
 	allowance uint64
 	// last is the revision of the last event read.
 	last int64
+	// err ends the cursor once returned.
+	err error
 }
 
-func (w *watcher) run(ctx context.Context, out chan<- store.Event) {
+// Next implements store.Cursor.
+func (c *Cursor) Next(ctx context.Context, buf []store.Event) ([]store.Event, error) {
+	if c.err != nil {
+		return buf, c.err
+	}
+	if cap(buf) == len(buf) {
+		buf = slices.Grow(buf, 1)
+	}
+	for n := len(buf); ; {
+		var notify <-chan struct{}
+		buf, notify, c.err = c.read(buf)
+		if len(buf) > n || c.err != nil {
+			return buf, c.err
+		}
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			return buf, ctx.Err()
+		}
+	}
+}
+
+// pump copies the cursor's events into out until ctx ends or after the
+// event that carries the error ending the watch, then closes out.
+func (c *Cursor) pump(ctx context.Context, out chan<- store.Event) {
 	defer close(out)
-	var (
-		batch  = make([]store.Event, 0, readBatch)
-		notify <-chan struct{}
-		endErr error
-	)
+	batch := make([]store.Event, 0, readBatch)
 	for {
-		batch, notify, endErr = w.read(batch[:0])
+		var err error
+		batch, err = c.Next(ctx, batch[:0])
 		for _, ev := range batch {
 			select {
 			case out <- ev:
@@ -187,47 +221,42 @@ func (w *watcher) run(ctx context.Context, out chan<- store.Event) {
 				return
 			}
 		}
-		if endErr != nil {
-			select {
-			case out <- store.Event{Err: endErr}:
-			case <-ctx.Done():
+		if err != nil {
+			if ctx.Err() == nil {
+				select {
+				case out <- store.Event{Err: err}:
+				case <-ctx.Done():
+				}
 			}
-			return
-		}
-		if len(batch) > 0 {
-			continue
-		}
-		select {
-		case <-notify:
-		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// read copies the next events into batch. With nothing to read it returns
-// the channel to wait on, or the error that ends the watch.
-func (w *watcher) read(batch []store.Event) ([]store.Event, <-chan struct{}, error) {
-	l := w.log
+// read copies the next events into buf, up to its capacity. With nothing
+// to read it returns the channel to wait on, or the error that ends the
+// watch.
+func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error) {
+	l := c.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w.next < l.tail {
-		return batch, nil, fmt.Errorf("watcher fell too far behind (history kept after revision %d): %w", l.compacted, store.ErrCompacted)
+	if c.next < l.tail {
+		return buf, nil, fmt.Errorf("watcher fell too far behind (history kept after revision %d): %w", l.compacted, store.ErrCompacted)
 	}
-	if lag := l.head - w.next; lag > w.allowance {
-		return batch, nil, fmt.Errorf("watcher fell %d events behind, more than the %d allowed, after revision %d: %w", lag, w.allowance, w.last, store.ErrTooSlow)
+	if lag := l.head - c.next; lag > c.allowance {
+		return buf, nil, fmt.Errorf("watcher fell %d events behind, more than the %d allowed, after revision %d: %w", lag, c.allowance, c.last, store.ErrTooSlow)
 	}
 	n := uint64(len(l.ring))
-	for w.next < l.head && len(batch) < cap(batch) {
-		ev := l.ring[w.next%n]
-		w.next++
-		if ev.Revision > w.after {
-			batch = append(batch, ev)
-			w.last = ev.Revision
+	for c.next < l.head && len(buf) < cap(buf) {
+		ev := l.ring[c.next%n]
+		c.next++
+		if ev.Revision > c.after {
+			buf = append(buf, ev)
+			c.last = ev.Revision
 		}
 	}
-	if len(batch) == 0 && l.closed {
-		return batch, nil, l.closeErr
+	if c.next == l.head && l.closed {
+		return buf, nil, l.closeErr
 	}
-	return batch, l.notify, nil
+	return buf, l.notify, nil
 }

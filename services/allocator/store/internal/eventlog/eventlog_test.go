@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -151,4 +152,57 @@ func TestTooSlowResumes(t *testing.T) {
 	require.NoError(t, err)
 	appendN(ring / 10)
 	require.Len(t, revisions(t, far, int(rev-from)), int(rev-from))
+}
+
+// TestCursor: a cursor read by its caller gets the events a channel watch
+// gets, at most as many as its buffer has room for at a time, waits for
+// the next commit, stops when its context ends, is cut off as too slow
+// and ends with the log, each error after the events before it.
+func TestCursor(t *testing.T) {
+	l := New(100, 0)
+	l.Append(events(1, 3))
+	l.Append(events(2, 2))
+	c, err := l.Cursor(1)
+	require.NoError(t, err)
+	buf, err := c.Next(t.Context(), make([]store.Event, 0, 1))
+	require.NoError(t, err)
+	require.Len(t, buf, 1, "no more than the buffer holds")
+	buf, err = c.Next(t.Context(), buf[:0])
+	require.NoError(t, err)
+	require.Len(t, buf, 1)
+	require.Equal(t, int64(2), buf[0].Revision)
+
+	// Nothing to read: it waits for the next commit, or for its context.
+	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	buf, err = c.Next(short, nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Empty(t, buf)
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		l.Append(events(3, 2))
+	}()
+	buf, err = c.Next(t.Context(), nil) // a nil buffer reads one
+	require.NoError(t, err)
+	require.Equal(t, []store.Event{{Type: store.EventPutAllocation, Revision: 3, Last: false}}, buf)
+
+	// Too slow: more than half the ring behind.
+	for rev := int64(4); rev < 70; rev++ {
+		l.Append(events(rev, 1))
+	}
+	_, err = c.Next(t.Context(), make([]store.Event, 0, 8))
+	require.ErrorIs(t, err, store.ErrTooSlow)
+	_, err = c.Next(t.Context(), make([]store.Event, 0, 8))
+	require.ErrorIs(t, err, store.ErrTooSlow, "the cursor is done")
+
+	// The log closes: what is left comes first, with the error.
+	c, err = l.Cursor(68)
+	require.NoError(t, err)
+	l.Close(store.ErrClosed)
+	buf, err = c.Next(t.Context(), make([]store.Event, 0, 8))
+	require.ErrorIs(t, err, store.ErrClosed)
+	require.Len(t, buf, 1)
+	require.Equal(t, int64(69), buf[0].Revision)
+	_, err = l.Cursor(69)
+	require.ErrorIs(t, err, store.ErrClosed)
 }
