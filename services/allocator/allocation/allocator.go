@@ -101,7 +101,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	// A store that prepares itself for commits in the background (the
 	// bolt store builds its indexes while the snapshot above is read)
 	// has done so before the allocator counts as started.
-	if r, ok := st.(readier); ok {
+	if r, ok := unwrap(st).(readier); ok {
 		if err := r.WaitReady(ctx); err != nil {
 			return nil, fmt.Errorf("store not ready for commits: %w", err)
 		}
@@ -147,35 +147,63 @@ type loaded struct {
 // load rebuilds the pools and their indexes from a snapshot of the store.
 func load(ctx context.Context, st store.Store, clock func() time.Time, logger *slog.Logger) (*loaded, error) {
 	take := st.Snapshot
-	if u, ok := st.(unorderedSnapshotter); ok {
+	if u, ok := unwrap(st).(unorderedSnapshotter); ok {
 		take = u.SnapshotUnordered // the pools are rebuilt in any order
 	}
 	snap, err := take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load store snapshot: %w", err)
 	}
-	pools := map[string]*poolState{}
-	// Size each pool's maps once: grown one entry at a time, the maps of a
-	// million allocations rehash over and over, which took most of a
-	// restart's time.
-	counts := map[string]int{}
-	for i := range snap.Allocations {
-		counts[snap.Allocations[i].Pool]++
+	pools := make(map[string]*poolState, len(snap.Pools))
+	// Each allocation's pool, by number (unknown: len(snap.Pools)), and
+	// how many each holds: each pool's maps are sized once (grown one
+	// entry at a time, the maps of a million allocations rehash over and
+	// over, which took most of a restart's time), and the allocations
+	// are filed pool by pool (a counting sort on the number), which keeps
+	// one pool's tables in cache while its allocations go in. A file
+	// written across many pools in turn has them interleaved.
+	ids := make(map[string]int32, len(snap.Pools))
+	for i, p := range snap.Pools {
+		ids[p.ID] = int32(i)
 	}
-	for _, p := range snap.Pools {
-		ps, err := newPoolState(p, counts[p.ID])
+	unknown := int32(len(snap.Pools))
+	of := make([]int32, len(snap.Allocations))
+	starts := make([]int, len(snap.Pools)+2) // counts at id+1, then where id starts
+	last, lastID := "", unknown
+	for i := range snap.Allocations {
+		if p := snap.Allocations[i].Pool; i == 0 || p != last {
+			id, ok := ids[p]
+			if !ok {
+				id = unknown
+			}
+			last, lastID = p, id
+		}
+		of[i] = lastID
+		starts[lastID+1]++
+	}
+	states := make([]*poolState, len(snap.Pools))
+	for i, p := range snap.Pools {
+		ps, err := newPoolState(p, starts[i+1])
 		if err != nil {
 			return nil, fmt.Errorf("rebuild pool %s: %w", p.ID, err)
 		}
-		pools[p.ID] = ps
+		pools[p.ID], states[i] = ps, ps
 	}
-	for i := range snap.Allocations {
+	for i := 1; i < len(starts); i++ {
+		starts[i] += starts[i-1]
+	}
+	order := make([]int32, len(snap.Allocations))
+	for i, id := range of {
+		order[starts[id]] = int32(i)
+		starts[id]++
+	}
+	for _, i := range order {
 		a := &snap.Allocations[i]
-		ps, ok := pools[a.Pool]
-		if !ok {
+		if of[i] == unknown {
 			logger.Warn("allocation of unknown pool ignored", "pool", a.Pool, "address", a.Address)
 			continue
 		}
+		ps := states[of[i]]
 		if err := ps.index.Restore(a.Address); err != nil {
 			return nil, fmt.Errorf("rebuild pool %s: restore %s: %w", a.Pool, a.Address, err)
 		}

@@ -498,3 +498,71 @@ func TestRestartWithInterleavedPools(t *testing.T) {
 		require.NotContains(t, want[p], next.Address, "a restart hands out a free address")
 	}
 }
+
+// TestRestartSkipsAllocationsOfUnknownPool: an allocation the store holds
+// for a pool it does not is left out (and logged), between allocations of
+// a pool that is there.
+func TestRestartSkipsAllocationsOfUnknownPool(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	pool := &store.Pool{ID: "a", CIDRs: []string{"10.0.0.0/24"}}
+	put := func(p, addr, name string) store.Op {
+		return store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{Pool: p, Address: netip.MustParseAddr(addr), Owner: owner(name)}}
+	}
+	_, err := st.Commit(ctx, store.Txn{Ops: []store.Op{
+		{Kind: store.OpPutPool, Pool: pool},
+		put("a", "10.0.0.1", "x"),
+		put("ghost", "10.9.0.1", "y"),
+		put("a", "10.0.0.2", "z"),
+	}})
+	require.NoError(t, err)
+	svc, _ := newService(t, st)
+	got, _, err := svc.ListAllocations("a", allocation.Filter{}, allocation.Cursor{}, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, []string{"x", "z"}, []string{got[0].Owner.Name, got[1].Owner.Name})
+	_, _, err = svc.ListAllocations("ghost", allocation.Filter{}, allocation.Cursor{}, 10)
+	require.Error(t, err)
+}
+
+// startingStore is a store that offers an unordered snapshot and prepares
+// itself for commits after it is opened, as the bolt store does.
+type startingStore struct {
+	store.Store
+	unordered atomic.Int32
+	ready     chan struct{}
+}
+
+func (s *startingStore) SnapshotUnordered(ctx context.Context) (*store.Snapshot, error) {
+	s.unordered.Add(1)
+	return s.Snapshot(ctx)
+}
+
+func (s *startingStore) WaitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestNewSeesThroughTracing: the allocator, given its store traced (as
+// the service does), still starts from the store's unordered snapshot
+// and does not count as started before the store is ready for commits.
+func TestNewSeesThroughTracing(t *testing.T) {
+	st := &startingStore{Store: memory.New(), ready: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := allocation.New(t.Context(), allocation.Traced(st))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("started (%v) before the store was ready", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(st.ready)
+	require.NoError(t, <-done)
+	require.Equal(t, int32(1), st.unordered.Load(), "the unordered snapshot was taken")
+}

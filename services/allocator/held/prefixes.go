@@ -14,6 +14,11 @@ type prefixes struct {
 	list []prefix
 	refs []uint32
 	free []uint32
+	// last is the number ref returned last, while it is interned: the
+	// allocations of one namespace come together (a restart, a batch),
+	// and comparing three strings costs less than hashing them.
+	last    uint32
+	hasLast bool
 }
 
 func (p *prefixes) lookup(x prefix) (uint32, bool) {
@@ -24,6 +29,10 @@ func (p *prefixes) lookup(x prefix) (uint32, bool) {
 // ref returns x's number, interning it if new, and counts one more
 // reference.
 func (p *prefixes) ref(x prefix) uint32 {
+	if p.hasLast && p.list[p.last] == x {
+		p.refs[p.last]++
+		return p.last
+	}
 	id, ok := p.ids[x]
 	if !ok {
 		if p.ids == nil {
@@ -40,6 +49,7 @@ func (p *prefixes) ref(x prefix) uint32 {
 		p.ids[x] = id
 	}
 	p.refs[id]++
+	p.last, p.hasLast = id, true
 	return id
 }
 
@@ -50,6 +60,7 @@ func (p *prefixes) unref(id uint32) {
 		delete(p.ids, p.list[id])
 		p.list[id] = prefix{}
 		p.free = append(p.free, id)
+		p.hasLast = p.hasLast && p.last != id
 	}
 }
 

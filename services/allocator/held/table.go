@@ -196,13 +196,16 @@ func (t *Table) Put(a *store.Allocation) error {
 		return fmt.Errorf("held: address %s does not fit pool %s", a.Address, t.pool)
 	}
 	k := keyOf(a.Address)
-	old, replaced := t.tree.Get(item{k: k})
+	// One descent of the tree: the new record goes in, and the one it
+	// replaces (still in the arena) is unlinked after. Its prefix is
+	// counted before the old one's is dropped, so a prefix they share
+	// stays interned.
+	id := t.prefixes.ref(prefix{a.Owner.Cluster, a.Owner.Kind, a.Owner.Namespace})
+	t.scratch = appendRecord(t.scratch[:0], fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID})
+	old, replaced := t.tree.ReplaceOrInsert(item{k: k, r: t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch)))})
 	if replaced {
 		t.unlink(old)
 	}
-	id := t.prefixes.ref(prefix{a.Owner.Cluster, a.Owner.Kind, a.Owner.Namespace})
-	t.scratch = appendRecord(t.scratch[:0], fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID})
-	t.tree.ReplaceOrInsert(item{k: k, r: t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch)))})
 	t.link(ownerKey{id, a.Owner.Name}, k)
 	if replaced {
 		t.arena.drop(old.r)
@@ -253,16 +256,17 @@ func (t *Table) compact() {
 // link makes k the address of owner o, whose record is in the tree.
 func (t *Table) link(o ownerKey, k key) {
 	if _, ok := t.overflow[o]; ok {
+		o.name = strings.Clone(o.name) // a map update stores the key too
 		t.overflow[o] = k
 		return
 	}
-	o.name = strings.Clone(o.name) // kept in overflow, if it goes there
 	h := t.hash(o)
 	if cur, ok := t.owners[h]; ok && cur != k && !t.holds(cur, o) {
 		// Another owner with the same hash.
 		if t.overflow == nil {
 			t.overflow = map[ownerKey]key{}
 		}
+		o.name = strings.Clone(o.name) // kept: not a slice of the caller's
 		t.overflow[o] = k
 		return
 	}

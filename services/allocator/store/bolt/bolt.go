@@ -447,6 +447,7 @@ func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, er
 		hint := min(getUint64(meta, keyAllocs), uint64(tx.Size()/16))
 		snap.Allocations = make([]store.Allocation, 0, hint)
 		var ord order
+		var owners sharedPrefix
 		n := 0
 		c := tx.Bucket(bucketRecords).Cursor()
 		for _, v := c.First(); v != nil; _, v = c.Next() {
@@ -463,6 +464,7 @@ func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, er
 			if err != nil {
 				return err
 			}
+			owners.share(&a.Owner)
 			snap.Allocations = append(snap.Allocations, a)
 		}
 		if ordered {
@@ -555,6 +557,25 @@ type order struct {
 	of    []int32  // the pool id of each allocation read
 	last  netip.Addr
 	mixed bool
+}
+
+// sharedPrefix makes the cluster, kind and namespace of consecutive
+// owners that are equal the same strings, not equal copies: the allocator,
+// which interns them, then finds them equal by their pointers, without
+// reading (often from far in memory) the bytes of each.
+type sharedPrefix struct{ cluster, kind, namespace string }
+
+func (p *sharedPrefix) share(o *store.Owner) {
+	same := func(last *string, s *string) {
+		if *last == *s {
+			*s = *last
+		} else {
+			*last = *s
+		}
+	}
+	same(&p.cluster, &o.Cluster)
+	same(&p.kind, &o.Kind)
+	same(&p.namespace, &o.Namespace)
 }
 
 // add notes an allocation of addr in pool and returns the pool's id

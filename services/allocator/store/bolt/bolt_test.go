@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	bbolt "go.etcd.io/bbolt"
@@ -346,4 +347,27 @@ func TestSnapshotUnordered(t *testing.T) {
 	require.Equal(t, []string{"x", "y", "z"}, names)
 	sortAllocations(unordered.Allocations)
 	require.Equal(t, ordered, unordered)
+}
+
+// TestSnapshotSharesOwnerPrefixes: in a snapshot, the cluster, kind and
+// namespace of consecutive owners that are equal are the same strings
+// (the allocator compares them by pointer first); different ones stay
+// as they were.
+func TestSnapshotSharesOwnerPrefixes(t *testing.T) {
+	s := openTemp(t)
+	other := alloc("p", "10.0.0.3", "c")
+	other.Owner.Namespace = "other"
+	_, err := s.Commit(t.Context(), store.Txn{Ops: []store.Op{
+		putAlloc(alloc("p", "10.0.0.1", "a")), putAlloc(alloc("p", "10.0.0.2", "b")), putAlloc(other),
+	}})
+	require.NoError(t, err)
+	snap, err := s.SnapshotUnordered(t.Context())
+	require.NoError(t, err)
+	require.Len(t, snap.Allocations, 3)
+	a, b, c := snap.Allocations[0].Owner, snap.Allocations[1].Owner, snap.Allocations[2].Owner
+	require.Equal(t, []string{"a", "b", "c"}, []string{a.Name, b.Name, c.Name})
+	require.Same(t, unsafe.StringData(a.Namespace), unsafe.StringData(b.Namespace))
+	require.Same(t, unsafe.StringData(a.Kind), unsafe.StringData(c.Kind))
+	require.Equal(t, "other", c.Namespace)
+	require.Equal(t, "ns", b.Namespace)
 }
