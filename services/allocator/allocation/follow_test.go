@@ -235,10 +235,23 @@ func (c *cutWatch) Watch(ctx context.Context, from int64) (<-chan store.Event, e
 }
 
 // TestFollowerRebuildsAfterCompaction: b's watch breaks, and while it is
-// down a allocates, deletes a pool, and etcd's history is compacted past
-// where b stopped. b's follower cannot resume the watch, takes a new
-// snapshot instead, and serves what a wrote; the counters tell both.
+// down a allocates, deletes a pool, and the history is compacted past
+// where b stopped, in etcd and in b's store's memory. b's follower cannot
+// resume the watch, takes a new snapshot instead, and serves what a wrote;
+// the counters tell both.
 func TestFollowerRebuildsAfterCompaction(t *testing.T) {
+	testFollowerAfterCompaction(t, true)
+}
+
+// TestFollowerResumesFromSharedHistory: the same, but only etcd's history
+// is compacted (as etcd's auto-compaction does). b's store kept every event
+// since in the history its shared watch feeds, so b's follower resumes
+// from there: no snapshot, same result.
+func TestFollowerResumesFromSharedHistory(t *testing.T) {
+	testFollowerAfterCompaction(t, false)
+}
+
+func testFollowerAfterCompaction(t *testing.T, inMemoryToo bool) {
 	ctx := context.Background()
 	cut := &cutWatch{cut: make(chan struct{})}
 	rs, stores := replicasOf(t, 2, func(i int, st store.Store) store.Store {
@@ -266,9 +279,14 @@ func TestFollowerRebuildsAfterCompaction(t *testing.T) {
 	rev, err := stores[0].Revision(ctx)
 	require.NoError(t, err)
 	require.NoError(t, stores[0].Compact(ctx, rev))
+	if inMemoryToo {
+		require.NoError(t, stores[1].Compact(ctx, rev))
+	}
 	require.Zero(t, b.Counters().Rebuilds, "b was not watching while a wrote")
 
-	require.Eventually(t, func() bool { return b.Counters().Rebuilds == 1 }, 10*time.Second, 10*time.Millisecond)
+	if inMemoryToo {
+		require.Eventually(t, func() bool { return b.Counters().Rebuilds == 1 }, 10*time.Second, 10*time.Millisecond)
+	}
 	require.NoError(t, b.Sync(ctx))
 	require.Equal(t, map[netip.Addr]string{x.Address: "x"}, allocations(t, b, "p"))
 	_, err = b.GetPool("q")
@@ -276,9 +294,12 @@ func TestFollowerRebuildsAfterCompaction(t *testing.T) {
 	n := b.Counters()
 	require.GreaterOrEqual(t, n.Revision, rev)
 	require.Equal(t, uint64(1), n.WatchRestarts)
+	if !inMemoryToo {
+		require.Zero(t, n.Rebuilds, "b resumed from its store's history")
+	}
 
-	// b follows again from its snapshot: a's next allocation reaches it,
-	// and b does not hand the same address out.
+	// b follows again: a's next allocation reaches it, and b does not
+	// hand the same address out.
 	y, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))

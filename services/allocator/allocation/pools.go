@@ -1,7 +1,6 @@
 package allocation
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -775,40 +774,6 @@ func (w *Watcher) All(ctx context.Context) iter.Seq[WatchEvent] {
 	}
 }
 
-// chanCursor reads a store's watch channel as a cursor, for a store that
-// offers only the channel.
-type chanCursor <-chan store.Event
-
-func (c chanCursor) Next(ctx context.Context, buf []store.Event) ([]store.Event, error) {
-	if cap(buf) == len(buf) {
-		buf = slices.Grow(buf, 1)
-	}
-	select {
-	case e, ok := <-c:
-		for {
-			switch {
-			case !ok:
-				// The store closes the channel without an error only
-				// when the watch's context ends.
-				return buf, cmp.Or(ctx.Err(), context.Canceled)
-			case e.Err != nil:
-				return buf, e.Err
-			}
-			buf = append(buf, e)
-			if len(buf) == cap(buf) {
-				return buf, nil
-			}
-			select {
-			case e, ok = <-c:
-			default:
-				return buf, nil
-			}
-		}
-	case <-ctx.Done():
-		return buf, ctx.Err()
-	}
-}
-
 // watchFrom opens the store's watch after fromRev or, for fromRev 0,
 // after a snapshot it sets in *snap: a shared recent one, or a fresh one
 // when the store's history no longer reaches back to the shared one.
@@ -851,13 +816,13 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 // watchStore opens the store's watch after fromRev, as a cursor.
 func (s *Allocator) watchStore(ctx context.Context, fromRev int64) (store.Cursor, error) {
 	if cs, ok := unwrap(s.store).(store.CursorStore); ok {
-		return cs.WatchCursor(fromRev)
+		return cs.WatchCursor(ctx, fromRev)
 	}
 	ch, err := s.store.Watch(ctx, fromRev)
 	if err != nil {
 		return nil, err
 	}
-	return chanCursor(ch), nil
+	return store.ChanCursor(ch), nil
 }
 
 // currentRevision is the store's revision: the latest commit of any

@@ -16,10 +16,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -273,8 +275,46 @@ type Cursor interface {
 // (the stores that keep their history in memory).
 type CursorStore interface {
 	Store
-	// WatchCursor is Watch read as a cursor.
-	WatchCursor(fromRev int64) (Cursor, error)
+	// WatchCursor is Watch read as a cursor. ctx bounds the watch where
+	// the store needs a goroutine for it after all (an etcd watch from
+	// before the history it keeps in memory).
+	WatchCursor(ctx context.Context, fromRev int64) (Cursor, error)
+}
+
+// ChanCursor reads a watch channel (Store.Watch) as a cursor, for a store
+// or a watch that offers only the channel.
+func ChanCursor(ch <-chan Event) Cursor { return chanCursor(ch) }
+
+type chanCursor <-chan Event
+
+func (c chanCursor) Next(ctx context.Context, buf []Event) ([]Event, error) {
+	if cap(buf) == len(buf) {
+		buf = slices.Grow(buf, 1)
+	}
+	select {
+	case e, ok := <-c:
+		for {
+			switch {
+			case !ok:
+				// A store closes the channel without an error only
+				// when the watch's context ends.
+				return buf, cmp.Or(ctx.Err(), context.Canceled)
+			case e.Err != nil:
+				return buf, e.Err
+			}
+			buf = append(buf, e)
+			if len(buf) == cap(buf) {
+				return buf, nil
+			}
+			select {
+			case e, ok = <-c:
+			default:
+				return buf, nil
+			}
+		}
+	case <-ctx.Done():
+		return buf, ctx.Err()
+	}
 }
 
 // Store is the allocator's durable record. Implementations are safe for

@@ -721,7 +721,7 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 }
 
 // WatchCursor implements store.CursorStore.
-func (s *Store) WatchCursor(fromRev int64) (store.Cursor, error) {
+func (s *Store) WatchCursor(_ context.Context, fromRev int64) (store.Cursor, error) {
 	if s.closed.Load() {
 		return nil, store.ErrClosed
 	}

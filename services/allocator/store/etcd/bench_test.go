@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -150,4 +151,94 @@ func BenchmarkWatchSnapshot(b *testing.B) {
 			require.Len(b, allocs, small)
 		}
 	})
+}
+
+// BenchmarkWatchFanout measures what the watches of one store cost the
+// process while 8 committers allocate: watches that share the store's etcd
+// watch (a history each reads at its own cursor) against watches that each
+// have an etcd watch of their own (History -1, how every watch worked
+// before). Each op is one commit that every watch has received: the CPU of
+// this process per commit (etcd runs in another), what it allocates, and
+// the heap the open watches hold (the shared history's ring included).
+func BenchmarkWatchFanout(b *testing.B) {
+	e := kubetest.StartEtcd(b)
+	for _, watches := range []int{1, 100} {
+		for _, mode := range []struct {
+			name    string
+			history int
+		}{{"shared", 0}, {"own", -1}} {
+			b.Run(fmt.Sprintf("watches=%d/%s", watches, mode.name), func(b *testing.B) {
+				benchWatchFanout(b, e, watches, mode.history)
+			})
+		}
+	}
+}
+
+func benchWatchFanout(b *testing.B, e *kubetest.Etcd, watches, history int) {
+	ctx := b.Context()
+	s, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: freshPrefix(), History: history})
+	require.NoError(b, err)
+	defer s.Close()
+	pool := &store.Pool{ID: "bench", CIDRs: []string{"10.0.0.0/8"}}
+	poolRev, err := s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: pool}}})
+	require.NoError(b, err)
+
+	heap0 := heapInUse()
+	var (
+		got sync.WaitGroup
+		cs  []store.Cursor
+	)
+	for range watches {
+		c, err := s.WatchCursor(ctx, poolRev)
+		require.NoError(b, err)
+		cs = append(cs, c)
+	}
+	heap := int64(heapInUse()) - int64(heap0)
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU(b)
+	for _, c := range cs {
+		got.Go(func() {
+			buf := make([]store.Event, 0, 32)
+			for n := 0; n < b.N; n += len(buf) {
+				var err error
+				if buf, err = c.Next(ctx, buf[:0]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1))
+				if i > b.N {
+					return
+				}
+				if _, err := s.Commit(ctx, allocTxn(pool.ID, poolRev, i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(heap)/(1<<20), "watches-heap-MB")
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
 }

@@ -74,11 +74,17 @@
 //
 // Revisions are etcd's, shared by every prefix of the cluster: commits of
 // one installation get increasing revisions, consecutive when nothing
-// else writes to the etcd. Watch is an etcd watch on the state range with
-// previous values; events describe the net change of each key of a
-// commit, in the order of the txn's ops. A watch from a compacted
-// revision fails with store.ErrCompacted at once; a watch that falls
-// behind a later compaction ends with an error wrapping it.
+// else writes to the etcd. Watches read one etcd watch on the state range
+// with previous values; events describe the net change of each key of a
+// commit, in the order of the txn's ops. A Store's watches share that etcd
+// watch (feed.go): it is decoded once into a history kept in memory
+// (Config.History events), which each watch reads at its own cursor, so a
+// replica's follower and its WatchAllocations streams cost etcd one
+// watcher. A watch from before that history (or from 0) gets an etcd
+// watch of its own. A watch from a compacted revision fails with
+// store.ErrCompacted at once; a watch that falls behind a later compaction
+// ends with an error wrapping it, and one that falls half the history
+// behind with store.ErrTooSlow (it resumes from its last revision).
 //
 // # Limits
 //

@@ -49,6 +49,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logger is the store's logger (slog.Default when nil).
 	Logger *slog.Logger
+	// History is how many events the store keeps in memory for the
+	// watches that share its etcd watch (see feed.go):
+	// eventlog.DefaultCapacity when zero; negative gives every watch an
+	// etcd watch of its own.
+	History int
 	// ObserveCombined, when set, is called with the number of commits of
 	// every transaction that combined allocations (see combine.go), for
 	// a metric.
@@ -68,6 +73,12 @@ type Store struct {
 	requests requestLeases
 
 	lastCommit atomic.Int64 // the latest revision this store committed
+
+	// history is Config.History; feed is the shared etcd watch, started
+	// by the first watch (feed.go).
+	history int
+	feedMu  sync.Mutex
+	feed    *feed
 
 	mu       sync.Mutex
 	closed   bool
@@ -118,7 +129,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s := &Store{cli: cli, kv: clientv3.RetryKVClient(cli), k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{}),
-		requests: requestLeases{retention: store.DefaultRequestRetention}}
+		requests: requestLeases{retention: store.DefaultRequestRetention}, history: cfg.History}
 	s.combine = &combiner{s: s, observe: cfg.ObserveCombined}
 	return s, nil
 }
@@ -337,6 +348,13 @@ func (s *Store) Compact(ctx context.Context, rev int64) error {
 	if _, err := s.cli.Compact(ctx, at); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 		return fmt.Errorf("compact at %d: %w", at, err)
 	}
+	// The shared watch's history goes too, as etcd's would from a
+	// watch's point of view.
+	s.feedMu.Lock()
+	if s.feed != nil {
+		s.feed.log.Compact(at)
+	}
+	s.feedMu.Unlock()
 	return nil
 }
 

@@ -28,25 +28,47 @@ var prefixes atomic.Int64
 func freshPrefix() string { return fmt.Sprintf("/test-%d/", prefixes.Add(1)) }
 
 func open(t *testing.T, e *kubetest.Etcd, prefix string) *etcd.Store {
+	return openWith(t, e, etcd.Config{Prefix: prefix})
+}
+
+func openWith(t *testing.T, e *kubetest.Etcd, cfg etcd.Config) *etcd.Store {
 	t.Helper()
-	s, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: prefix})
+	cfg.Endpoints = e.Endpoints()
+	s, err := etcd.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
+// TestConformance runs the suite with watches that share the store's etcd
+// watch, with a history small enough that the suite's slow watcher is cut
+// off, and with watches that each have an etcd watch of their own.
 func TestConformance(t *testing.T) {
 	e := kubetest.StartEtcd(t, maxTxnOps)
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return open(t, e, freshPrefix())
-	}, storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
-		require.NoError(t, s.Close())
-		return open(t, e, s.(*etcd.Store).Prefix())
-	}), storetest.WithSharedRevisions(), storetest.WithRequestRetention(2*time.Second, func(t *testing.T) store.Store {
-		s := open(t, e, freshPrefix())
-		etcd.SetRequestRetention(s, 2*time.Second)
-		return s
-	}))
+	for _, c := range []struct {
+		name    string
+		history int
+		opts    []storetest.Option
+	}{
+		{"SharedWatch", 256, []storetest.Option{storetest.WithHistory(256)}},
+		{"OwnWatches", -1, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			open := func(t *testing.T, prefix string) *etcd.Store {
+				return openWith(t, e, etcd.Config{Prefix: prefix, History: c.history})
+			}
+			storetest.Run(t, func(t *testing.T) store.Store {
+				return open(t, freshPrefix())
+			}, append(c.opts, storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
+				require.NoError(t, s.Close())
+				return open(t, s.(*etcd.Store).Prefix())
+			}), storetest.WithSharedRevisions(), storetest.WithRequestRetention(2*time.Second, func(t *testing.T) store.Store {
+				s := open(t, freshPrefix())
+				etcd.SetRequestRetention(s, 2*time.Second)
+				return s
+			}))...)
+		})
+	}
 }
 
 // TestPrefixesAreIndependent: two installations on one etcd see nothing

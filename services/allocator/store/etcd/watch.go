@@ -13,8 +13,9 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// watchBuffer is the channel capacity of a watch; etcd's client buffers
-// beyond it, so a watcher that does not read never holds up commits.
+// watchBuffer is the channel capacity of a direct watch; etcd's client
+// buffers beyond it, so a watcher that does not read never holds up
+// commits.
 const watchBuffer = 256
 
 // Watch implements store.Store with an etcd watch on the state range
@@ -25,12 +26,58 @@ const watchBuffer = 256
 // makes no event. fromRev 0 means the store's whole history: from its first
 // commit, whatever else the etcd cluster holds before it.
 //
+// Watches share that etcd watch (see feed.go): a watch from a revision the
+// store's in-memory history still holds reads it there, like a watch of
+// the bolt store, and costs no etcd watch and no decoding of its own. A
+// watch from before it (or from 0) gets an etcd watch of its own.
+func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
+	l, err := s.feedFor(ctx, fromRev)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil {
+		ch, err := l.Watch(ctx, fromRev)
+		if !errors.Is(err, store.ErrCompacted) {
+			return ch, err
+		}
+	}
+	return s.watchDirect(ctx, fromRev)
+}
+
+// WatchCursor implements store.CursorStore: a watch the shared history
+// serves has no goroutine or buffer of its own; one from before it reads
+// its own etcd watch's channel.
+func (s *Store) WatchCursor(ctx context.Context, fromRev int64) (store.Cursor, error) {
+	l, err := s.feedFor(ctx, fromRev)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil {
+		c, err := l.Cursor(fromRev)
+		switch {
+		case err == nil:
+			return c, nil
+		case !errors.Is(err, store.ErrCompacted):
+			return nil, err
+		}
+	}
+	ch, err := s.watchDirect(ctx, fromRev)
+	if err != nil {
+		return nil, err
+	}
+	return store.ChanCursor(ch), nil
+}
+
+var _ store.CursorStore = (*Store)(nil)
+
+// watchDirect is a watch with an etcd watch of its own.
+//
 // The etcd watch starts at fromRev itself, not fromRev+1, and the events
 // of fromRev are dropped: a compaction at fromRev then still lets the
 // watch start (etcd keeps the compaction revision), with the previous
 // values that the deletes after it need, while a start before the
 // compaction fails with store.ErrCompacted.
-func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
+func (s *Store) watchDirect(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
 	if s.isClosed() {
 		return nil, store.ErrClosed
 	}
@@ -41,38 +88,62 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 		}
 		fromRev = first - 1
 	}
-	start := max(fromRev, 1)
-	// etcd reports a compacted start revision only after the watch was
-	// created; a read at that revision tells now.
-	if _, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithCountOnly()); err != nil {
-		switch {
-		case errors.Is(err, rpctypes.ErrCompacted):
-			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, store.ErrCompacted)
-		case errors.Is(err, rpctypes.ErrFutureRev):
-			// Watching from the future is allowed: events come when it does.
-		default:
-			return nil, s.readError(ctx, fmt.Sprintf("watch from revision %d", fromRev), err)
-		}
+	if err := s.checkWatchable(ctx, fromRev); err != nil {
+		return nil, err
 	}
+	out := make(chan store.Event, watchBuffer)
+	w := &watcher{s: s, ctx: ctx, from: fromRev, seen: fromRev}
+	w.emit = func(evs []store.Event) bool {
+		for _, e := range evs {
+			if !w.send(out, e) {
+				return false
+			}
+		}
+		return true
+	}
+	w.end = func(err error) { w.send(out, store.Event{Err: err}) }
+	if !s.startWatcher(ctx, w, func() { close(out) }) {
+		return nil, store.ErrClosed
+	}
+	return out, nil
+}
+
+// checkWatchable tells whether etcd still has the history after fromRev:
+// etcd reports a compacted start revision only after the watch was
+// created, a read at that revision tells now.
+func (s *Store) checkWatchable(ctx context.Context, fromRev int64) error {
+	_, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithRev(max(fromRev, 1)), clientv3.WithCountOnly())
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("watch from revision %d: %w", fromRev, store.ErrCompacted)
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		// Watching from the future is allowed: events come when it does.
+		return nil
+	}
+	return s.readError(ctx, fmt.Sprintf("watch from revision %d", fromRev), err)
+}
+
+// startWatcher opens w's etcd watch and runs it until ctx ends or w ends,
+// then calls done; false when the store is closed.
+func (s *Store) startWatcher(ctx context.Context, w *watcher, done func()) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, store.ErrClosed
+		return false
 	}
 	s.watchers.Add(1)
 	s.mu.Unlock()
-
 	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, s.k.state(), clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithPrevKV())
-	out := make(chan store.Event, watchBuffer)
-	w := &watcher{s: s, ctx: ctx, out: out, from: fromRev, seen: fromRev}
+	wch := s.cli.Watch(wctx, s.k.state(), clientv3.WithPrefix(), clientv3.WithRev(max(w.from, 1)), clientv3.WithPrevKV())
 	go func() {
 		defer s.watchers.Done()
 		defer cancel()
-		defer close(out)
+		defer done()
 		w.run(wch)
 	}()
-	return out, nil
+	return true
 }
 
 // firstRevision is the revision of the store's first commit (the first
@@ -93,10 +164,13 @@ func (s *Store) firstRevision(ctx context.Context) (int64, error) {
 	return first, nil
 }
 
+// A watcher reads one etcd watch and hands its events, whole revisions
+// at a time, to emit (false stops it), and the error that ends it to end.
 type watcher struct {
-	s   *Store
-	ctx context.Context
-	out chan<- store.Event
+	s    *Store
+	ctx  context.Context
+	emit func([]store.Event) bool
+	end  func(error)
 	// from is the revision the watch is from: events at it or before are
 	// not delivered.
 	from int64
@@ -167,18 +241,13 @@ func (w *watcher) ended(err error) error {
 	return fmt.Errorf("etcd ended the watch: %w", err)
 }
 
-// end sends the last event, unless nobody is left to read it.
-func (w *watcher) end(err error) {
-	w.send(store.Event{Err: err})
-}
-
-// send delivers e; false means the watch is over (its context ended, or
-// the store closed and the reader did not take it in time).
-func (w *watcher) send(e store.Event) bool {
+// send delivers e on out; false means the watch is over (its context
+// ended, or the store closed and the reader did not take it in time).
+func (w *watcher) send(out chan<- store.Event, e store.Event) bool {
 	closing := w.s.closing
 	for {
 		select {
-		case w.out <- e:
+		case out <- e:
 			return true
 		case <-w.ctx.Done():
 			return false
@@ -191,7 +260,7 @@ func (w *watcher) send(e store.Event) bool {
 	}
 }
 
-// deliver converts and sends the events of one etcd response (which holds
+// deliver converts and emits the events of one etcd response (which holds
 // whole revisions: the watch does not ask etcd to fragment them); false
 // means the watcher must stop.
 func (w *watcher) deliver(evs []*clientv3.Event) bool {
@@ -214,11 +283,8 @@ func (w *watcher) deliver(evs []*clientv3.Event) bool {
 	}
 	for i := range out {
 		out[i].Last = i == len(out)-1 || out[i+1].Revision != out[i].Revision
-		if !w.send(out[i]) {
-			return false
-		}
 	}
-	return true
+	return len(out) == 0 || w.emit(out)
 }
 
 // convert turns one etcd event into a store event; ok=false for keys that

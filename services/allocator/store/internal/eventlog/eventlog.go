@@ -4,12 +4,12 @@
 // Appending never waits for a watcher: each watcher reads the ring at its
 // own cursor, either itself (Cursor: no goroutine or buffer per watch) or
 // through a goroutine that copies events into a bounded channel (Watch). A
-// watcher that reads so slowly that it falls more than half the ring
-// behind (or, starting far back, a quarter of the ring further than where
-// it started) ends with an error that wraps store.ErrTooSlow: what it
+// watcher that reads so slowly that it falls more than half the log's
+// capacity behind (or, starting far back, a quarter of it further than
+// where it started) ends with an error that wraps store.ErrTooSlow: what it
 // missed is still in the ring, so it resumes from its last revision. One
 // whose cursor falls out of the ring (history was compacted past it) ends
-// with store.ErrCompacted.
+// with store.ErrCompacted. The ring grows to its capacity as events come.
 package eventlog
 
 import (
@@ -32,10 +32,17 @@ const (
 	readBatch  = 128
 )
 
+// initialRing is the ring's length before it grows: a store that watchers
+// barely use holds little history.
+const initialRing = 1024
+
 // Log is the event history of one store. It is safe for concurrent use.
 type Log struct {
-	mu   sync.Mutex
-	ring []store.Event
+	mu sync.Mutex
+	// ring grows, doubling, up to capacity events; event sequence i is
+	// at ring[i%len(ring)].
+	ring     []store.Event
+	capacity uint64
 	// Events are numbered by sequence; the ring holds [tail, head).
 	head, tail uint64
 	// compacted is the highest revision whose events are not (or not all)
@@ -56,7 +63,8 @@ func New(capacity int, startRev int64) *Log {
 		capacity = DefaultCapacity
 	}
 	return &Log{
-		ring:      make([]store.Event, capacity),
+		ring:      make([]store.Event, min(capacity, initialRing)),
+		capacity:  uint64(capacity),
 		compacted: startRev,
 		notify:    make(chan struct{}),
 	}
@@ -78,6 +86,10 @@ func (l *Log) Append(events []store.Event) {
 	n := uint64(len(l.ring))
 	for i, ev := range events {
 		ev.Last = i == len(events)-1 || events[i+1].Revision != ev.Revision
+		if l.head-l.tail == n && n < l.capacity {
+			l.grow()
+			n = uint64(len(l.ring))
+		}
 		if l.head-l.tail == n {
 			// Losing any event of a revision makes the whole revision
 			// unwatchable.
@@ -90,6 +102,15 @@ func (l *Log) Append(events []store.Event) {
 	}
 	close(l.notify)
 	l.notify = make(chan struct{})
+}
+
+// grow doubles the ring, up to its capacity.
+func (l *Log) grow() {
+	old, n := l.ring, uint64(len(l.ring))
+	l.ring = make([]store.Event, min(2*n, l.capacity))
+	for i := l.tail; i < l.head; i++ {
+		l.ring[i%uint64(len(l.ring))] = old[i%n]
+	}
 }
 
 // Compact drops the history of revisions up to rev. Watchers still
@@ -163,7 +184,7 @@ func (l *Log) Cursor(fromRev int64) (*Cursor, error) {
 	c := &Cursor{log: l, next: l.tail + uint64(i), after: fromRev}
 	// A watch that starts far back (resuming) may fall a quarter of the
 	// ring further behind than where it started.
-	c.allowance = max(n/2, l.head-c.next+n/4)
+	c.allowance = max(l.capacity/2, l.head-c.next+l.capacity/4)
 	return c, nil
 }
 

@@ -206,3 +206,56 @@ func TestCursor(t *testing.T) {
 	_, err = l.Cursor(69)
 	require.ErrorIs(t, err, store.ErrClosed)
 }
+
+// TestRingGrows: the ring starts small and doubles up to its capacity as
+// history accumulates, keeping every event in place for the cursors that
+// are reading it, however far behind; at capacity it drops the oldest.
+func TestRingGrows(t *testing.T) {
+	const capacity = 10000
+	l := New(capacity, 0)
+	require.Len(t, l.ring, initialRing)
+	behind, err := l.Cursor(0)
+	require.NoError(t, err)
+	rev := int64(0)
+	appendRevs := func(n, perRev int) {
+		for range n {
+			rev++
+			l.Append(events(rev, perRev))
+		}
+	}
+	appendRevs(initialRing-10, 1)
+	mid, err := l.Cursor(rev)
+	require.NoError(t, err)
+	appendRevs(1000, 3) // grows twice, inside commits of three events
+	require.Len(t, l.ring, 4*initialRing)
+	read := func(c *Cursor, n int) []int64 {
+		var out []int64
+		buf := make([]store.Event, 0, 100)
+		for len(out) < n {
+			var err error
+			buf, err = c.Next(t.Context(), buf[:0])
+			require.NoError(t, err)
+			for _, ev := range buf {
+				out = append(out, ev.Revision)
+			}
+		}
+		return out
+	}
+	got := read(behind, initialRing-10+3000)
+	for i, r := range got[:initialRing-10] {
+		require.Equal(t, int64(i+1), r)
+	}
+	for i, r := range got[initialRing-10:] {
+		require.Equal(t, int64(initialRing-10+1+i/3), r)
+	}
+	require.Equal(t, got[initialRing-10:], read(mid, 3000))
+
+	appendRevs(7000, 1) // past the capacity: the oldest go
+	require.Len(t, l.ring, capacity)
+	require.Equal(t, uint64(capacity), l.head-l.tail)
+	_, err = l.Cursor(0)
+	require.ErrorIs(t, err, store.ErrCompacted)
+	c, err := l.Cursor(rev - 10)
+	require.NoError(t, err)
+	require.Len(t, read(c, 10), 10)
+}
