@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -30,6 +31,15 @@ const DefaultDialTimeout = 5 * time.Second
 // are read in pages, all at the revision of the first.
 const snapshotPage = 5000
 
+// DefaultHistory is how many events a store keeps in memory for its
+// watches when Config.History is zero. etcd keeps the history itself, so
+// this only has to cover watchers a little behind: one that falls half of
+// it behind is cut off and resumes from its last revision, from memory
+// while the events are still there and from an etcd watch of its own
+// after. At a few hundred bytes an event (the decoded records), it holds
+// a few MB at most.
+const DefaultHistory = 10_000
+
 // closeDrain bounds how long Close lets watchers deliver what was
 // committed before they end.
 const closeDrain = 2 * time.Second
@@ -50,9 +60,8 @@ type Config struct {
 	// Logger is the store's logger (slog.Default when nil).
 	Logger *slog.Logger
 	// History is how many events the store keeps in memory for the
-	// watches that share its etcd watch (see feed.go):
-	// eventlog.DefaultCapacity when zero; negative gives every watch an
-	// etcd watch of its own.
+	// watches that share its etcd watch (see feed.go): DefaultHistory
+	// when zero; negative gives every watch an etcd watch of its own.
 	History int
 	// ObserveCombined, when set, is called with the number of commits of
 	// every transaction that combined allocations (see combine.go), for
@@ -129,7 +138,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s := &Store{cli: cli, kv: clientv3.RetryKVClient(cli), k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{}),
-		requests: requestLeases{retention: store.DefaultRequestRetention}, history: cfg.History}
+		requests: requestLeases{retention: store.DefaultRequestRetention}, history: cmp.Or(cfg.History, DefaultHistory)}
 	s.combine = &combiner{s: s, observe: cfg.ObserveCombined}
 	return s, nil
 }
