@@ -50,9 +50,7 @@ func fsyncEtcd(b *testing.B) *kubetest.Etcd {
 //
 //	go test -run '^$' -bench ScaleOut -benchtime 1x -count 5 ./services/allocator/e2e/
 func BenchmarkScaleOut(b *testing.B) {
-	allocload := filepath.Join(b.TempDir(), "allocload")
-	out, err := exec.Command("go", "build", "-o", allocload, "github.com/plexusnet/plexus/services/allocator/cmd/allocload").CombinedOutput()
-	require.NoError(b, err, "%s", out)
+	allocload := buildAllocload(b)
 
 	// A system starts, and returns the load tool's arguments for it, its
 	// server processes (whose CPU time is read) and how to stop it.
@@ -91,30 +89,11 @@ func BenchmarkScaleOut(b *testing.B) {
 			_ = e.Stop()
 		}
 	}
-	// run measures one system: the load tool's rate and p99, and the CPU
-	// time its server processes spent per call, read over the measured
-	// part of the run (from the end of the warm-up until the tool exits).
 	run := func(start system) (perSec float64, p99, cpuPerCall time.Duration) {
 		b.Helper()
 		args, pids, stop := start()
 		defer stop()
-		const warmup, measured = 2 * time.Second, 10 * time.Second
-		cmd := exec.Command(allocload, append([]string{"--clients=64", "--duration=" + measured.String(), "--warmup=" + warmup.String(), "--format=json"}, args...)...)
-		var stdout strings.Builder
-		cmd.Stdout = &stdout
-		require.NoError(b, cmd.Start())
-		time.Sleep(warmup)
-		cpu0, err := processesCPU(pids)
-		require.NoError(b, err)
-		require.NoError(b, cmd.Wait(), "allocload %s", strings.Join(args, " "))
-		cpu1, err := processesCPU(pids)
-		require.NoError(b, err)
-		var rep loadReport
-		require.NoError(b, json.Unmarshal([]byte(stdout.String()), &rep), "%s", stdout.String())
-		require.Len(b, rep.Ops, 1, "%s", stdout.String())
-		require.Empty(b, rep.Ops[0].Errors, "allocload %s: no call may fail", strings.Join(args, " "))
-		require.Positive(b, rep.Ops[0].Calls)
-		return rep.Ops[0].PerSec, rep.Ops[0].P99, (cpu1 - cpu0) / time.Duration(rep.Ops[0].Calls)
+		return measureLoad(b, allocload, args, pids)
 	}
 	for b.Loop() {
 		etcdRate, etcdP99, etcdCPU := run(replicas(3))
@@ -143,4 +122,37 @@ func BenchmarkScaleOut(b *testing.B) {
 		// allocation, whatever the cores it shares with the load tool.
 		b.ReportMetric(float64(ipCPU)/float64(etcdCPU), "ipaddress-cpu/etcd3-cpu")
 	}
+}
+
+// buildAllocload builds the load tool (services/allocator/cmd/allocload).
+func buildAllocload(b *testing.B) string {
+	allocload := filepath.Join(b.TempDir(), "allocload")
+	out, err := exec.Command("go", "build", "-o", allocload, "github.com/plexusnet/plexus/services/allocator/cmd/allocload").CombinedOutput()
+	require.NoError(b, err, "%s", out)
+	return allocload
+}
+
+// measureLoad runs the load tool with args, 64 clients, and returns its
+// rate and p99, and the CPU time the server processes pids spent per
+// call, read over the measured part of the run (from the end of the
+// warm-up until the tool exits).
+func measureLoad(b *testing.B, allocload string, args []string, pids []int) (perSec float64, p99, cpuPerCall time.Duration) {
+	b.Helper()
+	const warmup, measured = 2 * time.Second, 10 * time.Second
+	cmd := exec.Command(allocload, append([]string{"--clients=64", "--duration=" + measured.String(), "--warmup=" + warmup.String(), "--format=json"}, args...)...)
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	require.NoError(b, cmd.Start())
+	time.Sleep(warmup)
+	cpu0, err := processesCPU(pids)
+	require.NoError(b, err)
+	require.NoError(b, cmd.Wait(), "allocload %s", strings.Join(args, " "))
+	cpu1, err := processesCPU(pids)
+	require.NoError(b, err)
+	var rep loadReport
+	require.NoError(b, json.Unmarshal([]byte(stdout.String()), &rep), "%s", stdout.String())
+	require.Len(b, rep.Ops, 1, "%s", stdout.String())
+	require.Empty(b, rep.Ops[0].Errors, "allocload %s: no call may fail", strings.Join(args, " "))
+	require.Positive(b, rep.Ops[0].Calls)
+	return rep.Ops[0].PerSec, rep.Ops[0].P99, (cpu1 - cpu0) / time.Duration(rep.Ops[0].Calls)
 }

@@ -40,6 +40,9 @@ const snapshotPage = 5000
 // a few MB at most.
 const DefaultHistory = 10_000
 
+// maxHistory bounds --etcd-watch-history: ten million events are a few GB.
+const maxHistory = 10_000_000
+
 // closeDrain bounds how long Close lets watchers deliver what was
 // committed before they end.
 const closeDrain = 2 * time.Second

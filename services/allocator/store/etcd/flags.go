@@ -20,9 +20,12 @@ type Flags struct {
 	Cert, Key string
 	// Prefix is put before every key.
 	Prefix string
+	// WatchHistory is Config.History.
+	WatchHistory int
 }
 
-// AddFlags registers --etcd-ca, --etcd-cert, --etcd-key and --etcd-prefix.
+// AddFlags registers --etcd-ca, --etcd-cert, --etcd-key, --etcd-prefix and
+// --etcd-watch-history.
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	if f.Prefix == "" {
 		f.Prefix = DefaultPrefix
@@ -31,6 +34,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Cert, "etcd-cert", f.Cert, "PEM client certificate presented to etcd")
 	fs.StringVar(&f.Key, "etcd-key", f.Key, "PEM private key of --etcd-cert")
 	fs.StringVar(&f.Prefix, "etcd-prefix", f.Prefix, "key prefix of this installation in etcd; installations sharing an etcd need different prefixes")
+	fs.IntVar(&f.WatchHistory, "etcd-watch-history", f.WatchHistory, fmt.Sprintf("events kept in memory for the watches (the follower's, WatchAllocations streams) that share this replica's one etcd watch; a watch from before them gets an etcd watch of its own (0: %d; -1: every watch its own)", DefaultHistory))
 }
 
 // Validate reports settings that cannot work together.
@@ -42,6 +46,9 @@ func (f *Flags) Validate() error {
 	if f.Prefix == "" || f.Prefix == "/" {
 		errs = append(errs, errors.New("--etcd-prefix: must name a key prefix of its own, such as /plexus/"))
 	}
+	if f.WatchHistory < -1 || f.WatchHistory > maxHistory {
+		errs = append(errs, fmt.Errorf("--etcd-watch-history: %d is not -1, 0 or up to %d events", f.WatchHistory, maxHistory))
+	}
 	return errors.Join(errs...)
 }
 
@@ -49,7 +56,7 @@ func (f *Flags) Validate() error {
 // client URLs), loading the TLS files. TLS is used when any of them is
 // set or an endpoint is https.
 func (f *Flags) Config(endpoints string) (Config, error) {
-	cfg := Config{Prefix: f.Prefix}
+	cfg := Config{Prefix: f.Prefix, History: f.WatchHistory}
 	for _, ep := range strings.Split(endpoints, ",") {
 		if ep = strings.TrimSpace(ep); ep != "" {
 			cfg.Endpoints = append(cfg.Endpoints, ep)
