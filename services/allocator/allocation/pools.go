@@ -779,7 +779,7 @@ func (w *Watcher) All(ctx context.Context) iter.Seq[WatchEvent] {
 // when the store's history no longer reaches back to the shared one.
 func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, snap **poolSnapshot) (store.Cursor, error) {
 	if fromRev != 0 {
-		events, err := s.watchStore(ctx, fromRev)
+		events, err := s.watchStore(ctx, fromRev, pool)
 		if errors.Is(err, store.ErrCompacted) {
 			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, ErrRevisionTooOld)
 		}
@@ -801,7 +801,7 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		if err != nil {
 			return nil, err
 		}
-		events, err := s.watchStore(ctx, sn.rev)
+		events, err := s.watchStore(ctx, sn.rev, pool)
 		if errors.Is(err, store.ErrCompacted) && !fresh {
 			continue
 		}
@@ -813,10 +813,15 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 	}
 }
 
-// watchStore opens the store's watch after fromRev, as a cursor.
-func (s *Allocator) watchStore(ctx context.Context, fromRev int64) (store.Cursor, error) {
+// watchStore opens the store's watch after fromRev, as a cursor: of
+// pool's allocation events where the store can leave out the others, so
+// that a watch of a quiet pool is not woken by every commit.
+func (s *Allocator) watchStore(ctx context.Context, fromRev int64, pool string) (store.Cursor, error) {
 	if cs, ok := unwrap(s.store).(store.CursorStore); ok {
-		return cs.WatchCursor(ctx, fromRev)
+		if pool == "-" {
+			pool = ""
+		}
+		return cs.WatchCursor(ctx, fromRev, pool)
 	}
 	ch, err := s.store.Watch(ctx, fromRev)
 	if err != nil {

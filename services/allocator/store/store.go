@@ -275,10 +275,13 @@ type Cursor interface {
 // (the stores that keep their history in memory).
 type CursorStore interface {
 	Store
-	// WatchCursor is Watch read as a cursor. ctx bounds the watch where
-	// the store needs a goroutine for it after all (an etcd watch from
-	// before the history it keeps in memory).
-	WatchCursor(ctx context.Context, fromRev int64) (Cursor, error)
+	// WatchCursor is Watch read as a cursor; with a pool, the cursor
+	// may leave out every event but that pool's allocation events, and a
+	// cursor that caught up then waits for the pool's next event only.
+	// ctx bounds the watch where the store needs a goroutine for it
+	// after all (an etcd watch from before the history it keeps in
+	// memory).
+	WatchCursor(ctx context.Context, fromRev int64, pool string) (Cursor, error)
 }
 
 // ChanCursor reads a watch channel (Store.Watch) as a cursor, for a store

@@ -721,11 +721,11 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 }
 
 // WatchCursor implements store.CursorStore.
-func (s *Store) WatchCursor(_ context.Context, fromRev int64) (store.Cursor, error) {
+func (s *Store) WatchCursor(_ context.Context, fromRev int64, pool string) (store.Cursor, error) {
 	if s.closed.Load() {
 		return nil, store.ErrClosed
 	}
-	c, err := s.log.Cursor(fromRev)
+	c, err := s.log.Cursor(fromRev, pool)
 	if err != nil {
 		return nil, err
 	}

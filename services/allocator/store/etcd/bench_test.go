@@ -189,7 +189,7 @@ func benchWatchFanout(b *testing.B, e *kubetest.Etcd, watches, history int) {
 		cs  []store.Cursor
 	)
 	for range watches {
-		c, err := s.WatchCursor(ctx, poolRev)
+		c, err := s.WatchCursor(ctx, poolRev, "")
 		require.NoError(b, err)
 		cs = append(cs, c)
 	}

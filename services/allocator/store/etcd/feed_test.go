@@ -69,7 +69,7 @@ func TestWatchesShareOneEtcdWatch(t *testing.T) {
 					require.NoError(t, err)
 					cursors = append(cursors, store.ChanCursor(ch))
 				} else {
-					c, err := s.WatchCursor(ctx, rev)
+					c, err := s.WatchCursor(ctx, rev, "")
 					require.NoError(t, err)
 					cursors = append(cursors, c)
 				}

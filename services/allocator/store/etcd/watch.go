@@ -47,13 +47,13 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 // WatchCursor implements store.CursorStore: a watch the shared history
 // serves has no goroutine or buffer of its own; one from before it reads
 // its own etcd watch's channel.
-func (s *Store) WatchCursor(ctx context.Context, fromRev int64) (store.Cursor, error) {
+func (s *Store) WatchCursor(ctx context.Context, fromRev int64, pool string) (store.Cursor, error) {
 	l, err := s.feedFor(ctx, fromRev)
 	if err != nil {
 		return nil, err
 	}
 	if l != nil {
-		c, err := l.Cursor(fromRev)
+		c, err := l.Cursor(fromRev, pool)
 		switch {
 		case err == nil:
 			return c, nil

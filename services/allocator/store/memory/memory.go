@@ -348,8 +348,8 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 }
 
 // WatchCursor implements store.CursorStore.
-func (s *Store) WatchCursor(_ context.Context, fromRev int64) (store.Cursor, error) {
-	c, err := s.log.Cursor(fromRev)
+func (s *Store) WatchCursor(_ context.Context, fromRev int64, pool string) (store.Cursor, error) {
+	c, err := s.log.Cursor(fromRev, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -50,9 +50,25 @@ type Log struct {
 	compacted int64
 	// notify is closed and replaced on every append and on close, waking
 	// watchers that caught up.
-	notify   chan struct{}
+	notify chan struct{}
+	// waiting holds, for each pool that cursors of one pool wait on, what
+	// wakes them: the pool's next allocation event, or Close. Appends of
+	// other pools' events do not wake them. An entry outlives cursors
+	// that went away until the pool's next event: one per pool name,
+	// however many cursors.
+	waiting  map[string]*poolWait
 	closed   bool
 	closeErr error
+}
+
+// A poolWait is what the cursors of one pool that caught up wait on.
+type poolWait struct {
+	// ch is closed at the pool's next allocation event, or on Close.
+	ch chan struct{}
+	// upto is set when ch is closed: the sequence before which no event of
+	// the pool was appended since the wait began (the event's, or the
+	// head at Close).
+	upto uint64
 }
 
 // New returns a log that keeps the last capacity events (DefaultCapacity
@@ -67,6 +83,7 @@ func New(capacity int, startRev int64) *Log {
 		capacity:  uint64(capacity),
 		compacted: startRev,
 		notify:    make(chan struct{}),
+		waiting:   map[string]*poolWait{},
 	}
 }
 
@@ -98,6 +115,13 @@ func (l *Log) Append(events []store.Event) {
 			l.tail++
 		}
 		l.ring[l.head%n] = ev
+		if len(l.waiting) > 0 && ev.Allocation != nil {
+			if w, ok := l.waiting[ev.Allocation.Pool]; ok {
+				w.upto = l.head
+				close(w.ch)
+				delete(l.waiting, ev.Allocation.Pool)
+			}
+		}
 		l.head++
 	}
 	close(l.notify)
@@ -150,12 +174,17 @@ func (l *Log) Close(err error) {
 	l.closed = true
 	l.closeErr = err
 	close(l.notify)
+	for pool, w := range l.waiting {
+		w.upto = l.head
+		close(w.ch)
+		delete(l.waiting, pool)
+	}
 }
 
 // Watch implements store.Store.Watch on the history: a cursor read by a
 // goroutine of the watch's own into a bounded channel.
 func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
-	c, err := l.Cursor(fromRev)
+	c, err := l.Cursor(fromRev, "")
 	if err != nil {
 		return nil, err
 	}
@@ -165,8 +194,14 @@ func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, err
 }
 
 // Cursor implements store.CursorStore.WatchCursor on the history: the
-// events after fromRev, read from the ring by the caller.
-func (l *Log) Cursor(fromRev int64) (*Cursor, error) {
+// events after fromRev, read from the ring by the caller; with a pool,
+// only the allocation events of that pool.
+//
+// A cursor of one pool that has read everything waits for that pool's
+// next event, not for the next append: a thousand watches of quiet pools
+// cost a commit nothing. Events of other pools it did not read do not
+// count as falling behind.
+func (l *Log) Cursor(fromRev int64, pool string) (*Cursor, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -181,7 +216,7 @@ func (l *Log) Cursor(fromRev int64) (*Cursor, error) {
 	i := sort.Search(int(l.head-l.tail), func(i int) bool {
 		return l.ring[(l.tail+uint64(i))%n].Revision > fromRev
 	})
-	c := &Cursor{log: l, next: l.tail + uint64(i), after: fromRev}
+	c := &Cursor{log: l, next: l.tail + uint64(i), after: fromRev, pool: pool}
 	// A watch that starts far back (resuming) may fall a quarter of the
 	// ring further behind than where it started.
 	c.allowance = max(l.capacity/2, l.head-c.next+l.capacity/4)
@@ -193,6 +228,11 @@ func (l *Log) Cursor(fromRev int64) (*Cursor, error) {
 type Cursor struct {
 	log  *Log
 	next uint64
+	// pool, when set, keeps the allocation events of that pool only.
+	pool string
+	// wait is what the cursor of a pool waits on once it has read
+	// everything.
+	wait *poolWait
 	// after filters out events of revisions the caller already has: a
 	// commit may be visible in the store before its events are appended.
 	after int64
@@ -261,23 +301,51 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 	l := c.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if w := c.wait; w != nil {
+		select {
+		case <-w.ch:
+			// Nothing of the pool came before w.upto: the events up to
+			// there are not the cursor's to read, nor to fall behind on.
+			c.next = max(c.next, w.upto)
+			c.wait = nil
+		default:
+			// Nothing of the pool came since the wait began.
+			c.next = l.head
+			return buf, w.ch, nil
+		}
+	}
 	if c.next < l.tail {
 		return buf, nil, fmt.Errorf("watcher fell too far behind (history kept after revision %d): %w", l.compacted, store.ErrCompacted)
 	}
 	if lag := l.head - c.next; lag > c.allowance {
 		return buf, nil, fmt.Errorf("watcher fell %d events behind, more than the %d allowed, after revision %d: %w", lag, c.allowance, c.last, store.ErrTooSlow)
 	}
-	n := uint64(len(l.ring))
+	n, read := uint64(len(l.ring)), len(buf)
 	for c.next < l.head && len(buf) < cap(buf) {
 		ev := l.ring[c.next%n]
 		c.next++
-		if ev.Revision > c.after {
+		if ev.Revision > c.after && c.keeps(ev) {
 			buf = append(buf, ev)
 			c.last = ev.Revision
 		}
 	}
-	if c.next == l.head && l.closed {
+	switch {
+	case c.next == l.head && l.closed:
 		return buf, nil, l.closeErr
+	case c.pool != "" && len(buf) == read:
+		// Caught up with nothing of its pool: wait for the pool.
+		w, ok := l.waiting[c.pool]
+		if !ok {
+			w = &poolWait{ch: make(chan struct{})}
+			l.waiting[c.pool] = w
+		}
+		c.wait = w
+		return buf, w.ch, nil
 	}
 	return buf, l.notify, nil
+}
+
+// keeps reports whether ev is one of the cursor's events.
+func (c *Cursor) keeps(ev store.Event) bool {
+	return c.pool == "" || ev.Allocation != nil && ev.Allocation.Pool == c.pool
 }

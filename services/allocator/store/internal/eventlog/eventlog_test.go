@@ -162,7 +162,7 @@ func TestCursor(t *testing.T) {
 	l := New(100, 0)
 	l.Append(events(1, 3))
 	l.Append(events(2, 2))
-	c, err := l.Cursor(1)
+	c, err := l.Cursor(1, "")
 	require.NoError(t, err)
 	buf, err := c.Next(t.Context(), make([]store.Event, 0, 1))
 	require.NoError(t, err)
@@ -196,14 +196,14 @@ func TestCursor(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrTooSlow, "the cursor is done")
 
 	// The log closes: what is left comes first, with the error.
-	c, err = l.Cursor(68)
+	c, err = l.Cursor(68, "")
 	require.NoError(t, err)
 	l.Close(store.ErrClosed)
 	buf, err = c.Next(t.Context(), make([]store.Event, 0, 8))
 	require.ErrorIs(t, err, store.ErrClosed)
 	require.Len(t, buf, 1)
 	require.Equal(t, int64(69), buf[0].Revision)
-	_, err = l.Cursor(69)
+	_, err = l.Cursor(69, "")
 	require.ErrorIs(t, err, store.ErrClosed)
 }
 
@@ -214,7 +214,7 @@ func TestRingGrows(t *testing.T) {
 	const capacity = 10000
 	l := New(capacity, 0)
 	require.Len(t, l.ring, initialRing)
-	behind, err := l.Cursor(0)
+	behind, err := l.Cursor(0, "")
 	require.NoError(t, err)
 	rev := int64(0)
 	appendRevs := func(n, perRev int) {
@@ -224,7 +224,7 @@ func TestRingGrows(t *testing.T) {
 		}
 	}
 	appendRevs(initialRing-10, 1)
-	mid, err := l.Cursor(rev)
+	mid, err := l.Cursor(rev, "")
 	require.NoError(t, err)
 	appendRevs(1000, 3) // grows twice, inside commits of three events
 	require.Len(t, l.ring, 4*initialRing)
@@ -253,9 +253,137 @@ func TestRingGrows(t *testing.T) {
 	appendRevs(7000, 1) // past the capacity: the oldest go
 	require.Len(t, l.ring, capacity)
 	require.Equal(t, uint64(capacity), l.head-l.tail)
-	_, err = l.Cursor(0)
+	_, err = l.Cursor(0, "")
 	require.ErrorIs(t, err, store.ErrCompacted)
-	c, err := l.Cursor(rev - 10)
+	c, err := l.Cursor(rev-10, "")
 	require.NoError(t, err)
 	require.Len(t, read(c, 10), 10)
+}
+
+// poolEvents are n allocation events of pool, one revision each from rev+1.
+func poolEvents(pool string, rev int64, n int) []store.Event {
+	evs := make([]store.Event, n)
+	for i := range evs {
+		evs[i] = store.Event{Type: store.EventPutAllocation, Revision: rev + int64(i) + 1, Allocation: &store.Allocation{Pool: pool}}
+	}
+	return evs
+}
+
+// TestPoolCursor: a cursor of one pool reads that pool's allocation events
+// only; once caught up it waits for its pool, and other pools' events
+// neither wake it nor count as falling behind, however many pass, even
+// out of the ring; it still falls behind on its own pool's events, and
+// the log's end reaches it.
+func TestPoolCursor(t *testing.T) {
+	l := New(100, 0)
+	ctx := t.Context()
+	a, err := l.Cursor(0, "a")
+	require.NoError(t, err)
+	all, err := l.Cursor(0, "")
+	require.NoError(t, err)
+	buf := make([]store.Event, 0, 8)
+	next := func(c *Cursor) []int64 {
+		t.Helper()
+		var err error
+		buf, err = c.Next(ctx, buf[:0])
+		require.NoError(t, err)
+		var revs []int64
+		for _, ev := range buf {
+			revs = append(revs, ev.Revision)
+		}
+		return revs
+	}
+	rev := int64(0)
+	add := func(pool string, n int) {
+		l.Append(poolEvents(pool, rev, n))
+		rev += int64(n)
+	}
+	waiting := func(pool string) bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		w, ok := l.waiting[pool]
+		if !ok {
+			return false
+		}
+		select {
+		case <-w.ch:
+			return false
+		default:
+			return true
+		}
+	}
+
+	add("b", 30)
+	add("a", 1)
+	require.Equal(t, []int64{31}, next(a))
+	require.Len(t, next(all), 8)
+
+	// Caught up: a waits for pool a, and 250 events of b (more than the
+	// ring, far more than the 50 a cursor may fall behind) do not wake it.
+	ready := make(chan []int64)
+	go func() { ready <- next(a) }()
+	require.Eventually(t, func() bool { return waiting("a") }, 5*time.Second, time.Millisecond)
+	add("b", 250)
+	require.True(t, waiting("a"), "other pools' events do not wake a cursor of pool a")
+	add("a", 2)
+	select {
+	case got := <-ready:
+		require.Equal(t, []int64{282, 283}, got)
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "the cursor of pool a did not wake for its pool's events")
+	}
+	_, err = all.Next(ctx, buf[:0])
+	require.ErrorIs(t, err, store.ErrCompacted, "the cursor of every pool fell out of the ring")
+
+	// Two cursors of pool c, caught up at different places, both wake.
+	c1, err := l.Cursor(rev, "c")
+	require.NoError(t, err)
+	buf, err = c1.Next(canceled(), buf[:0])
+	require.ErrorIs(t, err, context.Canceled)
+	add("b", 5)
+	c2, err := l.Cursor(rev, "c")
+	require.NoError(t, err)
+	buf, err = c2.Next(canceled(), buf[:0])
+	require.ErrorIs(t, err, context.Canceled)
+	add("c", 1)
+	require.Equal(t, []int64{rev}, next(c1))
+	require.Equal(t, []int64{rev}, next(c2))
+
+	// Its own pool's events, unread, still cut a cursor off: its event
+	// left the ring before it read.
+	_, err = c1.Next(canceled(), buf[:0])
+	require.ErrorIs(t, err, context.Canceled)
+	add("c", 1)
+	add("b", 150)
+	_, err = c1.Next(ctx, buf[:0])
+	require.ErrorIs(t, err, store.ErrCompacted)
+
+	// Between two reads, though, a cursor is not waiting for its pool,
+	// and the ring's events all count: c2 did not read while 150 went.
+	_, err = c2.Next(ctx, buf[:0])
+	require.ErrorIs(t, err, store.ErrCompacted)
+
+	// Close ends a waiting cursor of a pool.
+	c3, err := l.Cursor(rev, "c")
+	require.NoError(t, err)
+	done := make(chan error)
+	go func() {
+		_, err := c3.Next(ctx, buf[:0])
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return waiting("c") }, 5*time.Second, time.Millisecond)
+	l.Close(store.ErrClosed)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, store.ErrClosed)
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "Close did not end the waiting cursor of a pool")
+	}
+}
+
+// canceled is a context that has ended.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }
