@@ -15,6 +15,7 @@ type Metrics struct {
 	errors        *prometheus.CounterVec
 	turnWait      prometheus.Histogram
 	turnsTimedOut prometheus.Counter
+	watches       prometheus.Gauge
 }
 
 // NewMetrics registers the allocator's metrics, including per-pool gauges
@@ -39,8 +40,12 @@ func NewMetrics(reg prometheus.Registerer, svc *allocation.Allocator) *Metrics {
 			Name: "plexus_allocator_watch_turns_timed_out_total",
 			Help: "Watches whose snapshot took longer than their turn (a slow reader or a big pool); each went on beside the others.",
 		}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "plexus_allocator_watches_open",
+			Help: "Open WatchAllocations streams (at most --max-watches).",
+		}),
 	}
-	reg.MustRegister(m.latency, m.errors, m.turnWait, m.turnsTimedOut, &poolCollector{svc: svc})
+	reg.MustRegister(m.latency, m.errors, m.turnWait, m.turnsTimedOut, m.watches, &poolCollector{svc: svc})
 	return m
 }
 

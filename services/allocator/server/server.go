@@ -515,6 +515,13 @@ func releaseTarget(req *allocatorv1.ReleaseRequest) (allocation.ReleaseRequest, 
 	return r, nil
 }
 
+// countWatches sets the open-watches gauge to n.
+func (s *Server) countWatches(n int64) {
+	if s.metrics != nil {
+		s.metrics.watches.Set(float64(n))
+	}
+}
+
 // WatchAllocations implements AllocatorService.WatchAllocations.
 func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stream grpc.ServerStreamingServer[allocatorv1.WatchAllocationsResponse]) error {
 	id, err := poolID("pool", req.GetPool(), true)
@@ -531,7 +538,12 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 			fmt.Sprintf("%d watches are open, the most this allocator serves (--max-watches); retry later or on another replica", s.maxWatches), nil))
 	}
 	s.burst.opened(n)
-	defer func() { s.burst.closed(s.watches.Add(-1)) }()
+	s.countWatches(n)
+	defer func() {
+		n := s.watches.Add(-1)
+		s.countWatches(n)
+		s.burst.closed(n)
+	}()
 	turnDone := func() {}
 	if req.GetStartRevision() == 0 { // a snapshot to send
 		if turnDone, err = s.turns.take(stream.Context()); err != nil {

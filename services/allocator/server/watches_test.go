@@ -178,8 +178,11 @@ func TestWatchLimit(t *testing.T) {
 
 	_, err = open(ctx(t))
 	requireStatus(t, err, codes.ResourceExhausted, "TOO_MANY_WATCHES", "")
+	gauge := func() float64 { return sample(t, httpGet(t, "http://"+e.httpAddr+"/metrics"), "plexus_allocator_watches_open") }
+	require.Equal(t, 2.0, gauge(), "the refused watch is not counted")
 
 	cancel1()
+	require.Eventually(t, func() bool { return gauge() == 1 }, 10*time.Second, 20*time.Millisecond, "a closed watch is no longer counted")
 	require.Eventually(t, func() bool {
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
