@@ -46,6 +46,9 @@ type Allocator struct {
 	follow   bool
 	rev      int64
 	followed progress
+	// followRetry is how long the follower waits to watch again after
+	// an error (followRetry; tests set less or more).
+	followRetry time.Duration
 
 	// snapshots are shared by watches that start together.
 	snapshots snapshots
@@ -90,7 +93,7 @@ type pendingAlloc struct {
 // New rebuilds the in-memory state from the store and returns the Allocator.
 // Built WithFollow, it also follows the store's changes until ctx ends.
 func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error) {
-	s := &Allocator{store: st, now: time.Now, logger: slog.Default(), pools: map[string]*poolState{}}
+	s := &Allocator{store: st, now: time.Now, logger: slog.Default(), pools: map[string]*poolState{}, followRetry: followRetry}
 	for _, o := range opts {
 		o(s)
 	}

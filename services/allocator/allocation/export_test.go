@@ -9,3 +9,7 @@ func SetSnapshotReuse(d time.Duration) (restore func()) {
 	snapshotReuse = d
 	return func() { snapshotReuse = old }
 }
+
+// WithFollowRetry sets how long the follower waits before it watches
+// again after an error, for a test.
+func WithFollowRetry(d time.Duration) Option { return func(s *Allocator) { s.followRetry = d } }

@@ -54,14 +54,19 @@ func (s *Allocator) Follow(ctx context.Context) {
 			rev, rerr := s.rebuild(ctx)
 			if rerr != nil {
 				s.logger.Error("rebuild from snapshot", "err", rerr)
-				sleep(ctx, followRetry)
+				sleep(ctx, s.followRetry)
 				continue
 			}
 			from = rev
+		case errors.Is(err, store.ErrTooSlow):
+			// What it missed is still kept, or an etcd watch of its
+			// own reaches back to it: no reason to wait.
+			s.logger.Warn("follower fell behind the store's watch; resuming where it was", "revision", from, "err", err)
+			s.watchRestarts.Add(1)
 		case err != nil:
 			s.logger.Warn("store watch ended; resuming", "revision", from, "err", err)
 			s.watchRestarts.Add(1)
-			sleep(ctx, followRetry)
+			sleep(ctx, s.followRetry)
 		}
 	}
 }

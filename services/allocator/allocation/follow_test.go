@@ -1,6 +1,7 @@
 package allocation_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,7 @@ func replicas(t *testing.T, n int) []*allocation.Allocator {
 
 // replicasOf is replicas with each store passed through wrap (when not
 // nil) and the stores returned too.
-func replicasOf(t *testing.T, n int, wrap func(i int, st store.Store) store.Store) ([]*allocation.Allocator, []*etcd.Store) {
+func replicasOf(t *testing.T, n int, wrap func(i int, st store.Store) store.Store, opts ...allocation.Option) ([]*allocation.Allocator, []*etcd.Store) {
 	t.Helper()
 	e := kubetest.StartEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,7 +50,7 @@ func replicasOf(t *testing.T, n int, wrap func(i int, st store.Store) store.Stor
 		if wrap != nil {
 			use = wrap(i, st)
 		}
-		svc, err := allocation.New(ctx, allocation.Traced(use), allocation.WithFollow())
+		svc, err := allocation.New(ctx, allocation.Traced(use), append([]allocation.Option{allocation.WithFollow()}, opts...)...)
 		require.NoError(t, err)
 		out = append(out, svc)
 	}
@@ -195,6 +196,9 @@ type cutWatch struct {
 	*etcd.Store
 	cut     chan struct{}
 	watches atomic.Int32
+	// err is what the watch ends with ("connection to etcd lost" when
+	// nil).
+	err error
 }
 
 func (c *cutWatch) Watch(ctx context.Context, from int64) (<-chan store.Event, error) {
@@ -224,7 +228,7 @@ func (c *cutWatch) Watch(ctx context.Context, from int64) (<-chan store.Event, e
 				}
 			case <-c.cut:
 				select {
-				case out <- store.Event{Err: errors.New("connection to etcd lost")}:
+				case out <- store.Event{Err: cmp.Or(c.err, errors.New("connection to etcd lost"))}:
 				case <-ctx.Done():
 				}
 				return
@@ -232,6 +236,36 @@ func (c *cutWatch) Watch(ctx context.Context, from int64) (<-chan store.Event, e
 		}
 	}()
 	return out, nil
+}
+
+// TestFollowerResumesAtOnceWhenTooSlow: a follower cut off as too slow
+// watches again at once, from where it was (what it missed is still
+// kept), where after another error it waits before it tries again (here
+// an hour: b would not catch up).
+func TestFollowerResumesAtOnceWhenTooSlow(t *testing.T) {
+	ctx := context.Background()
+	cut := &cutWatch{cut: make(chan struct{}), err: fmt.Errorf("watcher fell 6000 events behind: %w", store.ErrTooSlow)}
+	rs, _ := replicasOf(t, 2, func(i int, st store.Store) store.Store {
+		if i == 0 {
+			return st
+		}
+		cut.Store = st.(*etcd.Store)
+		return cut
+	}, allocation.WithFollowRetry(time.Hour))
+	a, b := rs[0], rs[1]
+	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(ctx))
+
+	close(cut.cut)
+	require.Eventually(t, func() bool { return b.Counters().WatchRestarts == 1 }, 10*time.Second, time.Millisecond)
+	x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.NoError(t, err)
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.Sync(syncCtx), "b watches again at once")
+	require.Equal(t, map[netip.Addr]string{x.Address: "x"}, allocations(t, b, "p"))
+	require.Zero(t, b.Counters().Rebuilds)
 }
 
 // TestFollowerRebuildsAfterCompaction: b's watch breaks, and while it is
