@@ -51,10 +51,25 @@ func (g *gate) leave() {
 // success the caller opens the gate again (open) once it has what it
 // needs; on error the gate is open.
 func (g *gate) quiesce(ctx context.Context, mu *sync.Mutex) error {
+	if err := g.shut(ctx, mu); err != nil {
+		return err
+	}
+	return g.drain(ctx, mu)
+}
+
+// shut closes the gate, once no one else holds it closed: no commit
+// starts until it opens. On error the gate is as it was.
+func (g *gate) shut(ctx context.Context, mu *sync.Mutex) error {
 	if err := g.pass(ctx, mu); err != nil { // one at a time
 		return err
 	}
 	g.closed = make(chan struct{})
+	return nil
+}
+
+// drain waits, the gate shut, until no commit is in flight. On error it
+// opens the gate.
+func (g *gate) drain(ctx context.Context, mu *sync.Mutex) error {
 	for g.inFlight > 0 {
 		if g.drained == nil {
 			g.drained = make(chan struct{})

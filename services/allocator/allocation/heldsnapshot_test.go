@@ -62,7 +62,8 @@ func (r *recorder) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return r.Store.Snapshot(ctx)
 }
 
-// stateAt replays pool's allocations up to and including rev.
+// stateAt replays pool's allocations ("-": every pool's) up to and
+// including rev.
 func (r *recorder) stateAt(pool string, rev int64) map[netip.Addr]string {
 	r.mu.Lock()
 	log := append([]recorded(nil), r.log...)
@@ -70,7 +71,7 @@ func (r *recorder) stateAt(pool string, rev int64) map[netip.Addr]string {
 	sort.SliceStable(log, func(i, j int) bool { return log[i].rev < log[j].rev })
 	state := map[netip.Addr]string{}
 	for _, c := range log {
-		if c.rev > rev || c.pool != pool {
+		if c.rev > rev || (c.pool != pool && pool != "-") {
 			continue
 		}
 		if c.put {
@@ -82,13 +83,19 @@ func (r *recorder) stateAt(pool string, rev int64) map[netip.Addr]string {
 	return state
 }
 
-// TestWatchSnapshotFromMemoryIsExact: a watch of one pool takes its
-// snapshot from the allocator's memory, not from the store, while
-// allocations and releases commit concurrently; what it sends before
-// SYNCED at revision R is exactly the pool's state at R in the store's own
-// history (no commit in flight missed, none after R included), and the
-// changes after it bring it to the final state.
+// TestWatchSnapshotFromMemoryIsExact: a watch of one pool, or of every
+// pool, takes its snapshot from the allocator's memory, not from the
+// store, while allocations and releases commit concurrently in several
+// pools; what it sends before SYNCED at revision R is exactly the state at
+// R in the store's own history (no commit in flight missed, none after R
+// included), and the changes after it bring it to the final state.
 func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
+	for _, pool := range []string{"p", "-"} {
+		t.Run("pool="+pool, func(t *testing.T) { testWatchSnapshotFromMemoryIsExact(t, pool) })
+	}
+}
+
+func testWatchSnapshotFromMemoryIsExact(t *testing.T, watched string) {
 	defer allocation.SetSnapshotReuse(0)()
 	bs, err := bolt.Open(t.TempDir() + "/a.db")
 	require.NoError(t, err)
@@ -100,6 +107,8 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	_, err = svc.CreatePool(ctx, "other", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "empty", allocation.PoolSpec{CIDRs: []string{"10.2.0.0/24"}})
 	require.NoError(t, err)
 
 	stop := make(chan struct{})
@@ -134,7 +143,7 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 	var snaps []taken
 	for range 60 {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		events, err := svc.Watch(wctx, "p", 0)
+		events, err := svc.Watch(wctx, watched, 0)
 		require.NoError(t, err)
 		seen := map[netip.Addr]string{}
 		for e := range events.All(wctx) {
@@ -154,7 +163,7 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 	// One more watch that follows the changes to the end.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	events, err := svc.Watch(wctx, "p", 0)
+	events, err := svc.Watch(wctx, watched, 0)
 	require.NoError(t, err)
 	live := map[netip.Addr]string{}
 	var synced int64
@@ -174,19 +183,19 @@ func TestWatchSnapshotFromMemoryIsExact(t *testing.T) {
 	require.Len(t, snaps, 60)
 	distinct := map[int64]bool{}
 	for i, s := range snaps {
-		require.Equal(t, rec.stateAt("p", s.rev), s.seen, "snapshot %d at revision %d", i, s.rev)
+		require.Equal(t, rec.stateAt(watched, s.rev), s.seen, "snapshot %d at revision %d", i, s.rev)
 		distinct[s.rev] = true
 	}
 	require.Greater(t, len(distinct), 30, "the snapshots were taken while the pool changed")
-	require.Equal(t, loaded, rec.snapshots, "a watch of one pool decoded the store")
+	require.Equal(t, loaded, rec.snapshots, "a watch decoded the store")
 
-	final, _, err := svc.ListAllocations("p", allocation.Filter{}, allocation.Cursor{}, 1000)
+	final, _, err := svc.ListAllocations(watched, allocation.Filter{}, allocation.Cursor{}, 1000)
 	require.NoError(t, err)
 	want := map[netip.Addr]string{}
 	for _, a := range final {
 		want[a.Address] = a.Owner.Name
 	}
-	require.Equal(t, rec.stateAt("p", 1<<62), want)
+	require.Equal(t, rec.stateAt(watched, 1<<62), want)
 	dctx, dcancel := context.WithTimeout(wctx, 10*time.Second)
 	defer dcancel()
 	for !equal(live, want) {
@@ -217,9 +226,9 @@ func equal(a, b map[netip.Addr]string) bool {
 }
 
 // TestWatchSnapshotChunks: a snapshot comes in chunks of ChunkSize in
-// address order, each allocation once, for a pool's watch (from memory)
-// and a watch of every pool (from the store); watches that start together
-// share the chunks themselves.
+// address order, each allocation once, for a pool's watch and a watch of
+// every pool (its chunks run on from one pool into the next), both from
+// memory; watches that start together share the chunks themselves.
 func TestWatchSnapshotChunks(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())

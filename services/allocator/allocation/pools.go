@@ -790,6 +790,8 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 	}
 	key, take := "-", storeSnapshot(s.store)
 	switch {
+	case pool == "-" && !s.follow:
+		take = s.heldSnapshotAll()
 	case pool == "-":
 	case !s.follow:
 		key, take = pool, s.heldSnapshot(pool)

@@ -3,7 +3,9 @@ package allocation
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 	"weak"
@@ -55,8 +57,9 @@ func (c *SnapshotChunk) Memo(key any, build func([]store.Allocation) any) any {
 
 // poolSnapshot is what a watch sends before its changes: either a store
 // snapshot, with each pool's allocations picked out once, when a watch of
-// the pool first asks, or a view of one pool's held allocations. Either
-// is cut into chunks as the first watch to get that far asks. The
+// the pool first asks, or views of held allocations (one pool's, or every
+// pool's in id order). Either is cut into chunks as the first watch to
+// get that far asks. The
 // snapshot holds its chunks weakly: the watches sending a chunk keep it
 // (and its encodings) alive, and one the collector took is cut again
 // when a later watch gets there, so a snapshot of a million allocations
@@ -64,8 +67,9 @@ func (c *SnapshotChunk) Memo(key any, build func([]store.Allocation) any) any {
 type poolSnapshot struct {
 	rev int64
 	all []store.Allocation
-	// view is set for a snapshot of one pool taken from memory.
-	view *held.View
+	// views are set for a snapshot taken from memory: one pool's, or the
+	// non-empty pools' in id order.
+	views []*held.View
 
 	mu     sync.Mutex
 	byPool map[string][]store.Allocation
@@ -75,17 +79,47 @@ type poolSnapshot struct {
 // chunked is a snapshot's chunks of one pool ("-": all), cut so far.
 type chunked struct {
 	list []weak.Pointer[SnapshotChunk]
-	// starts[i] is where chunk i of a view starts, and one more: where
+	// starts[i] is where chunk i of views starts, and one more: where
 	// the next chunk to cut starts, until done.
-	starts []netip.Addr
+	starts []place
 	done   bool
+}
+
+// place is a position in a snapshot's views.
+type place struct {
+	view int
+	addr netip.Addr // the zero Addr: the view's first
+}
+
+// cut reads the chunk of the views that starts at from, and where the
+// next one starts; more is false when this one ends the views.
+func (p *poolSnapshot) cut(from place) (out []store.Allocation, next place, more bool) {
+	out = make([]store.Allocation, 0, ChunkSize)
+	for v := from.view; v < len(p.views); v++ {
+		start := netip.Addr{}
+		if v == from.view {
+			start = from.addr
+		}
+		p.views[v].Ascend(start, func(a store.Allocation) bool {
+			out = append(out, a)
+			return len(out) < ChunkSize
+		})
+		if len(out) == ChunkSize {
+			if n := out[len(out)-1].Address.Next(); n.IsValid() {
+				return out, place{view: v, addr: n}, true
+			}
+			// The family's last address.
+			return out, place{view: v + 1}, v+1 < len(p.views)
+		}
+	}
+	return out, place{}, false
 }
 
 // chunk returns the snapshot's i-th chunk of pool, or false past the
 // last.
 func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
 	var all []store.Allocation
-	if p.view == nil {
+	if p.views == nil {
 		all = p.of(pool)
 	}
 	p.mu.Lock()
@@ -95,21 +129,17 @@ func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
 	}
 	c := p.chunks[pool]
 	if c == nil {
-		c = &chunked{starts: []netip.Addr{{}}}
+		c = &chunked{starts: []place{{}}}
 		p.chunks[pool] = c
 	}
 	run := func(k int) []store.Allocation {
-		if p.view == nil {
+		if p.views == nil {
 			return all[k*ChunkSize : min((k+1)*ChunkSize, len(all))]
 		}
-		out := make([]store.Allocation, 0, ChunkSize)
-		p.view.Ascend(c.starts[k], func(a store.Allocation) bool {
-			out = append(out, a)
-			return len(out) < ChunkSize
-		})
-		return out
+		r, _, _ := p.cut(c.starts[k])
+		return r
 	}
-	if p.view == nil {
+	if p.views == nil {
 		n := (len(all) + ChunkSize - 1) / ChunkSize
 		for len(c.list) < n {
 			c.list = append(c.list, weak.Pointer[SnapshotChunk]{})
@@ -119,7 +149,7 @@ func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
 	var cut *SnapshotChunk
 	for len(c.list) <= i && !c.done {
 		k := len(c.list)
-		r := run(k)
+		r, next, more := p.cut(c.starts[k])
 		if len(r) == 0 {
 			c.starts, c.done = c.starts[:k], true
 			break
@@ -129,10 +159,10 @@ func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
 		if k == i {
 			cut = ch
 		}
-		if next := r[len(r)-1].Address.Next(); len(r) < ChunkSize || !next.IsValid() {
-			c.done = true // short, or the family's last address
-		} else {
+		if more {
 			c.starts = append(c.starts, next)
+		} else {
+			c.done = true
 		}
 	}
 	if i >= len(c.list) {
@@ -277,6 +307,55 @@ func (s *Allocator) heldSnapshot(pool string) func(context.Context) (*poolSnapsh
 		if ps.deleted {
 			return nil, fmt.Errorf("pool %q: %w", pool, ErrPoolNotFound)
 		}
-		return &poolSnapshot{rev: s.followed.load(), view: ps.held.Snapshot()}, nil
+		return &poolSnapshot{rev: s.followed.load(), views: []*held.View{ps.held.Snapshot()}}, nil
+	}
+}
+
+// heldSnapshotAll takes every pool's allocations from memory, with no
+// store read, at one revision, on the same grounds as heldSnapshot: pool
+// changes wait (s.mu), every pool's gate is shut first, so that no commit
+// starts anywhere, then each pool's view is taken once its commits in
+// flight are in, and the gates open again. Commits wait for about one
+// store commit, not one per pool.
+func (s *Allocator) heldSnapshotAll() func(context.Context) (*poolSnapshot, error) {
+	return func(ctx context.Context) (*poolSnapshot, error) {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		ids := slices.Sorted(maps.Keys(s.pools))
+		shut := make([]*poolState, 0, len(ids))
+		defer func() {
+			for _, ps := range shut {
+				ps.mu.Lock()
+				ps.gate.open()
+				ps.mu.Unlock()
+			}
+		}()
+		// In id order, as every snapshot of all pools shuts them: two
+		// never wait for each other's gates.
+		for _, id := range ids {
+			ps := s.pools[id]
+			ps.mu.Lock()
+			err := ps.gate.shut(ctx, &ps.mu)
+			ps.mu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("watch snapshot of every pool: %w", err)
+			}
+			shut = append(shut, ps)
+		}
+		views := make([]*held.View, 0, len(ids))
+		for i, ps := range shut {
+			ps.mu.Lock()
+			if err := ps.gate.drain(ctx, &ps.mu); err != nil {
+				// drain opened this gate; the rest are still shut.
+				ps.mu.Unlock()
+				shut = slices.Delete(shut, i, i+1)
+				return nil, fmt.Errorf("watch snapshot of every pool: %w", err)
+			}
+			if ps.held.Len() > 0 {
+				views = append(views, ps.held.Snapshot())
+			}
+			ps.mu.Unlock()
+		}
+		return &poolSnapshot{rev: s.followed.load(), views: views}, nil
 	}
 }
