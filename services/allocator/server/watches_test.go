@@ -178,7 +178,9 @@ func TestWatchLimit(t *testing.T) {
 
 	_, err = open(ctx(t))
 	requireStatus(t, err, codes.ResourceExhausted, "TOO_MANY_WATCHES", "")
-	gauge := func() float64 { return sample(t, httpGet(t, "http://"+e.httpAddr+"/metrics"), "plexus_allocator_watches_open") }
+	gauge := func() float64 {
+		return sample(t, httpGet(t, "http://"+e.httpAddr+"/metrics"), "plexus_allocator_watches_open")
+	}
 	require.Equal(t, 2.0, gauge(), "the refused watch is not counted")
 
 	cancel1()
