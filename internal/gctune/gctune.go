@@ -15,6 +15,12 @@
 // environment always wins (Run then does nothing), and GOMEMLIMIT keeps
 // applying as usual.
 //
+// Restrain gives the heap a small headroom instead while a burst of work
+// turns over much short-lived garbage at once (the allocator sending two
+// thousand watch snapshots): left at Headroom, the heap would grow by that
+// much garbage, and the runtime keeps its bookkeeping for a heap of that
+// size after it is collected.
+//
 // Tuning after every collection matters when the live heap jumps: GOGC is
 // a ratio, so the MaxPercent set for a nearly empty heap, left in place
 // while the allocator loads a million allocations, would let the heap
@@ -28,6 +34,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,7 +47,37 @@ const (
 	MaxPercent = 2000
 	// Interval is how often the live heap is read.
 	Interval = 5 * time.Second
+	// RestrainedHeadroom is the headroom while Restrain holds.
+	RestrainedHeadroom = 16 << 20
 )
+
+var (
+	// restraints counts the Restrain calls not yet released.
+	restraints atomic.Int32
+	// retune wakes Run when restraints change.
+	retune = make(chan struct{}, 1)
+)
+
+// Restrain makes Run give the heap RestrainedHeadroom instead of Headroom
+// until release is called (restraints nest; release is idempotent).
+func Restrain() (release func()) {
+	restraints.Add(1)
+	wake()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			restraints.Add(-1)
+			wake()
+		})
+	}
+}
+
+func wake() {
+	select {
+	case retune <- struct{}{}:
+	default:
+	}
+}
 
 // Percent is the GOGC that gives a live heap of live bytes at least
 // headroom bytes to grow, never below Go's default 100 nor above max.
@@ -71,7 +109,11 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		if sample[0].Value.Kind() != metrics.KindUint64 {
 			return
 		}
-		p := Percent(sample[0].Value.Uint64(), Headroom, MaxPercent)
+		headroom := uint64(Headroom)
+		if restraints.Load() > 0 {
+			headroom = RestrainedHeadroom
+		}
+		p := Percent(sample[0].Value.Uint64(), headroom, MaxPercent)
 		// Small changes are not worth a pacer reset.
 		if p*10 < current*9 || p*10 > current*11 {
 			debug.SetGCPercent(p)
@@ -88,6 +130,8 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-cycles:
+			tune()
+		case <-retune:
 			tune()
 		case <-t.C:
 			tune()

@@ -118,3 +118,40 @@ func gogc() int {
 	metrics.Read(s)
 	return int(s[0].Value.Uint64())
 }
+
+// TestRestrain: while a restraint holds, a small heap gets
+// RestrainedHeadroom (so GOGC falls at once, not at the next periodic
+// look); released, the full headroom again. Restraints nest, and a second
+// release of the same one changes nothing.
+func TestRestrain(t *testing.T) {
+	runTuner(t)
+	wait := func(what string, ok func(int) bool) {
+		t.Helper()
+		deadline := time.Now().Add(Interval / 2) // well before the ticker
+		for !ok(gogc()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: GOGC is %d", what, gogc())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	live := make([][]byte, 0, 4)
+	for range 4 { // 16 MiB of headroom on 4 MiB live is 400 %
+		live = append(live, make([]byte, 1<<20))
+	}
+	runtime.GC()
+	wait("a small heap", func(p int) bool { return p > 1000 })
+	release := Restrain()
+	inner := Restrain()
+	wait("restrained", func(p int) bool { return p < 1000 })
+	restrained := gogc()
+	inner()
+	inner()
+	time.Sleep(50 * time.Millisecond)
+	if gogc() != restrained {
+		t.Fatalf("GOGC %d after one of two restraints was released (twice), want still %d", gogc(), restrained)
+	}
+	release()
+	wait("released", func(p int) bool { return p > 1000 })
+	runtime.KeepAlive(live)
+}

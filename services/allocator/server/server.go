@@ -23,6 +23,7 @@ import (
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
+	"github.com/plexusnet/plexus/internal/gctune"
 	"github.com/plexusnet/plexus/internal/netparse"
 	"github.com/plexusnet/plexus/internal/pagination"
 	rt "github.com/plexusnet/plexus/internal/server"
@@ -63,6 +64,13 @@ func WithMaxWatches(n int) Option { return func(s *Server) { s.maxWatches = int6
 // (debug.FreeOSMemory by default; tests count the calls).
 func WithReleaseMemory(fn func()) Option { return func(s *Server) { s.burst.release = fn } }
 
+// WithRestrainGC sets what holds the collector to a small headroom while
+// a burst of watches sends its snapshots (gctune.Restrain by default;
+// tests count the calls).
+func WithRestrainGC(fn func() (release func())) Option {
+	return func(s *Server) { s.burst.restrain = fn }
+}
+
 // WithSnapshotTurns lets n watches at a time send their snapshots, each
 // for hold at most (turns.go); n of 0 lets every watch go at once.
 func WithSnapshotTurns(n int, hold time.Duration) Option {
@@ -76,7 +84,7 @@ func WithSnapshotTurns(n int, hold time.Duration) Option {
 
 // New returns a Server around svc. metrics may be nil.
 func New(svc *allocation.Allocator, metrics *Metrics, opts ...Option) *Server {
-	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches, burst: burst{release: debug.FreeOSMemory},
+	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches, burst: burst{release: debug.FreeOSMemory, restrain: gctune.Restrain},
 		turns: newTurns(DefaultSnapshotTurns, DefaultSnapshotTurnHold)}
 	for _, o := range opts {
 		o(s)
@@ -544,8 +552,10 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		s.countWatches(n)
 		s.burst.closed(n)
 	}()
-	turnDone := func() {}
+	turnDone, sent := func() {}, func() {}
 	if req.GetStartRevision() == 0 { // a snapshot to send
+		sent = s.burst.sendingSnapshot()
+		defer sent()
 		if turnDone, err = s.turns.take(stream.Context()); err != nil {
 			return err
 		}
@@ -580,6 +590,7 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		}
 		if e.Synced {
 			turnDone()
+			sent()
 		}
 		if e.Chunk != nil {
 			if err := s.sendChunk(stream, e.Chunk, batch); err != nil {
@@ -705,6 +716,38 @@ type burst struct {
 	peak    int64
 	running bool
 	release func()
+	// sending counts the watches sending their snapshots. From
+	// burstWatches of them at once, the collector is restrained
+	// (gctune.Restrain) until none is left: their garbage would
+	// otherwise pile up to the tuner's headroom, and the runtime keep its
+	// bookkeeping for that heap once it is collected.
+	sending    int
+	restrain   func() (release func())
+	unrestrain func()
+}
+
+// sendingSnapshot counts a watch that is about to send its snapshot;
+// done uncounts it, once it has sent it or ended (done may be called
+// again).
+func (b *burst) sendingSnapshot() (done func()) {
+	b.mu.Lock()
+	b.sending++
+	if b.sending >= burstWatches && b.unrestrain == nil && b.restrain != nil {
+		b.unrestrain = b.restrain()
+	}
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.sending--
+			if b.sending == 0 && b.unrestrain != nil {
+				b.unrestrain()
+				b.unrestrain = nil
+			}
+		})
+	}
 }
 
 func (b *burst) opened(n int64) {

@@ -549,3 +549,56 @@ func TestSyncedWatchKeepsNoEncoder(t *testing.T) {
 		require.Equal(t, got.GetAddress(), ev.GetAllocation().GetAddress())
 	}
 }
+
+// TestBurstOfSnapshotsRestrainsGC: once 64 watches wait to send their
+// snapshots at once, the collector is restrained, once, until every one
+// has sent it; fewer restrain nothing.
+func TestBurstOfSnapshotsRestrainsGC(t *testing.T) {
+	var restrained, released atomic.Int64
+	e := start(t, withFixedWindow(), withServer(allocserver.WithSnapshotTurns(1, time.Hour), allocserver.WithRestrainGC(func() func() {
+		restrained.Add(1)
+		return func() { released.Add(1) }
+	})))
+	e.createPool(t, "big", poolV4("10.0.0.0/18"))
+	e.createPool(t, "small", poolV4("10.1.0.0/24"))
+	seed(t, e, "big", 8000)
+
+	// A watch that holds the only turn: it reads one message of its
+	// snapshot, then nothing.
+	stuckCtx, unstick := context.WithCancel(context.Background())
+	defer unstick()
+	stuck, err := e.client.WatchAllocations(stuckCtx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/big"})
+	require.NoError(t, err)
+	_, err = stuck.Recv()
+	require.NoError(t, err)
+
+	c, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waiting []allocatorv1.AllocatorService_WatchAllocationsClient
+	open := func(n int) {
+		for range n {
+			stream, err := e.client.WatchAllocations(c, &allocatorv1.WatchAllocationsRequest{Pool: "pools/small"})
+			require.NoError(t, err)
+			waiting = append(waiting, stream)
+		}
+	}
+	open(40) // with the stuck one, 41 waiting: no burst
+	gauge := func() float64 {
+		return sample(t, httpGet(t, "http://"+e.httpAddr+"/metrics"), "plexus_allocator_watches_open")
+	}
+	require.Eventually(t, func() bool { return gauge() == 41 }, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, restrained.Load(), "41 snapshots waiting are no burst")
+	open(40)
+	require.Eventually(t, func() bool { return restrained.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	unstick()
+	for _, stream := range waiting {
+		ev, err := stream.Recv()
+		require.NoError(t, err)
+		require.Equal(t, allocatorv1.EventType_EVENT_TYPE_SYNCED, ev.GetType())
+	}
+	require.Eventually(t, func() bool { return released.Load() == 1 }, 10*time.Second, 10*time.Millisecond,
+		"released once every snapshot is sent, while the watches stay open")
+	require.Equal(t, int64(1), restrained.Load())
+	require.Equal(t, 80.0, gauge())
+}
