@@ -389,24 +389,31 @@ func TestWatchCancelledMidSnapshotLetsGo(t *testing.T) {
 		"goroutines: %d, %d before the watches", runtime.NumGoroutine(), base)
 }
 
+// withStuckWatch starts a server with opts, pools big (8,000 allocations)
+// and small (empty), and a watch of big whose client reads one message of
+// its snapshot, then nothing (8,000 messages do not fit the flow-control
+// window): it holds its turn until unstick ends it.
+func withStuckWatch(t *testing.T, opts ...allocserver.Option) (e *env, unstick func()) {
+	t.Helper()
+	e = start(t, withFixedWindow(), withServer(opts...))
+	e.createPool(t, "big", poolV4("10.0.0.0/18"))
+	e.createPool(t, "small", poolV4("10.1.0.0/24"))
+	seed(t, e, "big", 8000)
+	stuckCtx, unstick := context.WithCancel(context.Background())
+	stuck, err := e.client.WatchAllocations(stuckCtx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/big"})
+	require.NoError(t, err)
+	_, err = stuck.Recv()
+	require.NoError(t, err)
+	return e, unstick
+}
+
 // TestSnapshotsTakeTurns: watches send their snapshots a few at a time; a
 // watch waits for its turn, a closed watch gives its turn back, and a
 // watch whose snapshot is not read in time loses its turn to the next.
 func TestSnapshotsTakeTurns(t *testing.T) {
 	for _, hold := range []time.Duration{time.Hour, 300 * time.Millisecond} {
-		e := start(t, withFixedWindow(), withServer(allocserver.WithSnapshotTurns(1, hold)))
-		e.createPool(t, "big", poolV4("10.0.0.0/18"))
-		e.createPool(t, "small", poolV4("10.1.0.0/24"))
-		seed(t, e, "big", 8000)
-
-		// A watch whose client reads one message of its snapshot, then
-		// nothing: 8,000 messages do not fit the flow-control window.
-		stuckCtx, unstick := context.WithCancel(context.Background())
+		e, unstick := withStuckWatch(t, allocserver.WithSnapshotTurns(1, hold))
 		defer unstick()
-		stuck, err := e.client.WatchAllocations(stuckCtx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/big"})
-		require.NoError(t, err)
-		_, err = stuck.Recv()
-		require.NoError(t, err)
 
 		syncs := func(c context.Context) error {
 			stream, err := e.client.WatchAllocations(c, &allocatorv1.WatchAllocationsRequest{Pool: "pools/small"})
@@ -437,7 +444,7 @@ func TestSnapshotsTakeTurns(t *testing.T) {
 
 		// A watch resumed from a revision has no snapshot to send, and no
 		// turn to wait for.
-		_, err = e.client.Allocate(ctx(t), &allocatorv1.AllocateRequest{Pool: "pools/small", Owner: &allocatorv1.Owner{Kind: "Pod", Namespace: "ns", Name: "late"}})
+		_, err := e.client.Allocate(ctx(t), &allocatorv1.AllocateRequest{Pool: "pools/small", Owner: &allocatorv1.Owner{Kind: "Pod", Namespace: "ns", Name: "late"}})
 		require.NoError(t, err)
 		turnsBefore := sample(t, metrics(), "plexus_allocator_watch_turn_wait_seconds_count")
 		resumed, err := e.client.WatchAllocations(ctx(t), &allocatorv1.WatchAllocationsRequest{Pool: "pools/small", StartRevision: 1})
@@ -555,22 +562,11 @@ func TestSyncedWatchKeepsNoEncoder(t *testing.T) {
 // has sent it; fewer restrain nothing.
 func TestBurstOfSnapshotsRestrainsGC(t *testing.T) {
 	var restrained, released atomic.Int64
-	e := start(t, withFixedWindow(), withServer(allocserver.WithSnapshotTurns(1, time.Hour), allocserver.WithRestrainGC(func() func() {
+	e, unstick := withStuckWatch(t, allocserver.WithSnapshotTurns(1, time.Hour), allocserver.WithRestrainGC(func() func() {
 		restrained.Add(1)
 		return func() { released.Add(1) }
-	})))
-	e.createPool(t, "big", poolV4("10.0.0.0/18"))
-	e.createPool(t, "small", poolV4("10.1.0.0/24"))
-	seed(t, e, "big", 8000)
-
-	// A watch that holds the only turn: it reads one message of its
-	// snapshot, then nothing.
-	stuckCtx, unstick := context.WithCancel(context.Background())
+	}))
 	defer unstick()
-	stuck, err := e.client.WatchAllocations(stuckCtx, &allocatorv1.WatchAllocationsRequest{Pool: "pools/big"})
-	require.NoError(t, err)
-	_, err = stuck.Recv()
-	require.NoError(t, err)
 
 	c, cancel := context.WithCancel(context.Background())
 	defer cancel()
