@@ -61,13 +61,14 @@ type Table struct {
 
 	prefixes prefixes
 	// owners maps the hash of an owner key to its address. An owner
-	// whose hash is another's is kept in overflow instead (rare: 64-bit
-	// hashes); a lookup looks there first, and compares the record it
-	// finds through owners with the key it asked for.
-	owners   map[uint64]key
+	// whose hash is another's is kept in overflow instead (32-bit hashes:
+	// about a hundred owners of a million); a lookup looks there first,
+	// and compares the record it finds through owners with the key it
+	// asked for.
+	owners   ownerLinks
 	overflow map[ownerKey]key
 	seed     maphash.Seed
-	hash     func(ownerKey) uint64
+	hash     func(ownerKey) uint32
 }
 
 // New returns an empty table of pool, for addresses of one family;
@@ -78,10 +79,13 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 		is4:    is4,
 		tree:   btree.NewG(32, func(a, b item) bool { return a.k.less(b.k) }),
 		arena:  newArena(),
-		owners: make(map[uint64]key, sizeHint),
+		owners: newOwnerLinks(is4, sizeHint),
 		seed:   maphash.MakeSeed(),
 	}
-	t.hash = func(o ownerKey) uint64 { return maphash.Comparable(t.seed, o) }
+	t.hash = func(o ownerKey) uint32 {
+		h := maphash.Comparable(t.seed, o)
+		return uint32(h ^ h>>32)
+	}
 	return t
 }
 
@@ -172,7 +176,7 @@ func (t *Table) ownerAt(o ownerKey) (key, bool) {
 			return k, true
 		}
 	}
-	k, ok := t.owners[t.hash(o)]
+	k, ok := t.owners.get(t.hash(o))
 	if !ok || !t.holds(k, o) {
 		return key{}, false
 	}
@@ -261,7 +265,7 @@ func (t *Table) link(o ownerKey, k key) {
 		return
 	}
 	h := t.hash(o)
-	if cur, ok := t.owners[h]; ok && cur != k && !t.holds(cur, o) {
+	if cur, ok := t.owners.get(h); ok && cur != k && !t.holds(cur, o) {
 		// Another owner with the same hash.
 		if t.overflow == nil {
 			t.overflow = map[ownerKey]key{}
@@ -270,11 +274,11 @@ func (t *Table) link(o ownerKey, k key) {
 		t.overflow[o] = k
 		return
 	}
-	t.owners[h] = k
+	t.owners.set(h, k)
 }
 
-func (t *Table) linked(h uint64, k key) bool {
-	v, ok := t.owners[h]
+func (t *Table) linked(h uint32, k key) bool {
+	v, ok := t.owners.get(h)
 	return ok && v == k
 }
 
@@ -288,7 +292,7 @@ func (t *Table) unlink(it item) {
 			delete(t.overflow, o)
 		}
 	} else if h := t.hash(o); t.linked(h, it.k) {
-		delete(t.owners, h)
+		t.owners.delete(h)
 	}
 	t.prefixes.unref(p)
 }

@@ -47,13 +47,13 @@ func TestTableFollowsModel(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		is4  bool
-		hash func(ownerKey) uint64
+		hash func(ownerKey) uint32
 	}{
 		{"v4", true, nil},
 		{"v6", false, nil},
 		// Every owner of a prefix has the same hash: the overflow path.
-		{"v4 colliding", true, func(o ownerKey) uint64 { return uint64(o.prefix) }},
-		{"v6 all colliding", false, func(ownerKey) uint64 { return 42 }},
+		{"v4 colliding", true, func(o ownerKey) uint32 { return o.prefix }},
+		{"v6 all colliding", false, func(ownerKey) uint32 { return 42 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tab := New("p", tc.is4, 0)
@@ -136,8 +136,8 @@ func check(t *testing.T, tab *Table, m *model) {
 	if total > 2*tab.arena.used+3*maxChunk {
 		t.Fatalf("arena: %d bytes in chunks for %d used: not compacted", total, tab.arena.used)
 	}
-	if len(tab.owners)+len(tab.overflow) != len(m.byOwner) {
-		t.Fatalf("%d owner links (%d overflowing), want %d", len(tab.owners)+len(tab.overflow), len(tab.overflow), len(m.byOwner))
+	if tab.owners.len()+len(tab.overflow) != len(m.byOwner) {
+		t.Fatalf("%d owner links (%d overflowing), want %d", tab.owners.len()+len(tab.overflow), len(tab.overflow), len(m.byOwner))
 	}
 	var got []netip.Addr
 	tab.Addrs(func(a netip.Addr) bool { got = append(got, a); return true })
