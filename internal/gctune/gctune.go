@@ -6,18 +6,27 @@
 // KiB of garbage per call, so at thousands of calls a second it collected
 // many times a second: a sixth of the allocator's CPU was the collector,
 // and more went into regrowing goroutine stacks that each cycle shrank.
+// And the allocator holding a million allocations keeps ~200 MB live, nearly
+// all of it without pointers, which a collection marks at little cost: left
+// at GOGC=100 it sat at twice its size under load.
 //
-// Run gives the heap a fixed headroom instead, like a ballast without the
-// ballast: GOGC is set after every collection (and every few seconds) so
-// that the next collection comes after Headroom bytes of new allocation or
-// after the live heap doubles, whichever is later. Large heaps keep
-// GOGC=100; a small heap gets up to MaxPercent. A GOGC set in the
-// environment always wins (Run then does nothing), and GOMEMLIMIT keeps
-// applying as usual.
+// Run sets GOGC after every collection (and every few seconds) to give the
+// heap a headroom of new allocation before the next one, like a ballast
+// without the ballast:
+//
+//   - a small heap may grow to Budget (GOGC up to MaxPercent);
+//   - a large one by MinHeadroom at least;
+//   - and always by as much as a collection has to scan (the heap that holds
+//     pointers, the goroutine stacks and the globals), so a heap of pointers
+//     gets Go's default pace, and the collector's work per byte allocated
+//     stays below the default's.
+//
+// A GOGC set in the environment always wins (Run then does nothing), and
+// GOMEMLIMIT keeps applying as usual.
 //
 // Restrain gives the heap a small headroom instead while a burst of work
 // turns over much short-lived garbage at once (the allocator sending two
-// thousand watch snapshots): left at Headroom, the heap would grow by that
+// thousand watch snapshots): left at Budget, the heap would grow by that
 // much garbage, and the runtime keeps its bookkeeping for a heap of that
 // size after it is collected.
 //
@@ -41,8 +50,12 @@ import (
 
 // Defaults of the tuner.
 const (
-	// Headroom is how much the heap may grow between collections at least.
-	Headroom = 128 << 20
+	// Budget is the size a heap with little live may grow to before a
+	// collection.
+	Budget = 160 << 20
+	// MinHeadroom is how much the heap may grow between collections at
+	// least.
+	MinHeadroom = 32 << 20
 	// MaxPercent bounds GOGC for a nearly empty heap.
 	MaxPercent = 2000
 	// Interval is how often the live heap is read.
@@ -58,8 +71,8 @@ var (
 	retune = make(chan struct{}, 1)
 )
 
-// Restrain makes Run give the heap RestrainedHeadroom instead of Headroom
-// until release is called (restraints nest; release is idempotent).
+// Restrain makes Run give the heap RestrainedHeadroom instead of Budget
+// and MinHeadroom (still as much as a collection scans) until release is called (restraints nest; release is idempotent).
 func Restrain() (release func()) {
 	restraints.Add(1)
 	wake()
@@ -79,16 +92,39 @@ func wake() {
 	}
 }
 
-// Percent is the GOGC that gives a live heap of live bytes at least
-// headroom bytes to grow, never below Go's default 100 nor above max.
+// Heap is what the tuner reads of the heap after a collection.
+type Heap struct {
+	// Live is the heap that survived the last collection.
+	Live uint64
+	// Scan is what a collection has to scan: the part of the heap that
+	// may hold pointers, the goroutine stacks and the globals.
+	Scan uint64
+}
+
+// Headroom is how much the heap may grow before the next collection:
+// up to Budget in all, at least MinHeadroom (RestrainedHeadroom when
+// restrained), and at least what a collection scans.
+func Headroom(h Heap, restrained bool) uint64 {
+	if restrained {
+		return max(RestrainedHeadroom, h.Scan)
+	}
+	room := uint64(MinHeadroom)
+	if h.Live < Budget {
+		room = max(room, Budget-h.Live)
+	}
+	return max(room, h.Scan)
+}
+
+// Percent is the GOGC that gives a live heap of live bytes headroom bytes
+// to grow, between 1 and max.
 func Percent(live, headroom uint64, max int) int {
 	if live == 0 {
 		return max
 	}
 	p := headroom * 100 / live
 	switch {
-	case p < 100:
-		return 100
+	case p < 1:
+		return 1
 	case p > uint64(max):
 		return max
 	}
@@ -102,18 +138,13 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		logger.Debug("GOGC set in the environment; not tuning the garbage collector")
 		return
 	}
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	current := 100
 	tune := func() {
-		metrics.Read(sample)
-		if sample[0].Value.Kind() != metrics.KindUint64 {
+		h, ok := readHeap()
+		if !ok {
 			return
 		}
-		headroom := uint64(Headroom)
-		if restraints.Load() > 0 {
-			headroom = RestrainedHeadroom
-		}
-		p := Percent(sample[0].Value.Uint64(), headroom, MaxPercent)
+		p := Percent(h.Live, Headroom(h, restraints.Load() > 0), MaxPercent)
 		// Small changes are not worth a pacer reset.
 		if p*10 < current*9 || p*10 > current*11 {
 			debug.SetGCPercent(p)
@@ -137,6 +168,25 @@ func Run(ctx context.Context, logger *slog.Logger) {
 			tune()
 		}
 	}
+}
+
+var heapSamples = []string{"/gc/heap/live:bytes", "/gc/scan/heap:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes"}
+
+// readHeap reads the live and the scanned heap from the runtime.
+func readHeap() (Heap, bool) {
+	s := make([]metrics.Sample, len(heapSamples))
+	for i, name := range heapSamples {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	var v [4]uint64
+	for i := range s {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return Heap{}, false
+		}
+		v[i] = s[i].Value.Uint64()
+	}
+	return Heap{Live: v[0], Scan: v[1] + v[2] + v[3]}, true
 }
 
 // sentinel is an object whose finalizer tells that a collection ran; big

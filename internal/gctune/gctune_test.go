@@ -12,26 +12,69 @@ import (
 	"time"
 )
 
+func TestHeadroom(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		h          Heap
+		restrained bool
+		want       uint64
+	}{
+		{Heap{}, false, Budget}, // empty: the whole budget
+		{Heap{Live: 8 * mib, Scan: 2 * mib}, false, Budget - 8*mib}, // small: up to the budget
+		{Heap{Live: 120 * mib}, false, 40 * mib},                    //
+		{Heap{Live: 140 * mib}, false, MinHeadroom},                 // near the budget: at least MinHeadroom
+		{Heap{Live: 200 * mib, Scan: 12 * mib}, false, MinHeadroom}, // the allocator at 1M: mostly without pointers
+		{Heap{Live: 1024 * mib, Scan: 900 * mib}, false, 900 * mib}, // pointers: as much as a collection scans
+		{Heap{Live: 8 * mib, Scan: 2 * mib}, true, RestrainedHeadroom},
+		{Heap{Live: 200 * mib, Scan: 12 * mib}, true, RestrainedHeadroom},
+		{Heap{Live: 200 * mib, Scan: 64 * mib}, true, 64 * mib},
+	} {
+		if got := Headroom(tc.h, tc.restrained); got != tc.want {
+			t.Errorf("Headroom(%+v, restrained %v) = %d MiB, want %d MiB", tc.h, tc.restrained, got/mib, tc.want/mib)
+		}
+	}
+}
+
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
-		live uint64
-		want int
+		live, headroom uint64
+		want           int
 	}{
-		{0, 2000},
-		{1 * mib, 2000},             // 12800 % capped
-		{8 * mib, 1600},             // 128 MiB of headroom on 8 MiB live
-		{64 * mib, 200},             //
-		{128 * mib, 100},            // headroom equals live: Go's default
-		{1024 * mib, 100},           // never below the default
-		{128*mib + 1, 100},          //
-		{100 * mib, 128},            //
-		{Headroom / 20, MaxPercent}, // exactly at the cap
+		{0, Budget, MaxPercent},
+		{1 * mib, 128 * mib, MaxPercent},  // 12800 % capped
+		{8 * mib, 128 * mib, 1600},        //
+		{128 * mib, 128 * mib, 100},       // headroom equals live: Go's default
+		{200 * mib, MinHeadroom, 16},      // below the default
+		{64 << 30, MinHeadroom, 1},        // never below 1
+		{Budget / 20, Budget, MaxPercent}, // exactly at the cap
 	} {
-		if got := Percent(tc.live, Headroom, MaxPercent); got != tc.want {
-			t.Errorf("Percent(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
+		if got := Percent(tc.live, tc.headroom, MaxPercent); got != tc.want {
+			t.Errorf("Percent(%d MiB, %d MiB) = %d, want %d", tc.live/mib, tc.headroom/mib, got, tc.want)
 		}
 	}
+}
+
+// TestReadHeapCountsPointers: memory that holds pointers is what a
+// collection scans, memory without them is not.
+func TestReadHeapCountsPointers(t *testing.T) {
+	runtime.GC()
+	before, ok := readHeap()
+	if !ok {
+		t.Fatal("the runtime does not report the heap")
+	}
+	bytes := make([]byte, 64<<20)
+	ptrs := make([]*byte, 4<<20) // 32 MiB of pointers
+	runtime.GC()
+	after, _ := readHeap()
+	if grew := after.Live - before.Live; grew < 96<<20 {
+		t.Errorf("live heap grew by %d MiB, want 96 at least", grew>>20)
+	}
+	if grew := after.Scan - before.Scan; grew < 32<<20 || grew > 48<<20 {
+		t.Errorf("scanned heap grew by %d MiB, want the 32 of pointers", grew>>20)
+	}
+	runtime.KeepAlive(bytes)
+	runtime.KeepAlive(ptrs)
 }
 
 func TestRunSetsGOGCUnlessTheEnvironmentDoes(t *testing.T) {
@@ -86,8 +129,8 @@ func TestRunRaisesGOGCForASmallHeap(t *testing.T) {
 }
 
 // TestRunFollowsAJumpAtOnce: when the live heap grows from a few MiB to
-// more than the headroom, GOGC comes down to 100 after the next
-// collection, not at the next periodic look.
+// more than the budget, GOGC comes down to give it MinHeadroom after the
+// next collection, not at the next periodic look.
 func TestRunFollowsAJumpAtOnce(t *testing.T) {
 	runTuner(t)
 	deadline := time.Now().Add(5 * time.Second)
@@ -104,7 +147,7 @@ func TestRunFollowsAJumpAtOnce(t *testing.T) {
 	}
 	runtime.GC()
 	deadline = time.Now().Add(Interval / 2) // well before the ticker
-	for gogc() != 100 {
+	for want := Percent(200<<20, MinHeadroom, MaxPercent); gogc() > want*11/10+1; {
 		if time.Now().After(deadline) {
 			t.Fatalf("GOGC is still %d with %d MiB live", gogc(), len(live))
 		}
