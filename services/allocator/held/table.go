@@ -3,8 +3,8 @@
 // index of package ipam.
 //
 // A Table holds each allocation as a packed record in an arena of byte
-// chunks, found through a B-tree of (address, place) ordered by address
-// (so a page of a list costs O(log n + page)); it interns the owners'
+// chunks, found through an index of (address, place) ordered by address,
+// in leaves of 127 (so a page of a list costs O(log n + page)); it interns the owners'
 // cluster/kind/namespace prefixes, and finds an owner's address through a
 // map of hashes. Neither the records nor the tree's items nor the map
 // hold pointers, so the garbage collector has a few thousand objects to
@@ -21,8 +21,6 @@ import (
 	"net/netip"
 	"strings"
 	"unsafe"
-
-	"github.com/google/btree"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -54,7 +52,7 @@ type ownerKey struct {
 type Table struct {
 	pool  string
 	is4   bool
-	tree  *btree.BTreeG[item]
+	tree  index
 	arena arena
 	// scratch is where a record is packed before it is copied in.
 	scratch []byte
@@ -77,7 +75,7 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 	t := &Table{
 		pool:   pool,
 		is4:    is4,
-		tree:   btree.NewG(32, func(a, b item) bool { return a.k.less(b.k) }),
+		tree:   newIndex(),
 		arena:  newArena(),
 		owners: newOwnerLinks(is4, sizeHint),
 		seed:   maphash.MakeSeed(),
@@ -90,7 +88,7 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 }
 
 // Len returns the number of allocations held.
-func (t *Table) Len() int { return t.tree.Len() }
+func (t *Table) Len() int { return t.tree.len() }
 
 // fits tells whether a can be held: an address of the table's family.
 func (t *Table) fits(a netip.Addr) bool {
@@ -112,7 +110,7 @@ func (t *Table) find(a netip.Addr) (item, bool) {
 	if !t.fits(a) {
 		return item{}, false
 	}
-	return t.tree.Get(item{k: keyOf(a)})
+	return t.tree.get(keyOf(a))
 }
 
 // Has tells whether a is allocated.
@@ -185,7 +183,7 @@ func (t *Table) ownerAt(o ownerKey) (key, bool) {
 
 // holds tells whether the record at k belongs to owner o.
 func (t *Table) holds(k key, o ownerKey) bool {
-	it, ok := t.tree.Get(item{k: k})
+	it, ok := t.tree.get(k)
 	if !ok {
 		return false
 	}
@@ -206,7 +204,7 @@ func (t *Table) Put(a *store.Allocation) error {
 	// stays interned.
 	id := t.prefixes.ref(prefix{a.Owner.Cluster, a.Owner.Kind, a.Owner.Namespace})
 	t.scratch = appendRecord(t.scratch[:0], fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID})
-	old, replaced := t.tree.ReplaceOrInsert(item{k: k, r: t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch)))})
+	old, replaced := t.tree.replaceOrInsert(item{k: k, r: t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch)))})
 	if replaced {
 		t.unlink(old)
 	}
@@ -225,7 +223,7 @@ func (t *Table) Delete(a netip.Addr) bool {
 		return false
 	}
 	t.unlink(it)
-	t.tree.Delete(it)
+	t.tree.delete(it.k)
 	t.arena.drop(it.r)
 	t.compact()
 	return true
@@ -244,11 +242,11 @@ func (t *Table) compact() {
 	}
 	for _, c := range t.arena.victims(compactChunks) {
 		t.arena.each(c, func(r ref, k key, rec record) {
-			it, ok := t.tree.Get(item{k: k})
+			it, ok := t.tree.get(k)
 			if !ok || it.r != r {
 				return // dropped
 			}
-			t.tree.ReplaceOrInsert(item{k: k, r: t.arena.add(k, string(rec))})
+			t.tree.replaceOrInsert(item{k: k, r: t.arena.add(k, string(rec))})
 			t.arena.drop(r)
 		})
 		if t.arena.chunks[c] != nil && t.arena.live[c] == 0 {
@@ -313,11 +311,11 @@ func (t *Table) Addrs(fn func(netip.Addr) bool) {
 func (t *Table) ascend(from netip.Addr, fn func(item) bool) {
 	switch {
 	case !from.IsValid() || (from.Is4() && !t.is4):
-		t.tree.Ascend(fn)
+		t.tree.ascend(key{}, true, fn)
 	case !from.Is4() && t.is4:
 		// Every IPv4 address comes before from.
 	default:
-		t.tree.AscendGreaterOrEqual(item{k: keyOf(from.WithZone(""))}, fn)
+		t.tree.ascend(keyOf(from.WithZone("")), false, fn)
 	}
 }
 
@@ -327,11 +325,12 @@ type View struct {
 	t Table
 }
 
-// Snapshot returns a view of the table as it is now. It costs O(1) plus a
-// copy of the interned prefixes: the B-tree is shared, copy-on-write, so
-// the table's later writes copy the nodes they touch, once.
+// Snapshot returns a view of the table as it is now. It costs a copy of
+// the index's list of leaves (a pointer and a key per 127 allocations) and
+// of the interned prefixes: the leaves are shared, copy-on-write, so the
+// table's later writes copy the leaves they touch, once.
 func (t *Table) Snapshot() *View {
-	v := &View{t: Table{pool: t.pool, is4: t.is4, tree: t.tree.Clone(), arena: t.arena.view()}}
+	v := &View{t: Table{pool: t.pool, is4: t.is4, tree: t.tree.clone(), arena: t.arena.view()}}
 	v.t.prefixes.list = append([]prefix(nil), t.prefixes.list...)
 	v.t.prefixes.refs = append([]uint32(nil), t.prefixes.refs...)
 	return v
