@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,5 +341,60 @@ func require(t *testing.T, ok bool, format string, args ...any) {
 	t.Helper()
 	if !ok {
 		t.Fatalf(format, args...)
+	}
+}
+
+// TestSnapshotsReadWhileTableChanges: views are read from other
+// goroutines while the table goes on changing (the race detector runs
+// this package's tests); each reads what the table held when it was taken.
+func TestSnapshotsReadWhileTableChanges(t *testing.T) {
+	tab := New("p", true, 0)
+	put := func(i, rev int) {
+		a := store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod", rev)}, Revision: int64(rev)}
+		if err := tab.Put(&a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3000 {
+		put(i, i+1)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 80)
+	check := func(round int, v *View, want []store.Allocation) {
+		var got []store.Allocation
+		v.Ascend(netip.Addr{}, func(a store.Allocation) bool { got = append(got, a); return true })
+		if !slices.Equal(got, want) {
+			errs <- fmt.Errorf("round %d: the view read %d allocations, want the %d it was taken with", round, len(got), len(want))
+		}
+	}
+	views := make([]*View, 40)
+	wants := make([][]store.Allocation, 40)
+	rev := 10_000
+	for round := range 40 {
+		tab.Ascend(netip.Addr{}, func(a store.Allocation) bool { wants[round] = append(wants[round], a); return true })
+		views[round] = tab.Snapshot()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			check(round, views[round], wants[round])
+		}()
+		for j := range 300 {
+			i := (round*131 + j*17) % 4000
+			rev++
+			if j%3 == 0 {
+				tab.Delete(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}))
+			} else {
+				put(i, rev)
+			}
+		}
+	}
+	wg.Wait()
+	// And once the table is done with its changes.
+	for round := range views {
+		check(round, views[round], wants[round])
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
