@@ -200,7 +200,9 @@ func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, err
 // A cursor of one pool that has read everything waits for that pool's
 // next event, not for the next append: a thousand watches of quiet pools
 // cost a commit nothing. Events of other pools it did not read do not
-// count as falling behind.
+// count as falling behind, whether it waited or was busy sending: it is
+// cut off as too slow only with more of its own pool's events to read
+// than one read takes.
 func (l *Log) Cursor(fromRev int64, pool string) (*Cursor, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -317,7 +319,7 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 	if c.next < l.tail {
 		return buf, nil, fmt.Errorf("watcher fell too far behind (history kept after revision %d): %w", l.compacted, store.ErrCompacted)
 	}
-	if lag := l.head - c.next; lag > c.allowance {
+	if lag := l.head - c.next; lag > c.allowance && !c.catchesUp(cap(buf)-len(buf)) {
 		return buf, nil, fmt.Errorf("watcher fell %d events behind, more than the %d allowed, after revision %d: %w", lag, c.allowance, c.last, store.ErrTooSlow)
 	}
 	n, read := uint64(len(l.ring)), len(buf)
@@ -343,6 +345,27 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 		return buf, w.ch, nil
 	}
 	return buf, l.notify, nil
+}
+
+// catchesUp tells whether the cursor of a pool has at most room events of
+// its pool left to read: it is behind on other pools' events only, which
+// it skips, so it is not too slow however many there are. (The log's
+// lock is held; the scan is as long as the cursor is behind, which is
+// more than the allowance only this once.)
+func (c *Cursor) catchesUp(room int) bool {
+	if c.pool == "" {
+		return false
+	}
+	l := c.log
+	n, left := uint64(len(l.ring)), room
+	for i := c.next; i < l.head; i++ {
+		if ev := l.ring[i%n]; ev.Revision > c.after && c.keeps(ev) {
+			if left--; left < 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // keeps reports whether ev is one of the cursor's events.

@@ -358,8 +358,9 @@ func TestPoolCursor(t *testing.T) {
 	_, err = c1.Next(ctx, buf[:0])
 	require.ErrorIs(t, err, store.ErrCompacted)
 
-	// Between two reads, though, a cursor is not waiting for its pool,
-	// and the ring's events all count: c2 did not read while 150 went.
+	// Between two reads, though, a cursor is not waiting for its pool:
+	// the events that left the ring while it did not read might have
+	// held its pool's, so c2, which did not read while 150 went, ends.
 	_, err = c2.Next(ctx, buf[:0])
 	require.ErrorIs(t, err, store.ErrCompacted)
 
@@ -386,4 +387,52 @@ func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// TestPoolCursorBehindOnOtherPools: a cursor of a pool that is busy (it
+// read, and has not come back to wait) while other pools' events pass
+// the allowance is not too slow: it skips them. With more of its own
+// pool's events to read than a read takes, it is.
+func TestPoolCursorBehindOnOtherPools(t *testing.T) {
+	l := New(100, 0) // a cursor may fall 50 events behind
+	ctx := t.Context()
+	rev := int64(0)
+	add := func(pool string, n int) {
+		l.Append(poolEvents(pool, rev, n))
+		rev += int64(n)
+	}
+	a, err := l.Cursor(0, "a")
+	require.NoError(t, err)
+	slow, err := l.Cursor(0, "a")
+	require.NoError(t, err)
+	buf := make([]store.Event, 0, 8)
+
+	add("a", 3)
+	buf, err = a.Next(ctx, buf[:0])
+	require.NoError(t, err)
+	require.Len(t, buf, 3)
+	buf, err = slow.Next(ctx, buf[:0])
+	require.NoError(t, err)
+	require.Len(t, buf, 3)
+
+	// Both are busy sending what they read; 80 events of b and 5 of a
+	// come meanwhile.
+	add("b", 40)
+	add("a", 5)
+	add("b", 40)
+	buf, err = a.Next(ctx, buf[:0])
+	require.NoError(t, err, "80 events of another pool do not make a cursor of pool a too slow")
+	require.Len(t, buf, 5)
+	require.Equal(t, int64(44), buf[0].Revision)
+
+	// Nine of its own, one more than a read takes, past the allowance:
+	// too slow, and it resumes from its last revision.
+	add("a", 4)
+	_, err = slow.Next(ctx, buf[:4]) // room for 4 in this read
+	require.ErrorIs(t, err, store.ErrTooSlow)
+	resumed, err := l.Cursor(3, "a")
+	require.NoError(t, err)
+	buf, err = resumed.Next(ctx, buf[:0])
+	require.NoError(t, err)
+	require.Len(t, buf, 8, "the first read after resuming")
 }
