@@ -67,11 +67,12 @@ func TestReadHeapCountsPointers(t *testing.T) {
 	ptrs := make([]*byte, 4<<20) // 32 MiB of pointers
 	runtime.GC()
 	after, _ := readHeap()
-	if grew := after.Live - before.Live; grew < 96<<20 {
-		t.Errorf("live heap grew by %d MiB, want 96 at least", grew>>20)
+	// Within 8 MiB: what the test binary itself frees or keeps meanwhile.
+	if grew := int64(after.Live) - int64(before.Live); grew < 88<<20 {
+		t.Errorf("live heap grew by %d MiB, want the 96 allocated", grew>>20)
 	}
-	if grew := after.Scan - before.Scan; grew < 32<<20 || grew > 48<<20 {
-		t.Errorf("scanned heap grew by %d MiB, want the 32 of pointers", grew>>20)
+	if grew := int64(after.Scan) - int64(before.Scan); grew < 24<<20 || grew > 40<<20 {
+		t.Errorf("scanned heap grew by %d MiB, want the 32 of pointers, not the 64 of bytes", grew>>20)
 	}
 	runtime.KeepAlive(bytes)
 	runtime.KeepAlive(ptrs)
