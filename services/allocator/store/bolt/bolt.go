@@ -23,6 +23,7 @@ import (
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/eventlog"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // Bucket and meta key names.
@@ -351,7 +352,7 @@ func (s *Store) index() error {
 				return fmt.Errorf("malformed record key %q", k)
 			}
 			seq := binary.BigEndian.Uint64(k)
-			pool, addr, val, err := splitRecord(v)
+			pool, addr, val, err := record.SplitRecord(v)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", seq, err)
 			}
@@ -434,7 +435,7 @@ func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, er
 		snap.Revision = int64(getUint64(meta, keyRevision))
 
 		err := tx.Bucket(bucketPools).ForEach(func(k, v []byte) error {
-			p, err := decodePool(string(k), v)
+			p, err := record.DecodePool(string(k), v)
 			snap.Pools = append(snap.Pools, p)
 			return err
 		})
@@ -456,11 +457,11 @@ func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, er
 					return err
 				}
 			}
-			pool, addr, val, err := splitRecord(v)
+			pool, addr, val, err := record.SplitRecord(v)
 			if err != nil {
 				return err
 			}
-			a, err := decodeAllocation(ord.add(pool, addr), addr, val)
+			a, err := record.DecodeAllocation(ord.add(pool, addr), addr, val)
 			if err != nil {
 				return err
 			}
@@ -481,7 +482,7 @@ func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, er
 			if err != nil {
 				return err
 			}
-			q, err := decodeQuarantine(pools.get(pool), addr, v)
+			q, err := record.DecodeQuarantine(pools.get(pool), addr, v)
 			if err != nil {
 				return err
 			}
@@ -519,14 +520,14 @@ func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.A
 					return err
 				}
 			}
-			p, addr, val, err := splitRecord(v)
+			p, addr, val, err := record.SplitRecord(v)
 			if err != nil {
 				return err
 			}
 			if string(p) != pool {
 				continue
 			}
-			a, err := decodeAllocation(pool, addr, val)
+			a, err := record.DecodeAllocation(pool, addr, val)
 			if err != nil {
 				return err
 			}

@@ -19,6 +19,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 	"github.com/plexusnet/plexus/services/allocator/store/storetest"
 )
 
@@ -175,8 +176,8 @@ func TestBadRecordFailsOnlyItsTransaction(t *testing.T) {
 	// goes in behind their back.
 	require.NoError(t, s.WaitReady(ctx))
 	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
-		rec := appendAddr(encoder(nil).str("p"), bad)
-		return tx.Bucket(bucketRecords).Put(recordKey(1000), append(rec, valueVersion, 0xff))
+		rec := record.Encoder(nil).Str("p").Addr(bad)
+		return tx.Bucket(bucketRecords).Put(recordKey(1000), append(rec, record.Version, 0xff))
 	}))
 	s.addrs.set("p", bad, 1000) // the committer is idle
 	ps := enqueue(t, s, []context.Context{ctx, ctx, ctx}, []store.Txn{

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,110 +45,26 @@ func TestSplitAddrKey(t *testing.T) {
 	}
 }
 
-func TestValuesRoundTrip(t *testing.T) {
-	times := []time.Time{{}, time.Unix(0, 0).UTC(), time.Date(2025, 1, 2, 3, 4, 5, 999999999, time.UTC), time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC)}
-	for _, tm := range times {
-		p := store.Pool{
-			ID: "p", CIDRs: []string{"10.0.0.0/8"}, Reserved: []string{"10.0.0.1", "10.0.0.5-10.0.0.7"},
-			ReuseDelay: -time.Nanosecond, Labels: map[string]string{"": "", "k": "v\x00"}, AllowOverlap: true,
-			CreateTime: tm, UpdateTime: tm, Revision: 1<<62 + 1,
-		}
-		got, err := decodePool("p", encodePool(&p, p.Revision))
-		require.NoError(t, err)
-		require.Equal(t, p, got)
-
-		a := store.Allocation{
-			Pool: "p", Address: netip.MustParseAddr("2001:db8::1"),
-			Owner:      store.Owner{Cluster: "c", Kind: "k", Namespace: "", Name: "n/é", UID: "u"},
-			CreateTime: tm, RequestID: "r", Revision: 7,
-		}
-		gotA, err := decodeAllocation("p", a.Address, encodeAllocation(&a, 7))
-		require.NoError(t, err)
-		require.Equal(t, a, gotA)
-
-		q := store.Quarantine{Pool: "p", Address: a.Address, Until: tm}
-		gotQ, err := decodeQuarantine("p", a.Address, encodeQuarantine(&q))
-		require.NoError(t, err)
-		require.Equal(t, q, gotQ)
-	}
+func TestRequestRoundTrip(t *testing.T) {
 	r := store.Request{ID: "r", Allocations: []string{"p/10.0.0.1", ""}, Revision: 3}
 	got, err := decodeRequest("r", encodeRequest(&r, 3))
 	require.NoError(t, err)
 	require.Equal(t, r, got)
-}
-
-// TestAllocationValueSize keeps an eye on the size that makes a million
-// allocations cheap to store and to read back.
-func TestAllocationValueSize(t *testing.T) {
-	a := store.Allocation{
-		Owner:      store.Owner{Cluster: "cluster-east-1", Kind: "Pod", Namespace: "payments", Name: "checkout-7d9f8b6c5-x2x9q", UID: "3f2b8c1e-5d4a-4c3b-9e8f-1a2b3c4d5e6f"},
-		CreateTime: time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC),
-		Revision:   1_000_000,
-	}
-	// The strings themselves take 84 bytes.
-	require.LessOrEqual(t, len(encodeAllocation(&a, a.Revision)), 84+20)
-}
-
-func TestDecodeRejectsDamage(t *testing.T) {
-	a := store.Allocation{Owner: store.Owner{Name: "n"}, CreateTime: time.Unix(1, 2), Revision: 9}
-	v := encodeAllocation(&a, 9)
-	for i := range v {
-		_, err := decodeAllocation("p", netip.MustParseAddr("10.0.0.1"), v[:i])
+	for i := range encodeRequest(&r, 3) {
+		_, err := decodeRequest("r", encodeRequest(&r, 3)[:i])
 		require.Error(t, err, "truncated to %d bytes", i)
 	}
-	_, err := decodeAllocation("p", netip.MustParseAddr("10.0.0.1"), append(v, 0))
-	require.ErrorContains(t, err, "trailing")
-	v[0] = valueVersion + 1
-	_, err = decodeAllocation("p", netip.MustParseAddr("10.0.0.1"), v)
-	require.ErrorContains(t, err, "version")
 }
 
-// TestRecordRoundTrip: a record carries its allocation's pool and
-// address, and a record cut short anywhere is an error.
-func TestRecordRoundTrip(t *testing.T) {
-	for _, addr := range []string{"10.0.0.1", "2001:db8::1"} {
-		a := store.Allocation{
-			Pool: "pool-1", Address: netip.MustParseAddr(addr),
-			Owner:      store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "n", UID: "u"},
-			CreateTime: time.Unix(5, 6).UTC(), RequestID: "r", Revision: 11,
-		}
-		v := encodeRecord(&a, 11)
-		got, err := decodeRecord(v)
-		require.NoError(t, err)
-		require.Equal(t, a, got)
-		for i := range v {
-			_, err := decodeRecord(v[:i])
-			require.Error(t, err, "truncated to %d bytes", i)
-		}
-	}
-}
-
-// FuzzDecode: no stored bytes, however damaged, make a decoder panic or
-// allocate without bound.
-func FuzzDecode(f *testing.F) {
-	p := store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/8"}, Labels: map[string]string{"a": "b"}}
-	a := store.Allocation{Owner: store.Owner{Name: "n"}}
-	f.Add(encodePool(&p, 1))
-	f.Add(encodeAllocation(&a, 2))
+// FuzzDecodeRequest: no stored request record, however damaged, makes
+// the decoder panic or allocate without bound.
+func FuzzDecodeRequest(f *testing.F) {
 	f.Add(encodeRequest(&store.Request{Allocations: []string{"x"}}, 3))
-	f.Add(encodeQuarantine(&store.Quarantine{}))
-	a.Pool, a.Address = "p", netip.MustParseAddr("fd00::1")
-	f.Add(encodeRecord(&a, 4))
 	f.Fuzz(func(t *testing.T, v []byte) {
-		addr := netip.MustParseAddr("10.0.0.1")
-		if got, err := decodeRecord(v); err == nil {
-			// What decodes, survives being written again.
-			again, err := decodeRecord(encodeRecord(&got, got.Revision))
+		if got, err := decodeRequest("r", v); err == nil {
+			again, err := decodeRequest("r", encodeRequest(&got, got.Revision))
 			require.NoError(t, err)
 			require.Equal(t, got, again)
 		}
-		_, _ = decodePool("p", v)
-		_, _ = decodeAllocation("p", addr, v)
-		_, _ = decodeQuarantine("p", addr, v)
-		_, _ = decodeRequest("r", v)
 	})
 }
-
-// encodeAllocation is an allocation's value without its pool and address,
-// as formats 1 and 2 stored it.
-func encodeAllocation(a *store.Allocation, rev int64) []byte { return appendAllocation(nil, a, rev) }

@@ -11,6 +11,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // pending is one Commit waiting for the committer.
@@ -248,7 +249,7 @@ func (w *writer) allocation(pool string, addr netip.Addr) (uint64, store.Allocat
 	if v == nil {
 		return 0, store.Allocation{}, false, fmt.Errorf("allocation %s/%s: record %d is missing", pool, addr, seq)
 	}
-	a, err := decodeRecord(v)
+	a, err := record.DecodeRecord(v)
 	if err == nil && (a.Pool != pool || a.Address != addr) {
 		err = fmt.Errorf("allocation %s/%s: record %d holds %s/%s", pool, addr, seq, a.Pool, a.Address)
 	}
@@ -274,7 +275,7 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 		if v == nil {
 			return false, nil
 		}
-		p, err := decodePool(c.Pool, v)
+		p, err := record.DecodePool(c.Pool, v)
 		return err == nil && p.Revision == c.Revision, err
 	case store.CondAllocationAbsent:
 		_, ok := w.addrs.get(c.Pool, c.Address)
@@ -301,7 +302,7 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 func (w *writer) poolsUnchangedSince(rev int64) (bool, error) {
 	c := w.pools.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		p, err := decodePool(string(k), v)
+		p, err := record.DecodePool(string(k), v)
 		if err != nil {
 			return false, err
 		}
@@ -334,7 +335,7 @@ func (w *writer) ownerAbsent(pool, ownerKey string) (bool, error) {
 func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Event, error) {
 	switch op.Kind {
 	case store.OpPutPool:
-		if err := w.pools.Put([]byte(op.Pool.ID), encodePool(op.Pool, rev)); err != nil {
+		if err := w.pools.Put([]byte(op.Pool.ID), record.EncodePool(op.Pool, rev)); err != nil {
 			return events, err
 		}
 		p := *op.Pool
@@ -363,7 +364,7 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 			w.addrs.set(a.Pool, a.Address, seq)
 			w.allocDelta++
 		}
-		if err := w.records.Put(recordKey(seq), encodeRecord(&a, rev)); err != nil {
+		if err := w.records.Put(recordKey(seq), record.EncodeRecord(&a, rev)); err != nil {
 			return events, err
 		}
 		w.owners.add(w.owners.hash(a.Pool, a.Owner.Key()), a.Address)
@@ -387,7 +388,7 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 
 	case store.OpPutQuarantine:
 		q := *op.Quarantine
-		if err := w.quarantine.Put(addrKey(q.Pool, q.Address), encodeQuarantine(&q)); err != nil {
+		if err := w.quarantine.Put(addrKey(q.Pool, q.Address), record.EncodeQuarantine(&q)); err != nil {
 			return events, err
 		}
 		return append(events, store.Event{Type: store.EventPutQuarantine, Revision: rev, Quarantine: &q}), nil
@@ -429,7 +430,7 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 	}
 
 	if v := w.pools.Get([]byte(id)); v != nil {
-		p, err := decodePool(id, v)
+		p, err := record.DecodePool(id, v)
 		if err != nil {
 			return events, err
 		}

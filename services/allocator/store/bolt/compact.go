@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -165,7 +166,7 @@ func convertAllocations(dst *bbolt.DB, b *bbolt.Bucket) (int, error) {
 			return nil, nil, err
 		}
 		seq++
-		rec := appendAddr(encoder(make([]byte, 0, len(pool)+18+len(v))).str(string(pool)), addr)
+		rec := record.Encoder(make([]byte, 0, len(pool)+18+len(v))).Str(string(pool)).Addr(addr)
 		return recordKey(seq), append(rec, v...), nil
 	})
 }

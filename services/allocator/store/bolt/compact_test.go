@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // fillForCompact writes a pool with 3,000 allocations and their request
@@ -69,7 +70,7 @@ func asFormat(t *testing.T, path string, format byte, n int) {
 			return err
 		}
 		err = tx.Bucket(bucketRecords).ForEach(func(_, v []byte) error {
-			pool, addr, val, err := splitRecord(v)
+			pool, addr, val, err := record.SplitRecord(v)
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // TestAddrIndexAgainstModel: random sets, deletes, commits and rollbacks
@@ -173,7 +174,7 @@ func TestIndexErrorStopsCommits(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(tx *bbolt.Tx) error {
 		a := alloc("p", "10.0.0.1", "twin")
-		return tx.Bucket(bucketRecords).Put(recordKey(99), encodeRecord(a, rev))
+		return tx.Bucket(bucketRecords).Put(recordKey(99), record.EncodeRecord(a, rev))
 	}))
 	require.NoError(t, db.Close())
 

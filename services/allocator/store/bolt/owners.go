@@ -3,6 +3,7 @@ package bolt
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 	"hash/maphash"
 	"net/netip"
 )
@@ -73,14 +74,14 @@ func (x *ownerIndex) hashValue(pool, v []byte) (uint32, error) {
 	h.Write(pool)
 	h.WriteByte(0)
 	version, n := binary.Uvarint(v)
-	if n <= 0 || version != valueVersion {
+	if n <= 0 || version != record.Version {
 		return 0, fmt.Errorf("unknown or damaged value version")
 	}
 	v = v[n:]
 	for i := range 4 { // cluster, kind, namespace, name: as store.Owner.Key joins them
 		size, n := binary.Uvarint(v)
 		if n <= 0 || size > uint64(len(v)-n) {
-			return 0, errTruncated
+			return 0, record.ErrTruncated
 		}
 		if i > 0 {
 			h.WriteByte('/')

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // TestOwnerIndexRollback: whatever a batch adds and removes, rollback
@@ -84,7 +85,7 @@ func TestHashValue(t *testing.T) {
 		{Cluster: "east", Kind: "Service", Namespace: "", Name: "a/b"},
 		{},
 	} {
-		v := appendAllocation(nil, &store.Allocation{Owner: o}, 3)
+		v := record.AppendAllocation(nil, &store.Allocation{Owner: o}, 3)
 		h, err := x.hashValue([]byte("pool"), v)
 		require.NoError(t, err)
 		require.Equal(t, x.hash("pool", o.Key()), h, "%+v", o)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -73,18 +74,18 @@ func readMarks(meta *bbolt.Bucket) ([]revMark, error) {
 	if v == nil {
 		return nil, nil
 	}
-	d := newDecoder(v)
-	n := d.uint()
-	if n > uint64(len(d.s)) { // each mark takes at least a byte
+	d := record.NewDecoder(v)
+	n := d.Uint()
+	if n > uint64(d.Len()) { // each mark takes at least a byte
 		n = 0
-		d.err = errTruncated
+		d.Fail(record.ErrTruncated)
 	}
 	marks := make([]revMark, n)
 	for i := range marks {
-		marks[i].at = d.time()
-		marks[i].rev = d.int()
+		marks[i].at = d.Time()
+		marks[i].rev = d.Int()
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", keyRequestMarks, err)
 	}
 	return marks, nil
@@ -94,9 +95,9 @@ func writeMarks(meta *bbolt.Bucket, marks []revMark) error {
 	if len(marks) == 0 {
 		return meta.Delete(keyRequestMarks)
 	}
-	e := encoder(make([]byte, 0, 1+len(marks)*16)).uint(valueVersion).uint(uint64(len(marks)))
+	e := record.Encoder(make([]byte, 0, 1+len(marks)*16)).Uint(record.Version).Uint(uint64(len(marks)))
 	for _, m := range marks {
-		e = e.time(m.at).int(m.rev)
+		e = e.Time(m.at).Int(m.rev)
 	}
 	return meta.Put(keyRequestMarks, e)
 }
