@@ -10,20 +10,34 @@
 // missed is still in the ring, so it resumes from its last revision. One
 // whose cursor falls out of the ring (history was compacted past it) ends
 // with store.ErrCompacted. The ring grows to its capacity as events come.
+//
+// The history is kept encoded (package record): a few bytes per event, in
+// blocks with no pointers, which cost the collector nothing to scan. The
+// last events, which watchers that keep up read, are also kept as they
+// came, so that only a watcher reading further back decodes, outside the
+// log's lock. The history is bounded by a number of events and by the
+// bytes they take, whichever binds first.
 package eventlog
 
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sort"
 	"sync"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // DefaultCapacity is the number of events kept when New is given zero.
 const DefaultCapacity = 100_000
+
+// DefaultBytes bounds the encoded size of the events kept: about 150,000
+// allocation events of owners with names of common lengths, or 12,000 of
+// owners whose every field is as long as allowed.
+const DefaultBytes = 24 << 20
 
 // Watcher channel and read-batch sizes. The channel absorbs bursts; the
 // batch bounds how long a watcher holds the lock.
@@ -36,13 +50,37 @@ const (
 // barely use holds little history.
 const initialRing = 1024
 
+// hotEvents is how many of the last events are also kept as they came
+// (an eighth of a smaller capacity): watchers within that many of the
+// head read them without decoding.
+const hotEvents = 4096
+
+// blockSize is the size of the blocks the encoded events are written in.
+const blockSize = 64 << 10
+
 // Log is the event history of one store. It is safe for concurrent use.
 type Log struct {
 	mu sync.Mutex
 	// ring grows, doubling, up to capacity events; event sequence i is
 	// at ring[i%len(ring)].
-	ring     []store.Event
+	ring     []slot
 	capacity uint64
+	// hot holds the last events as they came: sequence i, if at least
+	// head-len(hot), is at hot[i%len(hot)].
+	hot []store.Event
+	// blocks hold the encoded events of the ring, oldest first; the last
+	// is being written. A block's bytes are never written again once an
+	// event is in them, so readers decode them after letting go of mu.
+	blocks   []block
+	bytes    int // the blocks' capacities
+	maxBytes int
+	// end is the stream position after the last encoded event.
+	end uint64
+	// scratch is where an event is encoded before it is copied into a
+	// block.
+	scratch []byte
+	// seed hashes pool names into slots.
+	seed maphash.Seed
 	// Events are numbered by sequence; the ring holds [tail, head).
 	head, tail uint64
 	// compacted is the highest revision whose events are not (or not all)
@@ -61,6 +99,25 @@ type Log struct {
 	closeErr error
 }
 
+// A slot is an event of the ring, with no pointers: where its encoding
+// is, and what cursors choose events by without decoding them.
+type slot struct {
+	rev int64
+	// pos is the stream position of the event's encoding, n its length.
+	pos uint64
+	n   uint32
+	// pool is a hash of the pool of an allocation event.
+	pool uint32
+	typ  uint8
+	last bool
+}
+
+// A block holds encoded events from stream position start.
+type block struct {
+	start uint64
+	b     []byte
+}
+
 // A poolWait is what the cursors of one pool that caught up wait on.
 type poolWait struct {
 	// ch is closed at the pool's next allocation event, or on Close.
@@ -72,19 +129,33 @@ type poolWait struct {
 }
 
 // New returns a log that keeps the last capacity events (DefaultCapacity
-// when capacity <= 0) and holds history for revisions after startRev: the
-// revision the store had when it was opened.
+// when capacity <= 0), of at most DefaultBytes encoded, and holds history
+// for revisions after startRev: the revision the store had when it was
+// opened.
 func New(capacity int, startRev int64) *Log {
+	return newLog(capacity, DefaultBytes, startRev)
+}
+
+func newLog(capacity, maxBytes int, startRev int64) *Log {
 	if capacity <= 0 {
 		capacity = DefaultCapacity
 	}
 	return &Log{
-		ring:      make([]store.Event, min(capacity, initialRing)),
+		ring:      make([]slot, min(capacity, initialRing)),
 		capacity:  uint64(capacity),
+		hot:       make([]store.Event, max(1, min(capacity/8, hotEvents))),
+		maxBytes:  maxBytes,
+		seed:      maphash.MakeSeed(),
 		compacted: startRev,
 		notify:    make(chan struct{}),
 		waiting:   map[string]*poolWait{},
 	}
+}
+
+// poolHash is the hash of pool a slot keeps.
+func (l *Log) poolHash(pool string) uint32 {
+	h := maphash.String(l.seed, pool)
+	return uint32(h>>32) ^ uint32(h)
 }
 
 // Append adds the events of one or more commits, in revision order. The
@@ -100,38 +171,82 @@ func (l *Log) Append(events []store.Event) {
 	if l.closed {
 		return
 	}
-	n := uint64(len(l.ring))
 	for i, ev := range events {
 		ev.Last = i == len(events)-1 || events[i+1].Revision != ev.Revision
-		if l.head-l.tail == n && n < l.capacity {
+		ev.Err = nil
+		if l.head-l.tail == uint64(len(l.ring)) && uint64(len(l.ring)) < l.capacity {
 			l.grow()
-			n = uint64(len(l.ring))
 		}
-		if l.head-l.tail == n {
-			// Losing any event of a revision makes the whole revision
-			// unwatchable.
-			l.compacted = max(l.compacted, l.ring[l.tail%n].Revision)
-			l.ring[l.tail%n] = store.Event{}
-			l.tail++
+		if l.head-l.tail == uint64(len(l.ring)) {
+			l.evict()
 		}
-		l.ring[l.head%n] = ev
-		if len(l.waiting) > 0 && ev.Allocation != nil {
-			if w, ok := l.waiting[ev.Allocation.Pool]; ok {
+		s := slot{rev: ev.Revision, typ: uint8(ev.Type), last: ev.Last}
+		s.pos, s.n = l.encode(&ev)
+		if a := ev.Allocation; a != nil {
+			s.pool = l.poolHash(a.Pool)
+			if w, ok := l.waiting[a.Pool]; ok {
 				w.upto = l.head
 				close(w.ch)
-				delete(l.waiting, ev.Allocation.Pool)
+				delete(l.waiting, a.Pool)
 			}
 		}
+		l.ring[l.head%uint64(len(l.ring))] = s
+		l.hot[l.head%uint64(len(l.hot))] = ev
 		l.head++
 	}
 	close(l.notify)
 	l.notify = make(chan struct{})
 }
 
+// encode writes ev's records at the end of the stream, in the last block
+// or a new one (making room within maxBytes), and returns where. Bytes
+// written to a block are never written again, so readers decode them
+// after letting go of l.mu.
+func (l *Log) encode(ev *store.Event) (pos uint64, n uint32) {
+	l.scratch = record.AppendEvent(l.scratch[:0], ev)
+	enc := l.scratch
+	if k := len(l.blocks); k == 0 || cap(l.blocks[k-1].b)-len(l.blocks[k-1].b) < len(enc) {
+		size := max(blockSize, len(enc))
+		for l.bytes+size > l.maxBytes && l.tail < l.head {
+			l.evict()
+		}
+		l.blocks = append(l.blocks, block{start: l.end, b: make([]byte, 0, size)})
+		l.bytes += size
+	}
+	b := &l.blocks[len(l.blocks)-1]
+	b.b = append(b.b, enc...)
+	pos = l.end
+	l.end += uint64(len(enc))
+	if cap(l.scratch) > blockSize {
+		l.scratch = nil // a large pool's records
+	}
+	return pos, uint32(len(enc))
+}
+
+// evict drops the oldest event, and the blocks no event kept is in.
+// Losing any event of a revision makes the whole revision unwatchable.
+func (l *Log) evict() {
+	s := l.ring[l.tail%uint64(len(l.ring))]
+	l.compacted = max(l.compacted, s.rev)
+	if l.head-l.tail <= uint64(len(l.hot)) {
+		l.hot[l.tail%uint64(len(l.hot))] = store.Event{}
+	}
+	l.tail++
+	keep := l.end
+	if l.tail < l.head {
+		keep = l.ring[l.tail%uint64(len(l.ring))].pos
+	}
+	for len(l.blocks) > 0 && l.blocks[0].start+uint64(len(l.blocks[0].b)) <= keep {
+		l.bytes -= cap(l.blocks[0].b)
+		l.blocks[0] = block{}
+		l.blocks = l.blocks[1:]
+	}
+}
+
 // grow doubles the ring, up to its capacity.
 func (l *Log) grow() {
 	old, n := l.ring, uint64(len(l.ring))
-	l.ring = make([]store.Event, min(2*n, l.capacity))
+	l.ring = make([]slot, min(2*n, l.capacity))
 	for i := l.tail; i < l.head; i++ {
 		l.ring[i%uint64(len(l.ring))] = old[i%n]
 	}
@@ -145,10 +260,8 @@ func (l *Log) Compact(rev int64) {
 	if rev <= l.compacted {
 		return
 	}
-	n := uint64(len(l.ring))
-	for l.tail < l.head && l.ring[l.tail%n].Revision <= rev {
-		l.ring[l.tail%n] = store.Event{}
-		l.tail++
+	for l.tail < l.head && l.ring[l.tail%uint64(len(l.ring))].rev <= rev {
+		l.evict()
 	}
 	l.compacted = rev
 	// Wake watchers so the ones left behind notice now.
@@ -216,9 +329,12 @@ func (l *Log) Cursor(fromRev int64, pool string) (*Cursor, error) {
 	// Revisions in the ring never decrease, so the first event to send is
 	// found by binary search.
 	i := sort.Search(int(l.head-l.tail), func(i int) bool {
-		return l.ring[(l.tail+uint64(i))%n].Revision > fromRev
+		return l.ring[(l.tail+uint64(i))%n].rev > fromRev
 	})
 	c := &Cursor{log: l, next: l.tail + uint64(i), after: fromRev, pool: pool}
+	if pool != "" {
+		c.poolHash = l.poolHash(pool)
+	}
 	// A watch that starts far back (resuming) may fall a quarter of the
 	// ring further behind than where it started.
 	c.allowance = max(l.capacity/2, l.head-c.next+l.capacity/4)
@@ -230,8 +346,10 @@ func (l *Log) Cursor(fromRev int64, pool string) (*Cursor, error) {
 type Cursor struct {
 	log  *Log
 	next uint64
-	// pool, when set, keeps the allocation events of that pool only.
-	pool string
+	// pool, when set, keeps the allocation events of that pool only;
+	// poolHash is its hash, which the slots of its events have.
+	pool     string
+	poolHash uint32
 	// wait is what the cursor of a pool waits on once it has read
 	// everything.
 	wait *poolWait
@@ -245,6 +363,15 @@ type Cursor struct {
 	last int64
 	// err ends the cursor once returned.
 	err error
+	// cold are the events of the last read to decode, outside the lock.
+	cold []coldEvent
+}
+
+// A coldEvent is an event read from the encoded history: buf[i] is to be
+// decoded from enc.
+type coldEvent struct {
+	i   int
+	enc []byte
 }
 
 // Next implements store.Cursor.
@@ -258,6 +385,7 @@ func (c *Cursor) Next(ctx context.Context, buf []store.Event) ([]store.Event, er
 	for n := len(buf); ; {
 		var notify <-chan struct{}
 		buf, notify, c.err = c.read(buf)
+		buf = c.decode(buf, n)
 		if len(buf) > n || c.err != nil {
 			return buf, c.err
 		}
@@ -323,13 +451,20 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 		return buf, nil, fmt.Errorf("watcher fell %d events behind, more than the %d allowed, after revision %d: %w", lag, c.allowance, c.last, store.ErrTooSlow)
 	}
 	n, read := uint64(len(l.ring)), len(buf)
+	hot := l.head - min(l.head, uint64(len(l.hot)))
 	for c.next < l.head && len(buf) < cap(buf) {
-		ev := l.ring[c.next%n]
+		s := l.ring[c.next%n]
 		c.next++
-		if ev.Revision > c.after && c.keeps(ev) {
-			buf = append(buf, ev)
-			c.last = ev.Revision
+		if s.rev <= c.after || !c.keeps(s) {
+			continue
 		}
+		if c.next > hot {
+			buf = append(buf, l.hot[(c.next-1)%uint64(len(l.hot))])
+		} else {
+			buf = append(buf, store.Event{Type: store.EventType(s.typ), Revision: s.rev, Last: s.last})
+			c.cold = append(c.cold, coldEvent{i: len(buf) - 1, enc: l.encoded(s)})
+		}
+		c.last = s.rev
 	}
 	switch {
 	case c.next == l.head && l.closed:
@@ -359,7 +494,7 @@ func (c *Cursor) catchesUp(room int) bool {
 	l := c.log
 	n, left := uint64(len(l.ring)), room
 	for i := c.next; i < l.head; i++ {
-		if ev := l.ring[i%n]; ev.Revision > c.after && c.keeps(ev) {
+		if s := l.ring[i%n]; s.rev > c.after && c.keeps(s) {
 			if left--; left < 0 {
 				return false
 			}
@@ -368,7 +503,41 @@ func (c *Cursor) catchesUp(room int) bool {
 	return true
 }
 
-// keeps reports whether ev is one of the cursor's events.
-func (c *Cursor) keeps(ev store.Event) bool {
-	return c.pool == "" || ev.Allocation != nil && ev.Allocation.Pool == c.pool
+// keeps reports whether s may be one of the cursor's events: one of
+// another pool whose name has the same hash is dropped once decoded.
+func (c *Cursor) keeps(s slot) bool {
+	return c.pool == "" || s.pool == c.poolHash && isAllocation(store.EventType(s.typ))
+}
+
+func isAllocation(t store.EventType) bool {
+	return t == store.EventPutAllocation || t == store.EventDeleteAllocation
+}
+
+// encoded returns the bytes of s's encoding, which stay as they are
+// after l.mu is let go.
+func (l *Log) encoded(s slot) []byte {
+	i := sort.Search(len(l.blocks), func(i int) bool { return l.blocks[i].start > s.pos }) - 1
+	b := l.blocks[i]
+	off := s.pos - b.start
+	return b.b[off : off+uint64(s.n) : off+uint64(s.n)]
+}
+
+// decode fills in the events of the last read (buf[from:]) that came
+// from the encoded history, and drops those of another pool whose name
+// has the same hash.
+func (c *Cursor) decode(buf []store.Event, from int) []store.Event {
+	for _, ce := range c.cold {
+		if err := record.DecodeEvent(ce.enc, &buf[ce.i]); err != nil && c.err == nil {
+			c.err = fmt.Errorf("event history: %w", err)
+		}
+	}
+	clear(c.cold) // the blocks may be dropped from the log meanwhile
+	c.cold = c.cold[:0]
+	if c.pool == "" {
+		return buf
+	}
+	read := slices.DeleteFunc(buf[from:], func(ev store.Event) bool {
+		return ev.Allocation == nil || ev.Allocation.Pool != c.pool
+	})
+	return buf[:from+len(read)]
 }

@@ -1,0 +1,241 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
+)
+
+// mixedEvents are n commits of every kind of event, with the records
+// filled in as stores fill them, from revision rev+1.
+func mixedEvents(rev int64, n int) []store.Event {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	var evs []store.Event
+	for i := range n {
+		rev++
+		pool := fmt.Sprintf("pool-%d", i%3)
+		a := &store.Allocation{
+			Pool: pool, Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}),
+			Owner:      store.Owner{Cluster: "east", Kind: "Service", Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), UID: "3f2b8c1e-5d4a-4c3b-9e8f"},
+			CreateTime: t0.Add(time.Duration(i) * time.Second), RequestID: fmt.Sprintf("req-%d", i), Revision: rev,
+		}
+		switch i % 5 {
+		case 0:
+			p := &store.Pool{
+				ID: pool, CIDRs: []string{"10.0.0.0/8", "fd00::/64"}, Reserved: []string{"10.0.0.1"},
+				Labels: map[string]string{"team": "net"}, ReuseDelay: time.Second,
+				CreateTime: t0, UpdateTime: t0.Add(time.Hour), Revision: rev,
+			}
+			evs = append(evs, store.Event{Type: store.EventPutPool, Revision: rev, Pool: p})
+		case 1:
+			a.Address = netip.MustParseAddr(fmt.Sprintf("fd00::%x", i))
+			evs = append(evs, store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: a})
+		case 2:
+			// A release: the allocation as it was, then its quarantine.
+			a.Revision = rev - 1
+			q := &store.Quarantine{Pool: pool, Address: a.Address, Until: t0.Add(time.Minute)}
+			evs = append(evs,
+				store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: a},
+				store.Event{Type: store.EventPutQuarantine, Revision: rev, Quarantine: q})
+		default:
+			evs = append(evs, store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: a})
+		}
+	}
+	return evs
+}
+
+// appendCommits appends evs about per events at a time, never cutting a
+// revision's events in two.
+// after, if set, is called after each append.
+func appendCommits(l *Log, evs []store.Event, per int, after ...func()) {
+	for len(evs) > 0 {
+		n := min(per, len(evs))
+		for n < len(evs) && evs[n].Revision == evs[n-1].Revision {
+			n++
+		}
+		l.Append(evs[:n])
+		evs = evs[n:]
+		for _, f := range after {
+			f()
+		}
+	}
+}
+
+// readAll reads c until it has n events.
+func readAll(t *testing.T, c *Cursor, n int) []store.Event {
+	t.Helper()
+	var out []store.Event
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	buf := make([]store.Event, 0, 50)
+	for len(out) < n {
+		var err error
+		buf, err = c.Next(ctx, buf[:0])
+		require.NoError(t, err, "after %d events", len(out))
+		out = append(out, buf...)
+	}
+	return out
+}
+
+// withLast sets Last as the log does: on the last event of each revision.
+func withLast(evs []store.Event) []store.Event {
+	out := make([]store.Event, len(evs))
+	for i, ev := range evs {
+		ev.Last = i == len(evs)-1 || evs[i+1].Revision != ev.Revision
+		out[i] = ev
+	}
+	return out
+}
+
+// TestColdEventsReadAsAppended: events read back from the encoded history
+// (further behind than the last events kept as they came) equal those
+// appended, every kind of event and record, for a cursor of every pool
+// and one of a single pool.
+func TestColdEventsReadAsAppended(t *testing.T) {
+	l := newLog(1000, DefaultBytes, 0)
+	require.Len(t, l.hot, 125)
+	evs := mixedEvents(0, 400)
+	appendCommits(l, evs, 7)
+	want := withLast(evs)
+	c, err := l.Cursor(0, "")
+	require.NoError(t, err)
+	require.Equal(t, want, readAll(t, c, len(want)))
+
+	var pool1 []store.Event
+	for _, ev := range want {
+		if ev.Allocation != nil && ev.Allocation.Pool == "pool-1" {
+			pool1 = append(pool1, ev)
+		}
+	}
+	c, err = l.Cursor(0, "pool-1")
+	require.NoError(t, err)
+	require.Equal(t, pool1, readAll(t, c, len(pool1)))
+}
+
+// TestHistoryBoundedByBytes: past its byte budget the log drops its
+// oldest events (whole blocks of them) however few it holds, and watches
+// must start after them.
+func TestHistoryBoundedByBytes(t *testing.T) {
+	const budget = 4 * blockSize
+	l := newLog(100_000, budget, 0)
+	evs := mixedEvents(0, 20_000)
+	appendCommits(l, evs, 10, func() { require.LessOrEqual(t, l.bytes, budget) })
+	kept := int(l.head - l.tail)
+	require.Less(t, kept, len(evs)/2, "the bytes, not the count, bound the history")
+	require.Greater(t, kept, len(evs)/20)
+	compacted := l.Compacted()
+	require.Equal(t, evs[len(evs)-kept-1].Revision, compacted, "the revision of the last event dropped")
+	_, err := l.Cursor(compacted-1, "")
+	require.ErrorIs(t, err, store.ErrCompacted)
+	c, err := l.Cursor(compacted, "")
+	require.NoError(t, err)
+	var want []store.Event
+	for _, ev := range withLast(evs) {
+		if ev.Revision > compacted {
+			want = append(want, ev)
+		}
+	}
+	require.Equal(t, want, readAll(t, c, len(want)))
+
+	// Compact drops blocks too.
+	l.Compact(evs[len(evs)-5].Revision)
+	require.Len(t, l.blocks, 1)
+	require.Equal(t, blockSize, l.bytes)
+}
+
+// collidingPools returns two pool names whose hashes in l are equal.
+func collidingPools(t *testing.T, l *Log) (string, string) {
+	seen := make(map[uint32]string, 1<<20)
+	for i := range 1 << 22 {
+		name := fmt.Sprintf("pool-%d", i)
+		h := l.poolHash(name)
+		if other, ok := seen[h]; ok {
+			return other, name
+		}
+		seen[h] = name
+	}
+	require.FailNow(t, "no two pool names with the same hash")
+	return "", ""
+}
+
+// TestPoolCursorOfCollidingHash: a cursor of one pool chooses events by a
+// hash of the pool name, so it drops those of another pool with the same
+// hash once it has them, read as they came or decoded.
+func TestPoolCursorOfCollidingHash(t *testing.T) {
+	l := newLog(1000, DefaultBytes, 0)
+	a, b := collidingPools(t, l)
+	var evs []store.Event
+	for i := range 300 {
+		pool := a
+		if i%3 > 0 {
+			pool = b
+		}
+		evs = append(evs, poolEvents(pool, int64(i), 1)...)
+	}
+	l.Append(evs)
+	c, err := l.Cursor(0, a)
+	require.NoError(t, err)
+	got := readAll(t, c, 100)
+	for i, ev := range got {
+		require.Equal(t, a, ev.Allocation.Pool)
+		require.Equal(t, int64(3*i+1), ev.Revision)
+	}
+	// Caught up, the cursor waits for its own pool's events, not b's.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	l.Append(poolEvents(b, 300, 1))
+	buf, err := c.Next(ctx, make([]store.Event, 0, 8))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Empty(t, buf)
+}
+
+// TestColdReadsWhileAppending: cursors decode the encoded history outside
+// the log's lock while appends evict the blocks they read (run under the
+// race detector by make test).
+func TestColdReadsWhileAppending(t *testing.T) {
+	l := newLog(4000, 2*blockSize, 0)
+	evs := mixedEvents(0, 20_000)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Go(func() {
+			from := int64(0)
+			buf := make([]store.Event, 0, 64)
+			for from < evs[len(evs)-1].Revision {
+				c, err := l.Cursor(from, "")
+				if err != nil {
+					require.ErrorIs(t, err, store.ErrCompacted)
+					from = l.Compacted()
+					continue
+				}
+				for {
+					buf, err = c.Next(t.Context(), buf[:0])
+					for _, ev := range buf {
+						require.Greater(t, ev.Revision, from, "reader %d", r)
+						require.True(t, ev.Pool != nil || ev.Allocation != nil || ev.Quarantine != nil)
+						if ev.Last {
+							from = ev.Revision
+						}
+					}
+					if err != nil {
+						// Cut off, it resumes from its last whole revision.
+						require.True(t, errors.Is(err, store.ErrCompacted) || errors.Is(err, store.ErrTooSlow), "%v", err)
+						break
+					}
+					if from == evs[len(evs)-1].Revision {
+						return
+					}
+				}
+			}
+		})
+	}
+	appendCommits(l, evs, 5)
+	wg.Wait()
+}
