@@ -90,10 +90,10 @@ type Log struct {
 	// watchers that caught up.
 	notify chan struct{}
 	// waiting holds, for each pool that cursors of one pool wait on, what
-	// wakes them: the pool's next allocation event, or Close. Appends of
-	// other pools' events do not wake them. An entry outlives cursors
-	// that went away until the pool's next event: one per pool name,
-	// however many cursors.
+	// wakes them: the pool's next allocation event, its deletion, or
+	// Close. Appends of other pools' events do not wake them. An entry
+	// outlives cursors that went away until then: one per pool name,
+	// however many cursors, and none for a pool deleted since.
 	waiting  map[string]*poolWait
 	closed   bool
 	closeErr error
@@ -184,11 +184,12 @@ func (l *Log) Append(events []store.Event) {
 		s.pos, s.n = l.encode(&ev)
 		if a := ev.Allocation; a != nil {
 			s.pool = l.poolHash(a.Pool)
-			if w, ok := l.waiting[a.Pool]; ok {
-				w.upto = l.head
-				close(w.ch)
-				delete(l.waiting, a.Pool)
-			}
+			l.wake(a.Pool)
+		}
+		if p := ev.Pool; p != nil && ev.Type == store.EventDeletePool {
+			// The cursors of the pool that are still read wait again; the
+			// entry of those that went away goes.
+			l.wake(p.ID)
 		}
 		l.ring[l.head%uint64(len(l.ring))] = s
 		l.hot[l.head%uint64(len(l.hot))] = ev
@@ -196,6 +197,16 @@ func (l *Log) Append(events []store.Event) {
 	}
 	close(l.notify)
 	l.notify = make(chan struct{})
+}
+
+// wake wakes the cursors of pool that wait, if any, for the event about
+// to be appended.
+func (l *Log) wake(pool string) {
+	if w, ok := l.waiting[pool]; ok {
+		w.upto = l.head
+		close(w.ch)
+		delete(l.waiting, pool)
+	}
 }
 
 // encode writes ev's records at the end of the stream, in the last block

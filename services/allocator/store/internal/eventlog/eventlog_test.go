@@ -436,3 +436,37 @@ func TestPoolCursorBehindOnOtherPools(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, buf, 8, "the first read after resuming")
 }
+
+// TestDeletedPoolDropsItsWait: the deletion of a pool wakes the cursors
+// that wait for its events, and the entry they waited on goes unless one
+// of them is still read: pools that come and go leave nothing behind.
+func TestDeletedPoolDropsItsWait(t *testing.T) {
+	l := New(100, 0)
+	gone, err := l.Cursor(0, "gone")
+	require.NoError(t, err)
+	kept, err := l.Cursor(0, "kept")
+	require.NoError(t, err)
+	for _, c := range []*Cursor{gone, kept} {
+		buf, err := c.Next(canceled(), make([]store.Event, 0, 8))
+		require.ErrorIs(t, err, context.Canceled)
+		require.Empty(t, buf)
+	}
+	require.Len(t, l.waiting, 2)
+
+	// "gone" is deleted; its cursor is never read again.
+	l.Append([]store.Event{{Type: store.EventDeletePool, Revision: 1, Pool: &store.Pool{ID: "gone"}}})
+	require.Len(t, l.waiting, 1)
+	l.Append([]store.Event{{Type: store.EventDeletePool, Revision: 2, Pool: &store.Pool{ID: "kept"}}})
+	require.Empty(t, l.waiting)
+
+	// "kept" is read again: it waits for the pool, created anew.
+	buf, err := kept.Next(canceled(), make([]store.Event, 0, 8))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Empty(t, buf)
+	require.Len(t, l.waiting, 1)
+	l.Append(poolEvents("kept", 2, 1))
+	buf, err = kept.Next(t.Context(), buf)
+	require.NoError(t, err)
+	require.Len(t, buf, 1)
+	require.Equal(t, int64(3), buf[0].Revision)
+}
