@@ -22,7 +22,11 @@
 //     stays below the default's.
 //
 // A GOGC set in the environment always wins (Run then does nothing), and
-// GOMEMLIMIT keeps applying as usual.
+// GOMEMLIMIT keeps applying as usual. Where the process's memory is
+// limited (GOMEMLIMIT, or the memory limit of its cgroup, as a container's
+// is), the budget is at most half the limit and the least headroom a
+// sixteenth of it, so a service in a small container collects well before
+// it nears its limit.
 //
 // Restrain gives the heap a small headroom instead while a burst of work
 // turns over much short-lived garbage at once (the allocator sending two
@@ -39,10 +43,13 @@ package gctune
 import (
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,18 +108,65 @@ type Heap struct {
 	Scan uint64
 }
 
+// Limits are the budget and the least headroom the tuner gives a heap.
+type Limits struct {
+	Budget, MinHeadroom uint64
+}
+
+// LimitsFor returns the tuner's limits for a process that may use limit
+// bytes of memory (0: no limit): Budget and MinHeadroom, or half the limit
+// and a sixteenth of it, whichever are lower.
+func LimitsFor(limit uint64) Limits {
+	l := Limits{Budget: Budget, MinHeadroom: MinHeadroom}
+	if limit > 0 {
+		l.Budget = min(l.Budget, limit/2)
+		l.MinHeadroom = min(l.MinHeadroom, limit/16)
+	}
+	return l
+}
+
 // Headroom is how much the heap may grow before the next collection:
-// up to Budget in all, at least MinHeadroom (RestrainedHeadroom when
-// restrained), and at least what a collection scans.
-func Headroom(h Heap, restrained bool) uint64 {
+// up to lim.Budget in all, at least lim.MinHeadroom (RestrainedHeadroom
+// when restrained), and at least what a collection scans.
+func Headroom(h Heap, restrained bool, lim Limits) uint64 {
 	if restrained {
 		return max(RestrainedHeadroom, h.Scan)
 	}
-	room := uint64(MinHeadroom)
-	if h.Live < Budget {
-		room = max(room, Budget-h.Live)
+	room := lim.MinHeadroom
+	if h.Live < lim.Budget {
+		room = max(room, lim.Budget-h.Live)
 	}
 	return max(room, h.Scan)
+}
+
+// memoryLimit is the memory the process may use: GOMEMLIMIT or its
+// cgroup's limit, whichever is lower; 0 when neither is set.
+func memoryLimit() uint64 {
+	limit := uint64(0)
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+		limit = uint64(l)
+	}
+	for _, path := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if l, ok := parseCgroupLimit(string(b)); ok && (limit == 0 || l < limit) {
+			limit = l
+		}
+		break
+	}
+	return limit
+}
+
+// parseCgroupLimit reads a cgroup's memory limit file: a number of bytes,
+// or "max" (cgroup v2) or a number near 2^63 (v1) for none.
+func parseCgroupLimit(s string) (uint64, bool) {
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil || v == 0 || v >= math.MaxInt64/2 {
+		return 0, false
+	}
+	return v, true
 }
 
 // Percent is the GOGC that gives a live heap of live bytes headroom bytes
@@ -139,12 +193,14 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		return
 	}
 	current := 100
+	limit := memoryLimit()
+	lim := LimitsFor(limit)
 	tune := func() {
 		h, ok := readHeap()
 		if !ok {
 			return
 		}
-		p := Percent(h.Live, Headroom(h, restraints.Load() > 0), MaxPercent)
+		p := Percent(h.Live, Headroom(h, restraints.Load() > 0, lim), MaxPercent)
 		// Small changes are not worth a pacer reset.
 		if p*10 < current*9 || p*10 > current*11 {
 			debug.SetGCPercent(p)
@@ -152,7 +208,7 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		}
 	}
 	tune()
-	logger.Debug("garbage collector tuned from the live heap", "gogc", current)
+	logger.Debug("garbage collector tuned from the live heap", "gogc", current, "budget_bytes", lim.Budget, "memory_limit_bytes", limit)
 	cycles := afterEachGC(ctx)
 	t := time.NewTicker(Interval)
 	defer t.Stop()

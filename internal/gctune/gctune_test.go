@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,8 +31,41 @@ func TestHeadroom(t *testing.T) {
 		{Heap{Live: 200 * mib, Scan: 12 * mib}, true, RestrainedHeadroom},
 		{Heap{Live: 200 * mib, Scan: 64 * mib}, true, 64 * mib},
 	} {
-		if got := Headroom(tc.h, tc.restrained); got != tc.want {
+		if got := Headroom(tc.h, tc.restrained, LimitsFor(0)); got != tc.want {
 			t.Errorf("Headroom(%+v, restrained %v) = %d MiB, want %d MiB", tc.h, tc.restrained, got/mib, tc.want/mib)
+		}
+	}
+}
+
+// TestLimitsFollowMemoryLimit: in a container of 128 MiB the budget is
+// 64 MiB and a heap of 100 MiB live may grow by 8 MiB, not 32; a limit
+// far above the defaults changes nothing.
+func TestLimitsFollowMemoryLimit(t *testing.T) {
+	const mib = 1 << 20
+	small := LimitsFor(128 * mib)
+	if want := (Limits{Budget: 64 * mib, MinHeadroom: 8 * mib}); small != want {
+		t.Fatalf("LimitsFor(128 MiB) = %+v, want %+v", small, want)
+	}
+	if got := Headroom(Heap{Live: 8 * mib, Scan: 2 * mib}, false, small); got != 56*mib {
+		t.Errorf("small heap: headroom %d MiB, want 56", got/mib)
+	}
+	if got := Headroom(Heap{Live: 100 * mib, Scan: 2 * mib}, false, small); got != 8*mib {
+		t.Errorf("heap past the budget: headroom %d MiB, want 8", got/mib)
+	}
+	if got := LimitsFor(8 << 30); got != LimitsFor(0) {
+		t.Errorf("LimitsFor(8 GiB) = %+v, want the defaults", got)
+	}
+}
+
+func TestParseCgroupLimit(t *testing.T) {
+	for in, want := range map[string]uint64{"134217728\n": 128 << 20, "536870912": 512 << 20} {
+		if got, ok := parseCgroupLimit(in); !ok || got != want {
+			t.Errorf("parseCgroupLimit(%q) = %d, %v, want %d", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"max\n", "9223372036854771712\n", "", "0", "-1", "12ab"} {
+		if got, ok := parseCgroupLimit(in); ok {
+			t.Errorf("parseCgroupLimit(%q) = %d, want no limit", in, got)
 		}
 	}
 }
@@ -198,4 +233,17 @@ func TestRestrain(t *testing.T) {
 	release()
 	wait("released", func(p int) bool { return p > 1000 })
 	runtime.KeepAlive(live)
+}
+
+// FuzzParseCgroupLimit: whatever a cgroup file holds, a limit is read only
+// from a plain number of bytes.
+func FuzzParseCgroupLimit(f *testing.F) {
+	f.Add("134217728\n")
+	f.Add("max\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		v, ok := parseCgroupLimit(s)
+		if ok && (v == 0 || strconv.FormatUint(v, 10) != strings.TrimLeft(strings.TrimSpace(s), "+0")) {
+			t.Fatalf("parseCgroupLimit(%q) = %d", s, v)
+		}
+	})
 }
