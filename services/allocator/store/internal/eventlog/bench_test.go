@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/metrics"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +97,41 @@ func BenchmarkHistory(b *testing.B) {
 	}
 	b.Run("read-head", func(b *testing.B) { read(b, 0) })
 	b.Run("read-behind", func(b *testing.B) { read(b, full/2) })
+}
+
+// BenchmarkReplay measures watches that start together from the same
+// revision, 20,000 events back (a burst of watches sent a snapshot a
+// moment old while allocations go on): each op is one event read by every
+// one of 100 cursors.
+func BenchmarkReplay(b *testing.B) {
+	const cursors, behind = 100, 20_000
+	l := New(DefaultCapacity, 0)
+	n := behind + b.N
+	for i := range n {
+		l.Append([]store.Event{benchEvent(i)})
+	}
+	cs := make([]*Cursor, cursors)
+	for i := range cs {
+		c, err := l.Cursor(int64(n-behind-b.N), "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cs[i] = c
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			buf := make([]store.Event, 0, 32)
+			for got := 0; got < b.N; got += len(buf) {
+				var err error
+				if buf, err = c.Next(b.Context(), buf[:0]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

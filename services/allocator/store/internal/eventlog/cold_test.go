@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -238,4 +239,32 @@ func TestColdReadsWhileAppending(t *testing.T) {
 	}
 	appendCommits(l, evs, 5)
 	wg.Wait()
+}
+
+// TestCursorsShareDecodedEvents: cursors reading the same events behind
+// the hot ones share one decoding of each (the same records), and once
+// no cursor is in a segment, its decoded events are the collector's.
+func TestCursorsShareDecodedEvents(t *testing.T) {
+	l := newLog(4000, DefaultBytes, 0)
+	evs := mixedEvents(0, 3000)
+	appendCommits(l, evs, 5)
+	read := func() []store.Event {
+		c, err := l.Cursor(0, "")
+		require.NoError(t, err)
+		return readAll(t, c, 600)
+	}
+	a, b := read(), read()
+	require.Equal(t, withLast(evs)[:600], a)
+	for i := range a {
+		require.True(t, a[i].Pool == b[i].Pool && a[i].Allocation == b[i].Allocation && a[i].Quarantine == b[i].Quarantine,
+			"event %d decoded twice", i)
+	}
+	require.NotEmpty(t, l.segs)
+	a, b = nil, nil
+	runtime.GC()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, seg := range l.segs {
+		require.Nil(t, seg.Value(), "segment %d still held", k)
+	}
 }

@@ -26,6 +26,8 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"weak"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
@@ -58,6 +60,10 @@ const hotEvents = 4096
 // blockSize is the size of the blocks the encoded events are written in.
 const blockSize = 64 << 10
 
+// segEvents is how many consecutive events a segment of decoded events
+// spans.
+const segEvents = 256
+
 // Log is the event history of one store. It is safe for concurrent use.
 type Log struct {
 	mu sync.Mutex
@@ -81,6 +87,9 @@ type Log struct {
 	scratch []byte
 	// seed hashes pool names into slots.
 	seed maphash.Seed
+	// segs holds weakly the segments of decoded events that cursors
+	// reading behind the hot events hold, by sequence / segEvents.
+	segs map[uint64]weak.Pointer[segment]
 	// Events are numbered by sequence; the ring holds [tail, head).
 	head, tail uint64
 	// compacted is the highest revision whose events are not (or not all)
@@ -118,6 +127,16 @@ type block struct {
 	b     []byte
 }
 
+// A segment holds the events of segEvents consecutive sequences once
+// decoded, for every cursor reading them: a hundred watches that replay
+// the same history decode each event once, not a hundred times. The
+// cursors reading a segment hold it; the log holds it weakly, so the
+// decoded events go once no cursor is in their segment.
+type segment struct {
+	key uint64
+	evs [segEvents]atomic.Pointer[store.Event]
+}
+
 // A poolWait is what the cursors of one pool that caught up wait on.
 type poolWait struct {
 	// ch is closed at the pool's next allocation event, or on Close.
@@ -146,6 +165,7 @@ func newLog(capacity, maxBytes int, startRev int64) *Log {
 		hot:       make([]store.Event, max(1, min(capacity/8, hotEvents))),
 		maxBytes:  maxBytes,
 		seed:      maphash.MakeSeed(),
+		segs:      map[uint64]weak.Pointer[segment]{},
 		compacted: startRev,
 		notify:    make(chan struct{}),
 		waiting:   map[string]*poolWait{},
@@ -243,6 +263,9 @@ func (l *Log) evict() {
 		l.hot[l.tail%uint64(len(l.hot))] = store.Event{}
 	}
 	l.tail++
+	if l.tail%segEvents == 0 {
+		delete(l.segs, l.tail/segEvents-1)
+	}
 	keep := l.end
 	if l.tail < l.head {
 		keep = l.ring[l.tail%uint64(len(l.ring))].pos
@@ -376,13 +399,17 @@ type Cursor struct {
 	err error
 	// cold are the events of the last read to decode, outside the lock.
 	cold []coldEvent
+	// seg is the segment of the last event read behind the hot ones.
+	seg *segment
 }
 
 // A coldEvent is an event read from the encoded history: buf[i] is to be
-// decoded from enc.
+// decoded from enc, unless another cursor has put it in seg meanwhile.
 type coldEvent struct {
 	i   int
 	enc []byte
+	seg *segment
+	j   int // in seg
 }
 
 // Next implements store.Cursor.
@@ -469,11 +496,20 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 		if s.rev <= c.after || !c.keeps(s) {
 			continue
 		}
-		if c.next > hot {
-			buf = append(buf, l.hot[(c.next-1)%uint64(len(l.hot))])
-		} else {
+		switch seq := c.next - 1; {
+		case c.next > hot:
+			buf = append(buf, l.hot[seq%uint64(len(l.hot))])
+			c.seg = nil
+		default:
+			if c.seg == nil || c.seg.key != seq/segEvents {
+				c.seg = l.segmentAt(seq)
+			}
+			if ev := c.seg.evs[seq%segEvents].Load(); ev != nil {
+				buf = append(buf, *ev)
+				break
+			}
 			buf = append(buf, store.Event{Type: store.EventType(s.typ), Revision: s.rev, Last: s.last})
-			c.cold = append(c.cold, coldEvent{i: len(buf) - 1, enc: l.encoded(s)})
+			c.cold = append(c.cold, coldEvent{i: len(buf) - 1, enc: l.encoded(s), seg: c.seg, j: int(seq % segEvents)})
 		}
 		c.last = s.rev
 	}
@@ -524,6 +560,18 @@ func isAllocation(t store.EventType) bool {
 	return t == store.EventPutAllocation || t == store.EventDeleteAllocation
 }
 
+// segmentAt returns the segment of sequence seq, shared with the cursors
+// that hold it.
+func (l *Log) segmentAt(seq uint64) *segment {
+	k := seq / segEvents
+	if seg := l.segs[k].Value(); seg != nil {
+		return seg
+	}
+	seg := &segment{key: k}
+	l.segs[k] = weak.Make(seg)
+	return seg
+}
+
 // encoded returns the bytes of s's encoding, which stay as they are
 // after l.mu is let go.
 func (l *Log) encoded(s slot) []byte {
@@ -538,9 +586,20 @@ func (l *Log) encoded(s slot) []byte {
 // has the same hash.
 func (c *Cursor) decode(buf []store.Event, from int) []store.Event {
 	for _, ce := range c.cold {
-		if err := record.DecodeEvent(ce.enc, &buf[ce.i]); err != nil && c.err == nil {
-			c.err = fmt.Errorf("event history: %w", err)
+		ev := &buf[ce.i]
+		slot := &ce.seg.evs[ce.j]
+		if got := slot.Load(); got != nil {
+			*ev = *got
+			continue
 		}
+		if err := record.DecodeEvent(ce.enc, ev); err != nil {
+			if c.err == nil {
+				c.err = fmt.Errorf("event history: %w", err)
+			}
+			continue
+		}
+		shared := *ev
+		slot.CompareAndSwap(nil, &shared)
 	}
 	clear(c.cold) // the blocks may be dropped from the log meanwhile
 	c.cold = c.cold[:0]
