@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"runtime"
 	"runtime/metrics"
@@ -105,8 +106,8 @@ func BenchmarkHistory(b *testing.B) {
 // one of 100 cursors.
 func BenchmarkReplay(b *testing.B) {
 	const cursors, behind = 100, 20_000
-	l := New(DefaultCapacity, 0)
 	n := behind + b.N
+	l := newLog(n, math.MaxInt, 0) // keeps every event the cursors read
 	for i := range n {
 		l.Append([]store.Event{benchEvent(i)})
 	}
