@@ -242,25 +242,39 @@ func TestColdReadsWhileAppending(t *testing.T) {
 }
 
 // TestCursorsShareDecodedEvents: cursors reading the same events behind
-// the hot ones share one decoding of each (the same records), and once
-// no cursor is in a segment, its decoded events are the collector's.
+// the hot ones at the same time share one decoding of each (the same
+// records), and once no cursor is in a segment, its decoded events are
+// the collector's.
 func TestCursorsShareDecodedEvents(t *testing.T) {
 	l := newLog(4000, DefaultBytes, 0)
 	evs := mixedEvents(0, 3000)
 	appendCommits(l, evs, 5)
-	read := func() []store.Event {
+	cursor := func() *Cursor {
 		c, err := l.Cursor(0, "")
 		require.NoError(t, err)
-		return readAll(t, c, 600)
+		return c
 	}
-	a, b := read(), read()
-	require.Equal(t, withLast(evs)[:600], a)
-	for i := range a {
-		require.True(t, a[i].Pool == b[i].Pool && a[i].Allocation == b[i].Allocation && a[i].Quarantine == b[i].Quarantine,
+	// In step, 64 events at a time: the cursor ahead is still in the
+	// segment the other reads.
+	a, b := cursor(), cursor()
+	var gotA, gotB []store.Event
+	for len(gotA) < 640 {
+		bufA, err := a.Next(t.Context(), make([]store.Event, 0, 64))
+		require.NoError(t, err)
+		bufB, err := b.Next(t.Context(), make([]store.Event, 0, 64))
+		require.NoError(t, err)
+		require.Len(t, bufA, 64)
+		gotA, gotB = append(gotA, bufA...), append(gotB, bufB...)
+	}
+	require.Equal(t, withLast(evs)[:640], gotA)
+	for i := range gotA {
+		require.True(t, gotA[i].Pool == gotB[i].Pool && gotA[i].Allocation == gotB[i].Allocation && gotA[i].Quarantine == gotB[i].Quarantine,
 			"event %d decoded twice", i)
 	}
 	require.NotEmpty(t, l.segs)
-	a, b = nil, nil
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+	a, b, gotA, gotB = nil, nil, nil, nil
 	runtime.GC()
 	l.mu.Lock()
 	defer l.mu.Unlock()
