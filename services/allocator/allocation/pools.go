@@ -762,6 +762,10 @@ func (w *Watcher) Next(ctx context.Context) WatchEvent {
 	}
 }
 
+// Close lets go of what the store keeps for the watch. It may be called
+// while another goroutine is in Next, which then ends.
+func (w *Watcher) Close() { w.events.Close() }
+
 // All yields the watch's events, up to and including the first with Err.
 func (w *Watcher) All(ctx context.Context) iter.Seq[WatchEvent] {
 	return func(yield func(WatchEvent) bool) {

@@ -566,6 +566,7 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	if err != nil {
 		return s.fail(err)
 	}
+	defer w.Close()
 	batch := req.GetBatchSnapshot()
 	// The snapshot's events come through encodeAhead, the changes after
 	// it straight from the watch: an open watch keeps no goroutine but

@@ -269,6 +269,11 @@ type Cursor interface {
 	// last events before it if any are left; the cursor is done after an
 	// error.
 	Next(ctx context.Context, buf []Event) ([]Event, error)
+	// Close lets go of what the store keeps for the cursor (a cursor of
+	// one pool that caught up keeps the pool's wait) and ends a Next
+	// that waits with ErrClosed. It may be called while another
+	// goroutine is in Next, and more than once.
+	Close()
 }
 
 // A CursorStore is a Store whose watches can also be read as cursors
@@ -289,6 +294,9 @@ type CursorStore interface {
 func ChanCursor(ch <-chan Event) Cursor { return chanCursor(ch) }
 
 type chanCursor <-chan Event
+
+// Close does nothing: the channel's watch ends with its context.
+func (c chanCursor) Close() {}
 
 func (c chanCursor) Next(ctx context.Context, buf []Event) ([]Event, error) {
 	if cap(buf) == len(buf) {

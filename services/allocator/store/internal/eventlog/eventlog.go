@@ -100,9 +100,10 @@ type Log struct {
 	notify chan struct{}
 	// waiting holds, for each pool that cursors of one pool wait on, what
 	// wakes them: the pool's next allocation event, its deletion, or
-	// Close. Appends of other pools' events do not wake them. An entry
-	// outlives cursors that went away until then: one per pool name,
-	// however many cursors, and none for a pool deleted since.
+	// Close. Appends of other pools' events do not wake them. One entry
+	// per pool, however many cursors; the last of them closed takes it
+	// out (a cursor dropped unclosed leaves it until the pool's next
+	// event or its deletion).
 	waiting  map[string]*poolWait
 	closed   bool
 	closeErr error
@@ -139,8 +140,11 @@ type segment struct {
 
 // A poolWait is what the cursors of one pool that caught up wait on.
 type poolWait struct {
-	// ch is closed at the pool's next allocation event, or on Close.
+	// ch is closed at the pool's next allocation event, its deletion, on
+	// Close, or when the last cursor waiting on it is closed.
 	ch chan struct{}
+	// n counts the cursors waiting on it.
+	n int
 	// upto is set when ch is closed: the sequence before which no event of
 	// the pool was appended since the wait began (the event's, or the
 	// head at Close).
@@ -401,6 +405,32 @@ type Cursor struct {
 	cold []coldEvent
 	// seg is the segment of the last event read behind the hot ones.
 	seg *segment
+	// closed is set by Close (under the log's lock, as wait is).
+	closed bool
+}
+
+// Close implements store.Cursor: a cursor of a pool that waits leaves
+// the pool's wait, and the last to leave takes it out of the log.
+func (c *Cursor) Close() {
+	l := c.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.closed = true
+	w := c.wait
+	if w == nil {
+		return
+	}
+	c.wait = nil
+	select {
+	case <-w.ch: // woken, and out of the log already
+		return
+	default:
+	}
+	if w.n--; w.n == 0 {
+		delete(l.waiting, c.pool)
+		w.upto = l.head
+		close(w.ch)
+	}
 }
 
 // A coldEvent is an event read from the encoded history: buf[i] is to be
@@ -469,6 +499,9 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 	l := c.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if c.closed {
+		return buf, nil, fmt.Errorf("cursor closed: %w", store.ErrClosed)
+	}
 	if w := c.wait; w != nil {
 		select {
 		case <-w.ch:
@@ -524,6 +557,7 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 			l.waiting[c.pool] = w
 		}
 		c.wait = w
+		w.n++
 		return buf, w.ch, nil
 	}
 	return buf, l.notify, nil

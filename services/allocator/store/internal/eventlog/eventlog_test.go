@@ -470,3 +470,47 @@ func TestDeletedPoolDropsItsWait(t *testing.T) {
 	require.Len(t, buf, 1)
 	require.Equal(t, int64(3), buf[0].Revision)
 }
+
+// TestClosedCursorsLeaveTheirWait: cursors of a pool that caught up share
+// the pool's wait; the last one closed takes it out of the log, and a
+// Next waiting on it ends with ErrClosed. A closed cursor reads nothing
+// more.
+func TestClosedCursorsLeaveTheirWait(t *testing.T) {
+	l := New(100, 0)
+	wait := func(c *Cursor) {
+		t.Helper()
+		buf, err := c.Next(canceled(), make([]store.Event, 0, 8))
+		require.ErrorIs(t, err, context.Canceled)
+		require.Empty(t, buf)
+	}
+	a, err := l.Cursor(0, "p")
+	require.NoError(t, err)
+	b, err := l.Cursor(0, "p")
+	require.NoError(t, err)
+	wait(a)
+	wait(b)
+	require.Len(t, l.waiting, 1)
+	a.Close()
+	a.Close()
+	require.Len(t, l.waiting, 1, "b still waits")
+
+	// b waits in Next while it is closed from another goroutine.
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Next(t.Context(), make([]store.Event, 0, 8))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	b.Close()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, store.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next still waits after Close")
+	}
+	require.Empty(t, l.waiting)
+
+	l.Append(poolEvents("p", 0, 1))
+	_, err = a.Next(t.Context(), make([]store.Event, 0, 8))
+	require.ErrorIs(t, err, store.ErrClosed)
+}
