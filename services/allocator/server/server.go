@@ -109,8 +109,13 @@ func (s *Server) fail(err error) error {
 	return err
 }
 
-func annotate(ctx context.Context, attrs ...attribute.KeyValue) {
-	trace.SpanFromContext(ctx).SetAttributes(attrs...)
+// annotate sets attributes on the span of ctx if it records: attrs runs
+// only then, so a call whose trace nobody samples (the default, without
+// an exporter) builds none.
+func annotate(ctx context.Context, attrs func() []attribute.KeyValue) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attrs()...)
+	}
 }
 
 func ownerAttrs(o *allocatorv1.Owner) []attribute.KeyValue {
@@ -215,7 +220,9 @@ func specFrom(p *allocatorv1.Pool) (allocation.PoolSpec, error) {
 
 // CreatePool implements AllocatorService.CreatePool.
 func (s *Server) CreatePool(ctx context.Context, req *allocatorv1.CreatePoolRequest) (*allocatorv1.CreatePoolResponse, error) {
-	annotate(ctx, attribute.String("plexus.pool", req.GetPoolId()))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.pool", req.GetPoolId())}
+	})
 	if req.GetPool() == nil {
 		return nil, s.fail(&allocation.FieldError{Field: "pool", Reason: "REQUIRED", Message: "pool is required"})
 	}
@@ -241,7 +248,9 @@ func (s *Server) GetPool(ctx context.Context, req *allocatorv1.GetPoolRequest) (
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	annotate(ctx, attribute.String("plexus.pool", id))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.pool", id)}
+	})
 	if err := s.svc.Sync(ctx); err != nil {
 		return nil, s.fail(err)
 	}
@@ -282,7 +291,9 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	annotate(ctx, attribute.String("plexus.pool", id))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.pool", id)}
+	})
 	spec, err := specFrom(req.GetPool())
 	if err != nil {
 		return nil, s.fail(err)
@@ -333,7 +344,9 @@ func (s *Server) DeletePool(ctx context.Context, req *allocatorv1.DeletePoolRequ
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	annotate(ctx, attribute.String("plexus.pool", id))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.pool", id)}
+	})
 	n, err := s.svc.DeletePool(ctx, id, req.GetEtag(), req.GetForce(), req.GetAllowMissing())
 	if err != nil {
 		return nil, s.fail(err)
@@ -360,7 +373,9 @@ func requestFrom(prefix string, r *allocatorv1.AllocateRequest) (allocation.Requ
 // Allocate implements AllocatorService.Allocate.
 func (s *Server) Allocate(ctx context.Context, req *allocatorv1.AllocateRequest) (*allocatorv1.AllocateResponse, error) {
 	start := time.Now()
-	annotate(ctx, append(ownerAttrs(req.GetOwner()), attribute.String("plexus.pool", req.GetPool()))...)
+	annotate(ctx, func() []attribute.KeyValue {
+		return append(ownerAttrs(req.GetOwner()), attribute.String("plexus.pool", req.GetPool()))
+	})
 	r, err := requestFrom("", req)
 	if err != nil {
 		return nil, s.fail(err)
@@ -369,7 +384,9 @@ func (s *Server) Allocate(ctx context.Context, req *allocatorv1.AllocateRequest)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	annotate(ctx, attribute.String("plexus.address", a.Address.String()), attribute.Bool("plexus.created", created))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.address", a.Address.String()), attribute.Bool("plexus.created", created)}
+	})
 	if s.metrics != nil {
 		s.metrics.latency.WithLabelValues(r.Pool).Observe(time.Since(start).Seconds())
 	}
@@ -381,7 +398,9 @@ func (s *Server) BatchAllocate(ctx context.Context, req *allocatorv1.BatchAlloca
 	if n := len(req.GetRequests()); n > MaxBatch {
 		return nil, s.fail(&allocation.FieldError{Field: "requests", Reason: "BATCH_TOO_LARGE", Message: fmt.Sprintf("%d requests, at most %d", n, MaxBatch)})
 	}
-	annotate(ctx, attribute.Int("plexus.batch.size", len(req.GetRequests())))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.Int("plexus.batch.size", len(req.GetRequests()))}
+	})
 	reqs := make([]allocation.Request, len(req.GetRequests()))
 	for i, r := range req.GetRequests() {
 		var err error
@@ -406,7 +425,9 @@ func (s *Server) GetAllocation(ctx context.Context, req *allocatorv1.GetAllocati
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	annotate(ctx, attribute.String("plexus.pool", id), attribute.String("plexus.address", addr.String()))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.pool", id), attribute.String("plexus.address", addr.String())}
+	})
 	if err := s.svc.Sync(ctx); err != nil {
 		return nil, s.fail(err)
 	}
@@ -428,7 +449,9 @@ func (s *Server) ListAllocations(ctx context.Context, req *allocatorv1.ListAlloc
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	annotate(ctx, attribute.String("plexus.pool", id))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.pool", id)}
+	})
 	size, err := pagination.Size(req.GetPageSize())
 	if err != nil {
 		return nil, s.fail(&allocation.FieldError{Field: "page_size", Reason: "INVALID_PAGE_SIZE", Message: err.Error()})
@@ -470,9 +493,11 @@ func (s *Server) Release(ctx context.Context, req *allocatorv1.ReleaseRequest) (
 		return nil, s.fail(err)
 	}
 	if req.GetOwner() != nil {
-		annotate(ctx, ownerAttrs(req.GetOwner())...)
+		annotate(ctx, func() []attribute.KeyValue { return ownerAttrs(req.GetOwner()) })
 	}
-	annotate(ctx, attribute.String("plexus.pool", r.Pool), attribute.Bool("plexus.guarded", req.GetEtag() != "" || req.GetOwnerUid() != ""))
+	annotate(ctx, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("plexus.pool", r.Pool), attribute.Bool("plexus.guarded", req.GetEtag() != "" || req.GetOwnerUid() != "")}
+	})
 	r.Etag, r.OwnerUID, r.AllowMissing = req.GetEtag(), req.GetOwnerUid(), req.GetAllowMissing()
 	a, ok, err := s.svc.Release(ctx, r)
 	if err != nil {
