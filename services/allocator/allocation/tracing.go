@@ -6,7 +6,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -21,16 +20,23 @@ type tracedStore struct{ store.Store }
 func Traced(st store.Store) store.Store { return tracedStore{st} }
 
 func (t tracedStore) Commit(ctx context.Context, txn store.Txn) (int64, error) {
-	ctx, span := tracer.Start(ctx, "store.Commit", trace.WithAttributes(
-		attribute.Int("plexus.store.conditions", len(txn.Conds)),
-		attribute.Int("plexus.store.operations", len(txn.Ops)),
-	))
+	ctx, span := tracer.Start(ctx, "store.Commit")
 	defer span.End()
+	// Attributes only for a span that keeps them: without a sampled
+	// trace, building them is garbage on every commit.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(
+			attribute.Int("plexus.store.conditions", len(txn.Conds)),
+			attribute.Int("plexus.store.operations", len(txn.Ops)),
+		)
+	}
 	rev, err := t.Store.Commit(ctx, txn)
-	if err != nil {
+	switch {
+	case err != nil:
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-	} else {
+	case recording:
 		span.SetAttributes(attribute.Int64("plexus.store.revision", rev))
 	}
 	return rev, err

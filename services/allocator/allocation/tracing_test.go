@@ -1,0 +1,51 @@
+package allocation_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
+)
+
+// TestTracedCommit: a commit in a sampled trace has a store.Commit span
+// with what it did and the revision it made; in a trace nobody samples it
+// has a span that records nothing (and builds no attributes).
+func TestTracedCommit(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+
+	st := allocation.Traced(memory.New())
+	put := func(ctx context.Context, id string) int64 {
+		rev, err := st.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: id, CIDRs: []string{netip.MustParsePrefix("10.0.0.0/24").String()}}}}})
+		require.NoError(t, err)
+		return rev
+	}
+	put(context.Background(), "unsampled")
+	require.Empty(t, rec.Ended())
+
+	sampled := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	ctx, parent := sampled.Tracer("test").Start(context.Background(), "request")
+	rev := put(ctx, "sampled")
+	parent.End()
+	require.Len(t, rec.Ended(), 1)
+	span := rec.Ended()[0]
+	require.Equal(t, "store.Commit", span.Name())
+	require.Equal(t, parent.SpanContext().TraceID(), span.SpanContext().TraceID())
+	require.Subset(t, span.Attributes(), []attribute.KeyValue{
+		attribute.Int("plexus.store.conditions", 0),
+		attribute.Int("plexus.store.operations", 1),
+		attribute.Int64("plexus.store.revision", rev),
+	})
+}
