@@ -23,8 +23,8 @@
 //
 // A GOGC set in the environment always wins (Run then does nothing), and
 // GOMEMLIMIT keeps applying as usual. Where the process's memory is
-// limited (GOMEMLIMIT, or the memory limit of its cgroup, as a container's
-// is), the budget is at most half the limit and the least headroom a
+// limited (GOMEMLIMIT, or the memory limit of its cgroup or of one above
+// it, as a container's is), the budget is at most half the limit and the least headroom a
 // sixteenth of it, so a service in a small container collects well before
 // it nears its limit.
 //
@@ -42,12 +42,15 @@ package gctune
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
+	"path"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,17 +149,68 @@ func memoryLimit() uint64 {
 	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
 		limit = uint64(l)
 	}
-	for _, path := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		if l, ok := parseCgroupLimit(string(b)); ok && (limit == 0 || l < limit) {
-			limit = l
-		}
-		break
+	self, _ := os.ReadFile("/proc/self/cgroup")
+	if l, ok := cgroupLimit(os.DirFS("/sys/fs/cgroup"), string(self)); ok && (limit == 0 || l < limit) {
+		limit = l
 	}
 	return limit
+}
+
+// cgroupLimit is the lowest memory limit of the process's cgroup and the
+// cgroups above it, in the cgroup file system mounted at root, given the
+// process's /proc/self/cgroup: cgroup v2 (memory.max), or v1's memory
+// controller (memory/…/memory.limit_in_bytes). A container that sees only
+// its own cgroup (its own namespace, the Kubernetes default on v2) finds
+// it at the root.
+func cgroupLimit(root fs.FS, self string) (uint64, bool) {
+	// A v1 memory controller, where there is one, holds the limit even
+	// beside a v2 hierarchy (hybrid).
+	dir, file := "", "memory.max"
+	if p, ok := cgroupPath(self, "memory"); ok {
+		dir, file = path.Join("memory", p), "memory.limit_in_bytes"
+	} else if p, ok := cgroupPath(self, ""); ok {
+		dir = p
+	} else if _, err := fs.Stat(root, file); err != nil {
+		file = "memory/memory.limit_in_bytes"
+	}
+	var limit uint64
+	found := false
+	for {
+		if b, err := fs.ReadFile(root, path.Join(dir, file)); err == nil {
+			if l, ok := parseCgroupLimit(string(b)); ok && (!found || l < limit) {
+				limit, found = l, true
+			}
+		}
+		if dir == "" || dir == "." || dir == "memory" {
+			return limit, found
+		}
+		dir = path.Dir(dir)
+		if dir == "/" || dir == "." {
+			dir = ""
+		}
+	}
+}
+
+// cgroupPath finds, in /proc/self/cgroup, the path of the process's
+// cgroup of the v1 controller named (or, with "", of cgroup v2), relative
+// to the controller's root.
+func cgroupPath(self, controller string) (string, bool) {
+	for line := range strings.Lines(self) {
+		_, rest, ok := strings.Cut(strings.TrimRight(line, "\n"), ":")
+		if !ok {
+			continue
+		}
+		controllers, p, ok := strings.Cut(rest, ":")
+		if !ok || !strings.HasPrefix(p, "/") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
+			continue
+		}
+		if controller == "" && controllers == "" || controller != "" && slices.Contains(strings.Split(controllers, ","), controller) {
+			if p = strings.TrimPrefix(path.Clean(p), "/"); p == "" || fs.ValidPath(p) {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }
 
 // parseCgroupLimit reads a cgroup's memory limit file: a number of bytes,

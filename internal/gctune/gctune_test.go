@@ -3,6 +3,7 @@ package gctune
 import (
 	"context"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 )
 
@@ -244,6 +246,60 @@ func FuzzParseCgroupLimit(f *testing.F) {
 		v, ok := parseCgroupLimit(s)
 		if ok && (v == 0 || strconv.FormatUint(v, 10) != strings.TrimLeft(strings.TrimSpace(s), "+0")) {
 			t.Fatalf("parseCgroupLimit(%q) = %d", s, v)
+		}
+	})
+}
+
+// TestCgroupLimit: the lowest limit of the process's cgroup and those
+// above it, on cgroup v2 and v1, and at the root for a container that sees
+// only its own cgroup.
+func TestCgroupLimit(t *testing.T) {
+	const mib = 1 << 20
+	file := func(data string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(data)} }
+	for _, tc := range []struct {
+		name  string
+		fs    fstest.MapFS
+		self  string
+		want  uint64
+		found bool
+	}{
+		{"v2, a limit above the process's cgroup", fstest.MapFS{
+			"memory.max":              file("max\n"),
+			"kubepods/memory.max":     file("536870912\n"),
+			"kubepods/pod/memory.max": file("max\n"),
+		}, "0::/kubepods/pod\n", 512 * mib, true},
+		{"v2, the lower of two", fstest.MapFS{
+			"a/memory.max":   file("536870912\n"),
+			"a/b/memory.max": file("134217728\n"),
+		}, "0::/a/b\n", 128 * mib, true},
+		{"v2, its own namespace", fstest.MapFS{"memory.max": file("268435456\n")}, "0::/\n", 256 * mib, true},
+		{"v2, no limit", fstest.MapFS{"memory.max": file("max\n"), "user.slice/memory.max": file("max\n")}, "0::/user.slice\n", 0, false},
+		{"v1", fstest.MapFS{
+			"memory/memory.limit_in_bytes":          file("9223372036854771712\n"),
+			"memory/docker/x/memory.limit_in_bytes": file("268435456\n"),
+		}, "12:cpu,cpuacct:/docker/x\n5:memory:/docker/x\n0::/\n", 256 * mib, true},
+		{"no /proc/self/cgroup: the root's", fstest.MapFS{"memory/memory.limit_in_bytes": file("268435456\n")}, "", 256 * mib, true},
+		{"a path out of the namespace", fstest.MapFS{"memory.max": file("134217728\n")}, "0::/../../x\n", 128 * mib, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, found := cgroupLimit(tc.fs, tc.self)
+			if got != tc.want || found != tc.found {
+				t.Errorf("cgroupLimit = %d, %v; want %d, %v", got, found, tc.want, tc.found)
+			}
+		})
+	}
+}
+
+// FuzzCgroupPath: whatever /proc/self/cgroup holds, a path found is a
+// valid path under the controller's root.
+func FuzzCgroupPath(f *testing.F) {
+	f.Add("0::/kubepods/pod\n")
+	f.Add("5:memory:/docker/x\n0::/\n")
+	f.Fuzz(func(t *testing.T, self string) {
+		for _, c := range []string{"", "memory"} {
+			if p, ok := cgroupPath(self, c); ok && p != "" && !fs.ValidPath(p) {
+				t.Fatalf("cgroupPath(%q, %q) = %q", self, c, p)
+			}
 		}
 	})
 }
