@@ -52,6 +52,9 @@ type Allocator struct {
 
 	// snapshots are shared by watches that start together.
 	snapshots snapshots
+	// wholeSnapshots makes a follower's watch of every pool decode the
+	// whole store even where it can read it in pages (a test compares).
+	wholeSnapshots bool
 
 	// counters are read by Counters (metrics).
 	conflicts, watchRestarts, rebuilds atomic.Uint64

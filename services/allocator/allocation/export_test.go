@@ -13,3 +13,7 @@ func SetSnapshotReuse(d time.Duration) (restore func()) {
 // WithFollowRetry sets how long the follower waits before it watches
 // again after an error, for a test.
 func WithFollowRetry(d time.Duration) Option { return func(s *Allocator) { s.followRetry = d } }
+
+// WithWholeSnapshots makes a follower's watch of every pool decode the
+// whole store, as before it read the store in pages, for a comparison.
+func WithWholeSnapshots() Option { return func(s *Allocator) { s.wholeSnapshots = true } }

@@ -723,7 +723,16 @@ func (w *Watcher) Next(ctx context.Context) WatchEvent {
 		if err := ctx.Err(); err != nil {
 			return WatchEvent{Err: err}
 		}
-		if c, ok := w.snap.chunk(w.pool, w.chunk); ok {
+		c, ok, err := w.snap.chunk(ctx, w.pool, w.chunk)
+		if err != nil {
+			if ctx.Err() != nil {
+				return WatchEvent{Err: ctx.Err()}
+			}
+			w.end = snapshotError(w.snap.rev, err)
+			w.snap = nil
+			return WatchEvent{Err: w.end}
+		}
+		if ok {
 			w.chunk++
 			return WatchEvent{Chunk: c}
 		}
@@ -793,9 +802,12 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		return events, nil
 	}
 	key, take := "-", storeSnapshot(s.store)
+	pages, paged := unwrap(s.store).(store.Pager)
 	switch {
 	case pool == "-" && !s.follow:
 		take = s.heldSnapshotAll()
+	case pool == "-" && paged && !s.wholeSnapshots:
+		take = pagedSnapshot(pages)
 	case pool == "-":
 	case !s.follow:
 		key, take = pool, s.heldSnapshot(pool)
@@ -817,6 +829,15 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		*snap = sn
 		return events, nil
 	}
+}
+
+// snapshotError is why a watch could not read the rest of its snapshot,
+// taken at rev, from the store.
+func snapshotError(rev int64, err error) error {
+	if errors.Is(err, store.ErrCompacted) {
+		return fmt.Errorf("the store compacted revision %d while this watch's snapshot, taken at it, was being sent; watch again from revision 0: %w: %w", rev, ErrRevisionTooOld, err)
+	}
+	return fmt.Errorf("read the watch's snapshot at revision %d: %w: %w", rev, ErrStoreUnavailable, err)
 }
 
 // watchStore opens the store's watch after fromRev, as a cursor: of

@@ -2,11 +2,13 @@ package allocation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -55,11 +57,12 @@ func (c *SnapshotChunk) Memo(key any, build func([]store.Allocation) any) any {
 	return v
 }
 
-// poolSnapshot is what a watch sends before its changes: either a store
+// poolSnapshot is what a watch sends before its changes: a store
 // snapshot, with each pool's allocations picked out once, when a watch of
-// the pool first asks, or views of held allocations (one pool's, or every
-// pool's in id order). Either is cut into chunks as the first watch to
-// get that far asks. The
+// the pool first asks; views of held allocations (one pool's, or every
+// pool's in id order); or the store's pages at one revision (every
+// pool's). Each is cut into chunks as the first watch to get that far
+// asks. The
 // snapshot holds its chunks weakly: the watches sending a chunk keep it
 // (and its encodings) alive, and one the collector took is cut again
 // when a later watch gets there, so a snapshot of a million allocations
@@ -70,6 +73,13 @@ type poolSnapshot struct {
 	// views are set for a snapshot taken from memory: one pool's, or the
 	// non-empty pools' in id order.
 	views []*held.View
+	// pages is set for a snapshot read from the store a chunk at a time,
+	// at rev; first is its first chunk, read to fix rev.
+	pages store.Pager
+	first *SnapshotChunk
+	// compacted is set once a page of rev was found compacted: the
+	// snapshot serves no new watch.
+	compacted atomic.Bool
 
 	mu     sync.Mutex
 	byPool map[string][]store.Allocation
@@ -85,15 +95,31 @@ type chunked struct {
 	done   bool
 }
 
-// place is a position in a snapshot's views.
+// place is a position in a snapshot's views, or its pages.
 type place struct {
 	view int
 	addr netip.Addr // the zero Addr: the view's first
+	// after is, in pages, the last allocation before the place.
+	after store.AllocationKey
 }
 
-// cut reads the chunk of the views that starts at from, and where the
-// next one starts; more is false when this one ends the views.
-func (p *poolSnapshot) cut(from place) (out []store.Allocation, next place, more bool) {
+// listed reports whether the snapshot holds its allocations in all.
+func (p *poolSnapshot) listed() bool { return p.views == nil && p.pages == nil }
+
+// cut reads the chunk of the views or pages that starts at from, and
+// where the next one starts; more is false when this one ends them.
+func (p *poolSnapshot) cut(ctx context.Context, from place) (out []store.Allocation, next place, more bool, err error) {
+	if p.pages != nil {
+		pg, err := p.pages.PageAllocations(ctx, p.rev, from.after, ChunkSize)
+		if err != nil {
+			return nil, place{}, false, err
+		}
+		if n := len(pg.Allocations); n > 0 {
+			last := pg.Allocations[n-1]
+			next.after = store.AllocationKey{Pool: last.Pool, Address: last.Address}
+		}
+		return pg.Allocations, next, pg.More && len(pg.Allocations) > 0, nil
+	}
 	out = make([]store.Allocation, 0, ChunkSize)
 	for v := from.view; v < len(p.views); v++ {
 		start := netip.Addr{}
@@ -106,20 +132,20 @@ func (p *poolSnapshot) cut(from place) (out []store.Allocation, next place, more
 		})
 		if len(out) == ChunkSize {
 			if n := out[len(out)-1].Address.Next(); n.IsValid() {
-				return out, place{view: v, addr: n}, true
+				return out, place{view: v, addr: n}, true, nil
 			}
 			// The family's last address.
-			return out, place{view: v + 1}, v+1 < len(p.views)
+			return out, place{view: v + 1}, v+1 < len(p.views), nil
 		}
 	}
-	return out, place{}, false
+	return out, place{}, false, nil
 }
 
 // chunk returns the snapshot's i-th chunk of pool, or false past the
-// last.
-func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
+// last. Only reading a page can fail; ctx bounds it.
+func (p *poolSnapshot) chunk(ctx context.Context, pool string, i int) (*SnapshotChunk, bool, error) {
 	var all []store.Allocation
-	if p.views == nil {
+	if p.listed() {
 		all = p.of(pool)
 	}
 	p.mu.Lock()
@@ -132,14 +158,7 @@ func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
 		c = &chunked{starts: []place{{}}}
 		p.chunks[pool] = c
 	}
-	run := func(k int) []store.Allocation {
-		if p.views == nil {
-			return all[k*ChunkSize : min((k+1)*ChunkSize, len(all))]
-		}
-		r, _, _ := p.cut(c.starts[k])
-		return r
-	}
-	if p.views == nil {
+	if p.listed() {
 		n := (len(all) + ChunkSize - 1) / ChunkSize
 		for len(c.list) < n {
 			c.list = append(c.list, weak.Pointer[SnapshotChunk]{})
@@ -149,7 +168,10 @@ func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
 	var cut *SnapshotChunk
 	for len(c.list) <= i && !c.done {
 		k := len(c.list)
-		r, next, more := p.cut(c.starts[k])
+		r, next, more, err := p.cut(ctx, c.starts[k])
+		if err != nil {
+			return nil, false, p.failed(err)
+		}
 		if len(r) == 0 {
 			c.starts, c.done = c.starts[:k], true
 			break
@@ -166,17 +188,35 @@ func (p *poolSnapshot) chunk(pool string, i int) (*SnapshotChunk, bool) {
 		}
 	}
 	if i >= len(c.list) {
-		return nil, false
+		return nil, false, nil
 	}
 	if cut != nil {
-		return cut, true
+		return cut, true, nil
 	}
 	if ch := c.list[i].Value(); ch != nil {
-		return ch, true
+		return ch, true, nil
 	}
-	ch := &SnapshotChunk{Allocations: run(i)}
+	// Collected: cut again.
+	var r []store.Allocation
+	if p.listed() {
+		r = all[i*ChunkSize : min((i+1)*ChunkSize, len(all))]
+	} else {
+		var err error
+		if r, _, _, err = p.cut(ctx, c.starts[i]); err != nil {
+			return nil, false, p.failed(err)
+		}
+	}
+	ch := &SnapshotChunk{Allocations: r}
 	c.list[i] = weak.Make(ch)
-	return ch, true
+	return ch, true, nil
+}
+
+// failed notes a page that could not be read, and returns err.
+func (p *poolSnapshot) failed(err error) error {
+	if errors.Is(err, store.ErrCompacted) {
+		p.compacted.Store(true)
+	}
+	return err
 }
 
 func (p *poolSnapshot) of(pool string) []store.Allocation {
@@ -205,6 +245,17 @@ type snapshotCall struct {
 	err  error
 }
 
+// stale reports whether the call's snapshot can no longer be read whole:
+// the store compacted its revision while it was being sent.
+func (c *snapshotCall) stale() bool {
+	select {
+	case <-c.done:
+		return c.snap != nil && c.snap.compacted.Load()
+	default:
+		return false
+	}
+}
+
 // snapshots shares snapshots among the watches that start while one is
 // being taken or was taken less than snapshotReuse ago: 2,000 watches
 // started together take one, not 2,000. A snapshot is dropped
@@ -224,7 +275,7 @@ type snapshots struct {
 func (sn *snapshots) get(ctx context.Context, key string, fresh bool, take func(context.Context) (*poolSnapshot, error)) (*poolSnapshot, error) {
 	sn.mu.Lock()
 	c := sn.calls[key]
-	if c == nil || fresh {
+	if c == nil || fresh || c.stale() {
 		c = &snapshotCall{done: make(chan struct{})}
 		if sn.calls == nil {
 			sn.calls = map[string]*snapshotCall{}
@@ -268,6 +319,37 @@ func storeSnapshot(st store.Store) func(context.Context) (*poolSnapshot, error) 
 			return nil, fmt.Errorf("watch snapshot: %w", err)
 		}
 		return &poolSnapshot{rev: snap.Revision, all: snap.Allocations, byPool: map[string][]store.Allocation{}}, nil
+	}
+}
+
+// pagedSnapshot reads every pool's allocations from the store a chunk at a
+// time, at the revision of the first: what a follower does on a store
+// that keeps its revisions (store.Pager), where storeSnapshot would hold
+// the whole store while the snapshot is sent. A watch that gets to a
+// chunk after the store compacted the revision ends (ErrRevisionTooOld)
+// and starts again.
+func pagedSnapshot(pages store.Pager) func(context.Context) (*poolSnapshot, error) {
+	return func(ctx context.Context) (*poolSnapshot, error) {
+		pg, err := pages.PageAllocations(ctx, 0, store.AllocationKey{}, ChunkSize)
+		if err != nil {
+			return nil, fmt.Errorf("watch snapshot: %w: %w", ErrStoreUnavailable, err)
+		}
+		p := &poolSnapshot{rev: pg.Revision, pages: pages}
+		c := &chunked{starts: []place{}, done: len(pg.Allocations) == 0}
+		if len(pg.Allocations) > 0 {
+			// Held for as long as the snapshot serves new watches.
+			p.first = &SnapshotChunk{Allocations: pg.Allocations}
+			last := pg.Allocations[len(pg.Allocations)-1]
+			c.list = []weak.Pointer[SnapshotChunk]{weak.Make(p.first)}
+			c.starts = append(c.starts, place{})
+			if pg.More {
+				c.starts = append(c.starts, place{after: store.AllocationKey{Pool: last.Pool, Address: last.Address}})
+			} else {
+				c.done = true
+			}
+		}
+		p.chunks = map[string]*chunked{"-": c}
+		return p, nil
 	}
 }
 

@@ -289,6 +289,36 @@ type CursorStore interface {
 	WatchCursor(ctx context.Context, fromRev int64, pool string) (Cursor, error)
 }
 
+// AllocationKey is where an allocation sorts among those of every pool:
+// by pool id, then address (IPv4 first).
+type AllocationKey struct {
+	Pool    string
+	Address netip.Addr
+}
+
+// Page is one page of a Pager's allocations.
+type Page struct {
+	// Revision is the revision the page was read at.
+	Revision    int64
+	Allocations []Allocation
+	// More is set when allocations follow the page's last.
+	More bool
+}
+
+// A Pager is a Store that keeps the revisions before its current one
+// until it compacts them (etcd), and so can read every pool's
+// allocations a page at a time at one revision: a reader of all of them
+// holds a page, not the store.
+type Pager interface {
+	// PageAllocations returns up to limit allocations of every pool, in
+	// (pool, address) order, that sort after `after` (from the first
+	// when after is the zero key; otherwise it names an allocation's
+	// pool and address), as they were at revision rev, or at the
+	// current revision when rev is 0. It returns ErrCompacted once rev
+	// is compacted.
+	PageAllocations(ctx context.Context, rev int64, after AllocationKey, limit int) (Page, error)
+}
+
 // ChanCursor reads a watch channel (Store.Watch) as a cursor, for a store
 // or a watch that offers only the channel.
 func ChanCursor(ch <-chan Event) Cursor { return chanCursor(ch) }

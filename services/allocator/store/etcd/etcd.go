@@ -243,11 +243,7 @@ func (s *Store) checkLayout(ctx context.Context) error {
 func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
 	from, end := prefix, rangeEnd(prefix)
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(snapshotPage)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := s.cli.Get(ctx, from, opts...)
+		resp, err := s.page(ctx, from, end, rev, snapshotPage)
 		if err != nil {
 			return 0, err
 		}
@@ -262,8 +258,53 @@ func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(*mvc
 		if !resp.More || len(resp.Kvs) == 0 {
 			return rev, nil
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		from = after(resp.Kvs[len(resp.Kvs)-1].Key)
 	}
+}
+
+// page reads up to limit keys of [from, end) at revision rev (the current
+// one when 0).
+func (s *Store) page(ctx context.Context, from, end string, rev int64, limit int) (*clientv3.GetResponse, error) {
+	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit))}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	return s.cli.Get(ctx, from, opts...)
+}
+
+// after is the first key that sorts after key.
+func after(key []byte) string { return string(key) + "\x00" }
+
+// PageAllocations implements store.Pager: one range read of at most
+// limit allocation keys, at rev.
+func (s *Store) PageAllocations(ctx context.Context, rev int64, from store.AllocationKey, limit int) (store.Page, error) {
+	if s.isClosed() {
+		return store.Page{}, store.ErrClosed
+	}
+	if limit <= 0 || limit > snapshotPage {
+		limit = snapshotPage
+	}
+	all := s.k.prefix + keyAllocs
+	start := all
+	if from.Pool != "" || from.Address.IsValid() {
+		if from.Pool == "" || !from.Address.IsValid() {
+			return store.Page{}, fmt.Errorf("page allocations after %q %v: a key names both a pool and an address", from.Pool, from.Address)
+		}
+		start = after([]byte(s.k.alloc(from.Pool, from.Address)))
+	}
+	resp, err := s.page(ctx, start, rangeEnd(all), rev, limit)
+	if err != nil {
+		return store.Page{}, s.readError(ctx, "page allocations", err)
+	}
+	pg := store.Page{Revision: cmp.Or(rev, resp.Header.Revision), More: resp.More, Allocations: make([]store.Allocation, 0, len(resp.Kvs))}
+	for _, kv := range resp.Kvs {
+		a, err := decodeAlloc(kv.Value, kv.ModRevision)
+		if err != nil {
+			return store.Page{}, fmt.Errorf("page allocations: %q: %w", kv.Key, err)
+		}
+		pg.Allocations = append(pg.Allocations, a)
+	}
+	return pg, nil
 }
 
 func (s *Store) readError(ctx context.Context, what string, err error) error {

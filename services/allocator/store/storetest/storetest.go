@@ -101,6 +101,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open(t)) })
 	}
+	// Only a store that keeps its revisions reads in pages.
+	if s, ok := open(t).(store.Pager); ok {
+		t.Run("PageAllocations", func(t *testing.T) { testPageAllocations(t, s.(store.Store), s) })
+	}
 	if cfg.openRetention != nil {
 		t.Run("RequestRetention", func(t *testing.T) { testRequestRetention(t, cfg.openRetention(t), cfg.retention) })
 	}
