@@ -95,10 +95,13 @@ type AllocatorServiceClient interface {
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then
 	// changes. With a start revision it sends every change after it; a
 	// revision that is too old is answered with OUT_OF_RANGE
-	// (REVISION_TOO_OLD): the client must list again. A stream that reads so
-	// slowly that it falls more than half the allocator's event history
-	// behind ends with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) while what it
-	// missed is still kept: the client resumes with start_revision set to
+	// (REVISION_TOO_OLD): the client must list again. The same ends a
+	// snapshot of every pool on a replica among others, read from etcd at one
+	// revision as it is sent, when etcd compacts that revision before SYNCED:
+	// the client drops what it received and watches again from 0. A stream
+	// that reads so slowly that it falls more than half the allocator's event
+	// history behind ends with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) while what
+	// it missed is still kept: the client resumes with start_revision set to
 	// the last resume_revision it received, and loses nothing.
 	WatchAllocations(ctx context.Context, in *WatchAllocationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAllocationsResponse], error)
 }
@@ -293,10 +296,13 @@ type AllocatorServiceServer interface {
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then
 	// changes. With a start revision it sends every change after it; a
 	// revision that is too old is answered with OUT_OF_RANGE
-	// (REVISION_TOO_OLD): the client must list again. A stream that reads so
-	// slowly that it falls more than half the allocator's event history
-	// behind ends with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) while what it
-	// missed is still kept: the client resumes with start_revision set to
+	// (REVISION_TOO_OLD): the client must list again. The same ends a
+	// snapshot of every pool on a replica among others, read from etcd at one
+	// revision as it is sent, when etcd compacts that revision before SYNCED:
+	// the client drops what it received and watches again from 0. A stream
+	// that reads so slowly that it falls more than half the allocator's event
+	// history behind ends with RESOURCE_EXHAUSTED (WATCH_TOO_SLOW) while what
+	// it missed is still kept: the client resumes with start_revision set to
 	// the last resume_revision it received, and loses nothing.
 	WatchAllocations(*WatchAllocationsRequest, grpc.ServerStreamingServer[WatchAllocationsResponse]) error
 	mustEmbedUnimplementedAllocatorServiceServer()
