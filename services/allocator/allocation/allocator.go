@@ -52,8 +52,9 @@ type Allocator struct {
 
 	// snapshots are shared by watches that start together.
 	snapshots snapshots
-	// wholeSnapshots makes a follower's watch of every pool decode the
-	// whole store even where it can read it in pages (a test compares).
+	// wholeSnapshots makes a follower's watch read its snapshot whole
+	// (the store's, or one pool's) even where it can read it in pages (a
+	// test compares).
 	wholeSnapshots bool
 
 	// counters are read by Counters (metrics).

@@ -14,6 +14,7 @@ func SetSnapshotReuse(d time.Duration) (restore func()) {
 // again after an error, for a test.
 func WithFollowRetry(d time.Duration) Option { return func(s *Allocator) { s.followRetry = d } }
 
-// WithWholeSnapshots makes a follower's watch of every pool decode the
-// whole store, as before it read the store in pages, for a comparison.
+// WithWholeSnapshots makes a follower's watch read its snapshot whole (the
+// store's, or one pool's), as before it read it in pages, for a
+// comparison.
 func WithWholeSnapshots() Option { return func(s *Allocator) { s.wholeSnapshots = true } }

@@ -1,6 +1,7 @@
 package allocation_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -22,7 +23,12 @@ import (
 // countedEtcd counts a replica's whole-store snapshots and pages.
 type countedEtcd struct {
 	*etcd.Store
-	snapshots, pages atomic.Int32
+	snapshots, poolSnapshots, pages atomic.Int32
+}
+
+func (c *countedEtcd) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
+	c.poolSnapshots.Add(1)
+	return c.Store.SnapshotPool(ctx, pool)
 }
 
 func (c *countedEtcd) Snapshot(ctx context.Context) (*store.Snapshot, error) {
@@ -30,9 +36,9 @@ func (c *countedEtcd) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return c.Store.Snapshot(ctx)
 }
 
-func (c *countedEtcd) PageAllocations(ctx context.Context, rev int64, after store.AllocationKey, limit int) (store.Page, error) {
+func (c *countedEtcd) PageAllocations(ctx context.Context, rev int64, pool string, after store.AllocationKey, limit int) (store.Page, error) {
 	c.pages.Add(1)
-	return c.Store.PageAllocations(ctx, rev, after, limit)
+	return c.Store.PageAllocations(ctx, rev, pool, after, limit)
 }
 
 // seedStore commits n allocations of pool from first on, 30 to a
@@ -149,6 +155,28 @@ func TestFollowerWatchOfEveryPoolReadsPages(t *testing.T) {
 	require.Equal(t, wholeBefore, counted.snapshots.Load(), "no whole-store snapshot")
 }
 
+// TestFollowerWatchOfOnePoolReadsPages: so does a follower's watch of one
+// pool, and it reads that pool's allocations alone.
+func TestFollowerWatchOfOnePoolReadsPages(t *testing.T) {
+	ctx := t.Context()
+	_, b, counted, st := pagedReplicas(t)
+	for pool, chunks := range map[string]int{"a": 3, "b": 1, "c": 1} {
+		wantRev, want, err := st.SnapshotPool(ctx, pool)
+		require.NoError(t, err)
+		pagesBefore := counted.pages.Load()
+		w, err := b.Watch(ctx, pool, 0)
+		require.NoError(t, err)
+		rev, got, n, err := readSnapshot(t, w)
+		w.Close()
+		require.NoError(t, err)
+		require.Equal(t, wantRev, rev, "pool %s", pool)
+		require.Equal(t, want, got, "pool %s", pool)
+		require.Equal(t, chunks, n, "pool %s", pool)
+		require.Equal(t, int32(chunks), counted.pages.Load()-pagesBefore, "pool %s: a page per chunk", pool)
+	}
+	require.Zero(t, counted.poolSnapshots.Load(), "no pool read whole")
+}
+
 // TestFollowerWatchSnapshotCompacted: when etcd compacts the revision of a
 // follower's snapshot of every pool while it is sent, the watch ends
 // with ErrRevisionTooOld, and the next watch takes a new snapshot rather
@@ -187,13 +215,14 @@ func liveHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// BenchmarkFollowerWatchOfEveryPool: a watch of every pool on a replica
-// among others, on etcd holding 100,000 allocations in 10 pools: the
-// whole store decoded for it (as before) against the store read a chunk
-// at a time. held-MB is the most heap the watch held while it was sent,
-// above the replica's own (live heap after a collection, a quarter,
-// half and three quarters of the way through).
-func BenchmarkFollowerWatchOfEveryPool(b *testing.B) {
+// BenchmarkFollowerWatch: watches on a replica among others, on etcd
+// holding 95,000 allocations in 10 pools (50,000 in pool-0, 5,000 in each
+// other), of every pool and of pool-0: the store or the pool decoded
+// whole for the watch (as before) against read a chunk at a time.
+// held-MB is the most heap the watch held while it was sent, above the
+// replica's own (live heap after a collection a quarter, half and three
+// quarters of the way through).
+func BenchmarkFollowerWatch(b *testing.B) {
 	e := kubetest.StartEtcd(b, "--max-txn-ops=4096")
 	ctx := b.Context()
 	open := func() *etcd.Store {
@@ -203,15 +232,17 @@ func BenchmarkFollowerWatchOfEveryPool(b *testing.B) {
 		return st
 	}
 	seeder := open()
-	const pools, per = 10, 10_000
-	for p := range pools {
+	sizes := map[string]int{"pool-0": 50_000}
+	for p := range 10 {
 		id := fmt.Sprint("pool-", p)
+		n := cmp.Or(sizes[id], 5_000)
+		sizes[id] = n
 		first := netip.AddrFrom4([4]byte{10, byte(p), 0, 1})
 		_, err := seeder.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: id, CIDRs: []string{netip.PrefixFrom(first, 16).Masked().String()}}}}})
 		require.NoError(b, err)
-		for done := 0; done < per; {
+		for done := 0; done < n; {
 			var ops []store.Op
-			for ; done < per && len(ops) < 500; done++ {
+			for ; done < n && len(ops) < 500; done++ {
 				ops = append(ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{Pool: id, Address: first,
 					Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", done), UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", done)}}})
 				first = first.Next()
@@ -220,38 +251,42 @@ func BenchmarkFollowerWatchOfEveryPool(b *testing.B) {
 			require.NoError(b, err)
 		}
 	}
+	sizes["-"] = 95_000
 	defer allocation.SetSnapshotReuse(0)()
-	for _, mode := range []struct {
-		name string
-		opts []allocation.Option
-	}{{"whole", []allocation.Option{allocation.WithWholeSnapshots()}}, {"paged", nil}} {
-		b.Run(mode.name, func(b *testing.B) {
-			svc, err := allocation.New(ctx, allocation.Traced(open()), append([]allocation.Option{allocation.WithFollow()}, mode.opts...)...)
-			require.NoError(b, err)
-			runtime.GC()
-			base, peak := liveHeap(), uint64(0)
-			const chunks = pools * per / allocation.ChunkSize
-			for b.Loop() {
-				w, err := svc.Watch(ctx, "-", 0)
+	for _, pool := range []string{"-", "pool-0"} {
+		for _, mode := range []struct {
+			name string
+			opts []allocation.Option
+		}{{"whole", []allocation.Option{allocation.WithWholeSnapshots()}}, {"paged", nil}} {
+			b.Run(fmt.Sprintf("pool=%s/%s", pool, mode.name), func(b *testing.B) {
+				svc, err := allocation.New(ctx, allocation.Traced(open()), append([]allocation.Option{allocation.WithFollow()}, mode.opts...)...)
 				require.NoError(b, err)
-				n := 0
-				for {
-					ev := w.Next(ctx)
-					require.NoError(b, ev.Err)
-					if ev.Synced {
-						break
+				runtime.GC()
+				base, peak := liveHeap(), uint64(0)
+				chunks := sizes[pool] / allocation.ChunkSize
+				for b.Loop() {
+					w, err := svc.Watch(ctx, pool, 0)
+					require.NoError(b, err)
+					n := 0
+					for {
+						ev := w.Next(ctx)
+						require.NoError(b, ev.Err)
+						if ev.Synced {
+							break
+						}
+						if n++; n%(chunks/4) == 0 && n < chunks {
+							b.StopTimer()
+							runtime.GC()
+							peak = max(peak, liveHeap())
+							b.StartTimer()
+						}
 					}
-					if n++; n%(chunks/4) == 0 && n < chunks {
-						b.StopTimer()
-						runtime.GC()
-						peak = max(peak, liveHeap())
-						b.StartTimer()
-					}
+					require.Equal(b, (sizes[pool]+allocation.ChunkSize-1)/allocation.ChunkSize, n)
+					w.Close()
 				}
-				w.Close()
-			}
-			b.ReportMetric(float64(int64(peak)-int64(base))/1e6, "held-MB")
-		})
+				b.ReportMetric(float64(int64(peak)-int64(base))/1e6, "held-MB")
+			})
+		}
 	}
 }
 

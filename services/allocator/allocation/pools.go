@@ -801,19 +801,23 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		}
 		return events, nil
 	}
-	key, take := "-", storeSnapshot(s.store)
+	// Alone on its store, from memory; a follower, from the store: in
+	// pages where it keeps its revisions, else whole.
+	var take func(context.Context) (*poolSnapshot, error)
 	pages, paged := unwrap(s.store).(store.Pager)
 	switch {
-	case pool == "-" && !s.follow:
+	case !s.follow && pool == "-":
 		take = s.heldSnapshotAll()
-	case pool == "-" && paged && !s.wholeSnapshots:
-		take = pagedSnapshot(pages)
-	case pool == "-":
 	case !s.follow:
-		key, take = pool, s.heldSnapshot(pool)
+		take = s.heldSnapshot(pool)
+	case paged && !s.wholeSnapshots:
+		take = pagedSnapshot(pages, pool)
+	case pool == "-":
+		take = storeSnapshot(s.store)
 	default:
-		key, take = pool, storePoolSnapshot(s.store, pool)
+		take = storePoolSnapshot(s.store, pool)
 	}
+	key := pool
 	for fresh := false; ; fresh = true {
 		sn, err := s.snapshots.get(ctx, key, fresh, take)
 		if err != nil {

@@ -74,9 +74,11 @@ type poolSnapshot struct {
 	// non-empty pools' in id order.
 	views []*held.View
 	// pages is set for a snapshot read from the store a chunk at a time,
-	// at rev; first is its first chunk, read to fix rev.
-	pages store.Pager
-	first *SnapshotChunk
+	// at rev: of pagePool ("": every pool). first is its first chunk,
+	// read to fix rev.
+	pages    store.Pager
+	pagePool string
+	first    *SnapshotChunk
 	// compacted is set once a page of rev was found compacted: the
 	// snapshot serves no new watch.
 	compacted atomic.Bool
@@ -110,7 +112,7 @@ func (p *poolSnapshot) listed() bool { return p.views == nil && p.pages == nil }
 // where the next one starts; more is false when this one ends them.
 func (p *poolSnapshot) cut(ctx context.Context, from place) (out []store.Allocation, next place, more bool, err error) {
 	if p.pages != nil {
-		pg, err := p.pages.PageAllocations(ctx, p.rev, from.after, ChunkSize)
+		pg, err := p.pages.PageAllocations(ctx, p.rev, p.pagePool, from.after, ChunkSize)
 		if err != nil {
 			return nil, place{}, false, err
 		}
@@ -322,19 +324,23 @@ func storeSnapshot(st store.Store) func(context.Context) (*poolSnapshot, error) 
 	}
 }
 
-// pagedSnapshot reads every pool's allocations from the store a chunk at a
-// time, at the revision of the first: what a follower does on a store
-// that keeps its revisions (store.Pager), where storeSnapshot would hold
-// the whole store while the snapshot is sent. A watch that gets to a
-// chunk after the store compacted the revision ends (ErrRevisionTooOld)
-// and starts again.
-func pagedSnapshot(pages store.Pager) func(context.Context) (*poolSnapshot, error) {
+// pagedSnapshot reads pool's allocations ("-": every pool's) from the
+// store a chunk at a time, at the revision of the first: what a follower
+// does on a store that keeps its revisions (store.Pager), where
+// storeSnapshot and storePoolSnapshot would hold all of them while the
+// snapshot is sent. A watch that gets to a chunk after the store
+// compacted the revision ends (ErrRevisionTooOld) and starts again.
+func pagedSnapshot(pages store.Pager, pool string) func(context.Context) (*poolSnapshot, error) {
 	return func(ctx context.Context) (*poolSnapshot, error) {
-		pg, err := pages.PageAllocations(ctx, 0, store.AllocationKey{}, ChunkSize)
-		if err != nil {
-			return nil, fmt.Errorf("watch snapshot: %w: %w", ErrStoreUnavailable, err)
+		of := pool
+		if pool == "-" {
+			of = ""
 		}
-		p := &poolSnapshot{rev: pg.Revision, pages: pages}
+		pg, err := pages.PageAllocations(ctx, 0, of, store.AllocationKey{}, ChunkSize)
+		if err != nil {
+			return nil, fmt.Errorf("watch snapshot of pool %s: %w: %w", pool, ErrStoreUnavailable, err)
+		}
+		p := &poolSnapshot{rev: pg.Revision, pages: pages, pagePool: of}
 		c := &chunked{starts: []place{}, done: len(pg.Allocations) == 0}
 		if len(pg.Allocations) > 0 {
 			// Held for as long as the snapshot serves new watches.
@@ -348,7 +354,7 @@ func pagedSnapshot(pages store.Pager) func(context.Context) (*poolSnapshot, erro
 				c.done = true
 			}
 		}
-		p.chunks = map[string]*chunked{"-": c}
+		p.chunks = map[string]*chunked{pool: c}
 		return p, nil
 	}
 }

@@ -306,17 +306,18 @@ type Page struct {
 }
 
 // A Pager is a Store that keeps the revisions before its current one
-// until it compacts them (etcd), and so can read every pool's
-// allocations a page at a time at one revision: a reader of all of them
-// holds a page, not the store.
+// until it compacts them (etcd), and so can read allocations a page at a
+// time at one revision: a reader of a million holds a page, not the
+// million.
 type Pager interface {
-	// PageAllocations returns up to limit allocations of every pool, in
-	// (pool, address) order, that sort after `after` (from the first
-	// when after is the zero key; otherwise it names an allocation's
-	// pool and address), as they were at revision rev, or at the
-	// current revision when rev is 0. It returns ErrCompacted once rev
-	// is compacted.
-	PageAllocations(ctx context.Context, rev int64, after AllocationKey, limit int) (Page, error)
+	// PageAllocations returns up to limit allocations of pool (of every
+	// pool when pool is ""), in (pool, address) order, that sort after
+	// `after` (from the first when after is the zero key; otherwise it
+	// names an allocation's pool, which is pool when pool is set, and
+	// address), as they were at revision rev, or at the current
+	// revision when rev is 0. It returns ErrCompacted once rev is
+	// compacted.
+	PageAllocations(ctx context.Context, rev int64, pool string, after AllocationKey, limit int) (Page, error)
 }
 
 // ChanCursor reads a watch channel (Store.Watch) as a cursor, for a store

@@ -277,22 +277,25 @@ func after(key []byte) string { return string(key) + "\x00" }
 
 // PageAllocations implements store.Pager: one range read of at most
 // limit allocation keys, at rev.
-func (s *Store) PageAllocations(ctx context.Context, rev int64, from store.AllocationKey, limit int) (store.Page, error) {
+func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, from store.AllocationKey, limit int) (store.Page, error) {
 	if s.isClosed() {
 		return store.Page{}, store.ErrClosed
 	}
 	if limit <= 0 || limit > snapshotPage {
 		limit = snapshotPage
 	}
-	all := s.k.prefix + keyAllocs
-	start := all
+	within := s.k.prefix + keyAllocs
+	if pool != "" {
+		within = s.k.poolAllocs(pool)
+	}
+	start := within
 	if from.Pool != "" || from.Address.IsValid() {
-		if from.Pool == "" || !from.Address.IsValid() {
-			return store.Page{}, fmt.Errorf("page allocations after %q %v: a key names both a pool and an address", from.Pool, from.Address)
+		if from.Pool == "" || !from.Address.IsValid() || (pool != "" && from.Pool != pool) {
+			return store.Page{}, fmt.Errorf("page allocations of %q after %q %v: the key must name an address of the pool read", pool, from.Pool, from.Address)
 		}
 		start = after([]byte(s.k.alloc(from.Pool, from.Address)))
 	}
-	resp, err := s.page(ctx, start, rangeEnd(all), rev, limit)
+	resp, err := s.page(ctx, start, rangeEnd(within), rev, limit)
 	if err != nil {
 		return store.Page{}, s.readError(ctx, "page allocations", err)
 	}

@@ -10,16 +10,16 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// pages reads every allocation of s at rev a page of limit at a time and
-// checks each page's revision and More.
-func pages(t *testing.T, s store.Pager, rev int64, limit int) (int64, []store.Allocation) {
+// pages reads every allocation of pool ("": of every pool) of s at rev a
+// page of limit at a time and checks each page's revision and More.
+func pages(t *testing.T, s store.Pager, rev int64, pool string, limit int) (int64, []store.Allocation) {
 	t.Helper()
 	var (
 		out   []store.Allocation
 		after store.AllocationKey
 	)
 	for {
-		pg, err := s.PageAllocations(t.Context(), rev, after, limit)
+		pg, err := s.PageAllocations(t.Context(), rev, pool, after, limit)
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(pg.Allocations), limit)
 		if rev == 0 {
@@ -38,9 +38,10 @@ func pages(t *testing.T, s store.Pager, rev int64, limit int) (int64, []store.Al
 
 // testPageAllocations: a store that reads its allocations in pages
 // (store.Pager) gives what its snapshot holds, in the same order, in pages
-// of the size asked for and across pools whose ids share a start; a
-// revision read again gives the same pages after later commits; a page
-// starts after the key it is given; and a compacted revision is refused.
+// of the size asked for and across pools whose ids share a start, and one
+// pool's what SnapshotPool gives; a revision read again gives the same
+// pages after later commits; a page starts after the key it is given; and
+// a compacted revision is refused.
 func testPageAllocations(t *testing.T, s store.Store, pg store.Pager) {
 	ctx := t.Context()
 	commit(t, s, txn(putPool(newPool("a", "10.0.0.0/24", "2001:db8::/64")), putPool(newPool("ab", "10.1.0.0/24")), putPool(newPool("b", "10.2.0.0/24"))))
@@ -58,39 +59,57 @@ func testPageAllocations(t *testing.T, s store.Store, pg store.Pager) {
 	require.Len(t, want.Allocations, 11)
 
 	for _, limit := range []int{1, 2, 4, 11, 100} {
-		rev, got := pages(t, pg, 0, limit)
+		rev, got := pages(t, pg, 0, "", limit)
 		require.Equal(t, want.Revision, rev, "limit %d", limit)
 		require.Equal(t, want.Allocations, got, "limit %d", limit)
+		for _, pool := range []string{"a", "ab", "b", "nosuch"} {
+			prev, allocs, err := s.SnapshotPool(ctx, pool)
+			require.NoError(t, err)
+			rev, got := pages(t, pg, prev, pool, limit)
+			require.Equal(t, prev, rev)
+			require.Equal(t, allocs, got, "pool %s, limit %d", pool, limit)
+		}
 	}
 
 	// After the key given, whichever pool comes next.
-	page, err := pg.PageAllocations(ctx, want.Revision, store.AllocationKey{Pool: "a", Address: netip.MustParseAddr("10.0.0.10")}, 2)
+	tenth := store.AllocationKey{Pool: "a", Address: netip.MustParseAddr("10.0.0.10")}
+	page, err := pg.PageAllocations(ctx, want.Revision, "", tenth, 2)
 	require.NoError(t, err)
 	require.Equal(t, want.Allocations[2:4], page.Allocations, "IPv6 after IPv4, then the next pool")
 	require.True(t, page.More)
-	page, err = pg.PageAllocations(ctx, want.Revision, store.AllocationKey{Pool: "a", Address: netip.MustParseAddr("10.0.0.11")}, 1)
+	page, err = pg.PageAllocations(ctx, want.Revision, "a", tenth, 2)
+	require.NoError(t, err)
+	require.Equal(t, want.Allocations[2:3], page.Allocations, "the pool's alone")
+	require.False(t, page.More)
+	page, err = pg.PageAllocations(ctx, want.Revision, "", store.AllocationKey{Pool: "a", Address: netip.MustParseAddr("10.0.0.11")}, 1)
 	require.NoError(t, err)
 	require.Equal(t, want.Allocations[2:3], page.Allocations, "a key that holds no allocation")
-	page, err = pg.PageAllocations(ctx, want.Revision, store.AllocationKey{Pool: "b", Address: netip.MustParseAddr("10.2.0.20")}, 5)
+	page, err = pg.PageAllocations(ctx, want.Revision, "", store.AllocationKey{Pool: "b", Address: netip.MustParseAddr("10.2.0.20")}, 5)
 	require.NoError(t, err)
 	require.Empty(t, page.Allocations)
 	require.False(t, page.More)
-	_, err = pg.PageAllocations(ctx, 0, store.AllocationKey{Pool: "a"}, 1)
+	_, err = pg.PageAllocations(ctx, 0, "", store.AllocationKey{Pool: "a"}, 1)
 	require.Error(t, err, "a key with a pool but no address")
+	_, err = pg.PageAllocations(ctx, 0, "ab", tenth, 1)
+	require.Error(t, err, "a key of another pool")
 
 	// The revision read again, after commits that change every pool.
 	latest := commit(t, s, txn(delAlloc("a", "10.0.0.9"), putAlloc(newAlloc("ab", "10.1.0.2", "later")), delPool("b")))
-	_, again := pages(t, pg, want.Revision, 3)
+	_, again := pages(t, pg, want.Revision, "", 3)
 	require.Equal(t, want.Allocations, again, "as they were at the revision")
-	rev, now := pages(t, pg, 0, 3)
+	_, againB := pages(t, pg, want.Revision, "b", 3)
+	require.Equal(t, want.Allocations[4:], againB, "a pool deleted since")
+	rev, now := pages(t, pg, 0, "", 3)
 	require.Equal(t, latest, rev)
 	require.Equal(t, snapshot(t, s).Allocations, now)
 
 	c, ok := s.(Compactor)
 	require.True(t, ok, "every store can compact")
 	require.NoError(t, c.Compact(ctx, latest))
-	_, err = pg.PageAllocations(ctx, want.Revision, store.AllocationKey{}, 3)
+	_, err = pg.PageAllocations(ctx, want.Revision, "", store.AllocationKey{}, 3)
 	require.ErrorIs(t, err, store.ErrCompacted)
-	_, now2 := pages(t, pg, latest, 3)
+	_, err = pg.PageAllocations(ctx, want.Revision, "a", store.AllocationKey{}, 3)
+	require.ErrorIs(t, err, store.ErrCompacted)
+	_, now2 := pages(t, pg, latest, "", 3)
 	require.Equal(t, now, now2, "the revision it was compacted at is still there")
 }
