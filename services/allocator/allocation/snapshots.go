@@ -60,9 +60,9 @@ func (c *SnapshotChunk) Memo(key any, build func([]store.Allocation) any) any {
 // poolSnapshot is what a watch sends before its changes: a store
 // snapshot, with each pool's allocations picked out once, when a watch of
 // the pool first asks; views of held allocations (one pool's, or every
-// pool's in id order); or the store's pages at one revision (every
-// pool's). Each is cut into chunks as the first watch to get that far
-// asks. The
+// pool's in id order); or the store read at one revision (one pool's or
+// every pool's), a run of chunks at a time. Each is cut into chunks as
+// the first watch to get that far asks. The
 // snapshot holds its chunks weakly: the watches sending a chunk keep it
 // (and its encodings) alive, and one the collector took is cut again
 // when a later watch gets there, so a snapshot of a million allocations
@@ -73,12 +73,10 @@ type poolSnapshot struct {
 	// views are set for a snapshot taken from memory: one pool's, or the
 	// non-empty pools' in id order.
 	views []*held.View
-	// pages is set for a snapshot read from the store a chunk at a time,
-	// at rev: of pagePool ("": every pool). first is its first chunk,
-	// read to fix rev.
+	// pages is set for a snapshot read from the store at rev, of
+	// pagePool ("": every pool).
 	pages    store.Pager
 	pagePool string
-	first    *SnapshotChunk
 	// compacted is set once a page of rev was found compacted: the
 	// snapshot serves no new watch.
 	compacted atomic.Bool
@@ -88,13 +86,24 @@ type poolSnapshot struct {
 	chunks map[string]*chunked
 }
 
+// pageChunks is how many chunks a snapshot read from the store reads at a
+// time. etcd walks the rest of the range in its index on every read with
+// a limit (to count it), so a read per chunk made a snapshot of n
+// allocations cost n²/1,024 steps of that walk; eight chunks a read, the
+// store's own pages' order of size, make it n²/8,192.
+const pageChunks = 8
+
 // chunked is a snapshot's chunks of one pool ("-": all), cut so far.
 type chunked struct {
 	list []weak.Pointer[SnapshotChunk]
-	// starts[i] is where chunk i of views starts, and one more: where
-	// the next chunk to cut starts, until done.
+	// starts[i] is where chunk i starts, and one more: where the next
+	// chunk to cut starts, until done.
 	starts []place
 	done   bool
+	// last are the chunks of the latest run read, held until the next,
+	// so that the collector does not take those a watch has yet to get
+	// to (a run of pages is read for the chunks after the one asked for).
+	last []*SnapshotChunk
 }
 
 // place is a position in a snapshot's views, or its pages.
@@ -108,19 +117,13 @@ type place struct {
 // listed reports whether the snapshot holds its allocations in all.
 func (p *poolSnapshot) listed() bool { return p.views == nil && p.pages == nil }
 
-// cut reads the chunk of the views or pages that starts at from, and
-// where the next one starts; more is false when this one ends them.
-func (p *poolSnapshot) cut(ctx context.Context, from place) (out []store.Allocation, next place, more bool, err error) {
+// cut reads the run that starts at from: of up to chunks chunks from the
+// pages, of one chunk from the views; and where the next run starts; more
+// is false when this one ends them.
+func (p *poolSnapshot) cut(ctx context.Context, from place, chunks int) (out []store.Allocation, next place, more bool, err error) {
 	if p.pages != nil {
-		pg, err := p.pages.PageAllocations(ctx, p.rev, p.pagePool, from.after, ChunkSize)
-		if err != nil {
-			return nil, place{}, false, err
-		}
-		if n := len(pg.Allocations); n > 0 {
-			last := pg.Allocations[n-1]
-			next.after = store.AllocationKey{Pool: last.Pool, Address: last.Address}
-		}
-		return pg.Allocations, next, pg.More && len(pg.Allocations) > 0, nil
+		pg, next, more, err := p.page(ctx, p.rev, from, chunks)
+		return pg.Allocations, next, more, err
 	}
 	out = make([]store.Allocation, 0, ChunkSize)
 	for v := from.view; v < len(p.views); v++ {
@@ -141,6 +144,54 @@ func (p *poolSnapshot) cut(ctx context.Context, from place) (out []store.Allocat
 		}
 	}
 	return out, place{}, false, nil
+}
+
+// page reads a run of up to chunks chunks from the store at rev (0: the
+// current revision), and where the next starts.
+func (p *poolSnapshot) page(ctx context.Context, rev int64, from place, chunks int) (pg store.Page, next place, more bool, err error) {
+	pg, err = p.pages.PageAllocations(ctx, rev, p.pagePool, from.after, chunks*ChunkSize)
+	if err != nil {
+		return store.Page{}, place{}, false, err
+	}
+	if n := len(pg.Allocations); n > 0 {
+		next.after = keyOf(pg.Allocations[n-1])
+	}
+	return pg, next, pg.More && len(pg.Allocations) > 0, nil
+}
+
+func keyOf(a store.Allocation) store.AllocationKey {
+	return store.AllocationKey{Pool: a.Pool, Address: a.Address}
+}
+
+// pieces cuts a run into chunks: ChunkSize allocations each, the last
+// maybe fewer.
+func pieces(run []store.Allocation) []*SnapshotChunk {
+	out := make([]*SnapshotChunk, 0, (len(run)+ChunkSize-1)/ChunkSize)
+	for len(run) > 0 {
+		n := min(len(run), ChunkSize)
+		out = append(out, &SnapshotChunk{Allocations: run[:n:n]})
+		run = run[n:]
+	}
+	return out
+}
+
+// add appends the chunks of run, read from the place of the next chunk
+// to cut, and where the run after it starts (more) or that it was the
+// last.
+func (c *chunked) add(run []store.Allocation, next place, more bool) {
+	c.last = pieces(run)
+	for k, ch := range c.last {
+		c.list = append(c.list, weak.Make(ch))
+		if k < len(c.last)-1 {
+			// Within a run, only pages hold more than one chunk.
+			c.starts = append(c.starts, place{after: keyOf(ch.Allocations[len(ch.Allocations)-1])})
+		}
+	}
+	if more && len(c.last) > 0 {
+		c.starts = append(c.starts, next)
+		return
+	}
+	c.starts, c.done = c.starts[:len(c.list)], true
 }
 
 // chunk returns the snapshot's i-th chunk of pool, or false past the
@@ -167,50 +218,47 @@ func (p *poolSnapshot) chunk(ctx context.Context, pool string, i int) (*Snapshot
 		}
 		c.done = true
 	}
-	var cut *SnapshotChunk
 	for len(c.list) <= i && !c.done {
-		k := len(c.list)
-		r, next, more, err := p.cut(ctx, c.starts[k])
+		run, next, more, err := p.cut(ctx, c.starts[len(c.list)], pageChunks)
 		if err != nil {
 			return nil, false, p.failed(err)
 		}
-		if len(r) == 0 {
-			c.starts, c.done = c.starts[:k], true
-			break
-		}
-		ch := &SnapshotChunk{Allocations: r}
-		c.list = append(c.list, weak.Make(ch))
-		if k == i {
-			cut = ch
-		}
-		if more {
-			c.starts = append(c.starts, next)
-		} else {
-			c.done = true
-		}
+		c.add(run, next, more)
 	}
 	if i >= len(c.list) {
 		return nil, false, nil
-	}
-	if cut != nil {
-		return cut, true, nil
 	}
 	if ch := c.list[i].Value(); ch != nil {
 		return ch, true, nil
 	}
 	// Collected: cut again.
-	var r []store.Allocation
 	if p.listed() {
-		r = all[i*ChunkSize : min((i+1)*ChunkSize, len(all))]
-	} else {
-		var err error
-		if r, _, _, err = p.cut(ctx, c.starts[i]); err != nil {
-			return nil, false, p.failed(err)
-		}
+		ch := &SnapshotChunk{Allocations: all[i*ChunkSize : min((i+1)*ChunkSize, len(all))]}
+		c.list[i] = weak.Make(ch)
+		return ch, true, nil
 	}
-	ch := &SnapshotChunk{Allocations: r}
-	c.list[i] = weak.Make(ch)
-	return ch, true, nil
+	// With the chunks after it, up to a run: every chunk but the last
+	// holds ChunkSize allocations, so the run's pieces are those chunks.
+	run, _, _, err := p.cut(ctx, c.starts[i], min(pageChunks, len(c.list)-i))
+	if err != nil {
+		return nil, false, p.failed(err)
+	}
+	c.last = c.last[:0]
+	for k, ch := range pieces(run) {
+		if i+k >= len(c.list) {
+			break
+		}
+		if held := c.list[i+k].Value(); held != nil {
+			ch = held
+		} else {
+			c.list[i+k] = weak.Make(ch)
+		}
+		c.last = append(c.last, ch)
+	}
+	if len(c.last) == 0 {
+		return nil, false, fmt.Errorf("watch snapshot at revision %d: chunk %d read again came back empty", p.rev, i)
+	}
+	return c.last[0], true, nil
 }
 
 // failed notes a page that could not be read, and returns err.
@@ -336,24 +384,14 @@ func pagedSnapshot(pages store.Pager, pool string) func(context.Context) (*poolS
 		if pool == "-" {
 			of = ""
 		}
-		pg, err := pages.PageAllocations(ctx, 0, of, store.AllocationKey{}, ChunkSize)
+		p := &poolSnapshot{pages: pages, pagePool: of}
+		pg, next, more, err := p.page(ctx, 0, place{}, pageChunks)
 		if err != nil {
 			return nil, fmt.Errorf("watch snapshot of pool %s: %w: %w", pool, ErrStoreUnavailable, err)
 		}
-		p := &poolSnapshot{rev: pg.Revision, pages: pages, pagePool: of}
-		c := &chunked{starts: []place{}, done: len(pg.Allocations) == 0}
-		if len(pg.Allocations) > 0 {
-			// Held for as long as the snapshot serves new watches.
-			p.first = &SnapshotChunk{Allocations: pg.Allocations}
-			last := pg.Allocations[len(pg.Allocations)-1]
-			c.list = []weak.Pointer[SnapshotChunk]{weak.Make(p.first)}
-			c.starts = append(c.starts, place{})
-			if pg.More {
-				c.starts = append(c.starts, place{after: store.AllocationKey{Pool: last.Pool, Address: last.Address}})
-			} else {
-				c.done = true
-			}
-		}
+		p.rev = pg.Revision
+		c := &chunked{starts: []place{{}}}
+		c.add(pg.Allocations, next, more)
 		p.chunks = map[string]*chunked{pool: c}
 		return p, nil
 	}
