@@ -10,12 +10,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -221,24 +223,20 @@ func liveHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// BenchmarkFollowerWatch: watches on a replica among others, on etcd
-// holding 95,000 allocations in 10 pools (50,000 in pool-0, 5,000 in each
-// other), of every pool and of pool-0: the store or the pool decoded
-// whole for the watch (as before) against read a chunk at a time.
-// held-MB is the most heap the watch held while it was sent, above what
-// the replica held before it (live heap after a collection a quarter,
-// half and three quarters of the way through).
-func BenchmarkFollowerWatch(b *testing.B) {
+// benchStore starts etcd with 95,000 allocations in 10 pools (50,000 in
+// pool-0, 5,000 in each other) and returns what opens a store on it, and
+// the pools' sizes.
+func benchStore(b *testing.B) (open func() *etcd.Store, sizes map[string]int) {
 	e := kubetest.StartEtcd(b, "--max-txn-ops=4096")
 	ctx := b.Context()
-	open := func() *etcd.Store {
+	open = func() *etcd.Store {
 		st, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: "/bench/"})
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = st.Close() })
 		return st
 	}
 	seeder := open()
-	sizes := map[string]int{"pool-0": 50_000}
+	sizes = map[string]int{"pool-0": 50_000}
 	for p := range 10 {
 		id := fmt.Sprint("pool-", p)
 		n := cmp.Or(sizes[id], 5_000)
@@ -257,6 +255,75 @@ func BenchmarkFollowerWatch(b *testing.B) {
 			require.NoError(b, err)
 		}
 	}
+	return open, sizes
+}
+
+// BenchmarkFollowerLoad: a replica on etcd holding 95,000 allocations
+// loads its state, from the snapshot as it is decoded (streamed) or from
+// the whole snapshot (as before). peak-MB is the most heap in use above
+// the level before, sampled every millisecond; held-MB what is live after.
+func BenchmarkFollowerLoad(b *testing.B) {
+	open, _ := benchStore(b)
+	ctx := b.Context()
+	for _, mode := range []string{"whole", "streamed"} {
+		b.Run(mode, func(b *testing.B) {
+			var st store.Store = open()
+			if mode == "whole" {
+				st = wholeSnapshot{st}
+			}
+			inUse := func() int64 {
+				s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+				metrics.Read(s)
+				return int64(s[0].Value.Uint64())
+			}
+			var peak, kept int64
+			for b.Loop() {
+				b.StopTimer()
+				runtime.GC()
+				base := inUse()
+				var top atomic.Int64
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					t := time.NewTicker(time.Millisecond)
+					defer t.Stop()
+					for {
+						top.Store(max(top.Load(), inUse()))
+						select {
+						case <-stop:
+							return
+						case <-t.C:
+						}
+					}
+				})
+				b.StartTimer()
+				svc, err := allocation.New(ctx, allocation.Traced(st))
+				b.StopTimer()
+				close(stop)
+				wg.Wait()
+				require.NoError(b, err)
+				peak = max(peak, top.Load()-base)
+				runtime.GC()
+				kept = int64(liveHeap()) - base
+				runtime.KeepAlive(svc)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(peak)/1e6, "peak-MB")
+			b.ReportMetric(float64(kept)/1e6, "held-MB")
+		})
+	}
+}
+
+// BenchmarkFollowerWatch: watches on a replica among others, on etcd
+// holding 95,000 allocations in 10 pools (50,000 in pool-0, 5,000 in each
+// other), of every pool and of pool-0: the store or the pool decoded
+// whole for the watch (as before) against read a chunk at a time.
+// held-MB is the most heap the watch held while it was sent, above what
+// the replica held before it (live heap after a collection a quarter,
+// half and three quarters of the way through).
+func BenchmarkFollowerWatch(b *testing.B) {
+	open, sizes := benchStore(b)
+	ctx := b.Context()
 	sizes["-"] = 95_000
 	defer allocation.SetSnapshotReuse(0)()
 	for _, pool := range []string{"-", "pool-0"} {
@@ -329,4 +396,45 @@ func TestFollowerWatchesReadPagesTogether(t *testing.T) {
 	}
 	wg.Wait()
 	require.Positive(t, counted.pages.Load())
+}
+
+// wholeSnapshot hides a store's StreamSnapshot: the allocator loads it
+// from Snapshot.
+type wholeSnapshot struct{ store.Store }
+
+// TestStreamedLoadMatchesSnapshot: a replica that loads etcd's snapshot
+// as it is decoded (store.Streamer) holds what one that loads the whole
+// snapshot holds: every pool's allocations and counts, the quarantine
+// still in force, and nothing of a pool that has no record.
+func TestStreamedLoadMatchesSnapshot(t *testing.T) {
+	ctx := t.Context()
+	_, _, _, st := pagedReplicas(t)
+	kept := netip.MustParseAddr("10.1.9.9")
+	_, err := st.Commit(ctx, store.Txn{Ops: []store.Op{
+		{Kind: store.OpPutAllocation, Allocation: &store.Allocation{Pool: "ghost", Address: netip.MustParseAddr("10.9.0.1"), Owner: owner("ghost")}},
+		{Kind: store.OpPutQuarantine, Quarantine: &store.Quarantine{Pool: "b", Address: kept, Until: time.Now().Add(time.Hour)}},
+	}})
+	require.NoError(t, err)
+
+	streamed, err := allocation.New(ctx, allocation.Traced(st))
+	require.NoError(t, err)
+	whole, err := allocation.New(ctx, allocation.Traced(wholeSnapshot{st}))
+	require.NoError(t, err)
+	require.Equal(t, whole.Pools(), streamed.Pools())
+	require.Equal(t, []string{"a", "b", "c"}, streamed.Pools())
+	for _, id := range streamed.Pools() {
+		w, err := whole.GetPool(id)
+		require.NoError(t, err)
+		s, err := streamed.GetPool(id)
+		require.NoError(t, err)
+		require.Equal(t, w, s, "pool %s", id)
+	}
+	wantList, _, err := whole.ListAllocations("-", allocation.Filter{}, allocation.Cursor{}, 10_000)
+	require.NoError(t, err)
+	gotList, _, err := streamed.ListAllocations("-", allocation.Filter{}, allocation.Cursor{}, 10_000)
+	require.NoError(t, err)
+	require.Len(t, gotList, 5340)
+	require.Equal(t, wantList, gotList)
+	_, _, err = streamed.Allocate(ctx, allocation.Request{Pool: "b", Owner: owner("wants-kept"), Address: kept})
+	require.ErrorIs(t, err, ipam.ErrInReuseDelay, "the quarantine holds")
 }

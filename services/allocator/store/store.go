@@ -320,6 +320,18 @@ type Pager interface {
 	PageAllocations(ctx context.Context, rev int64, pool string, after AllocationKey, limit int) (Page, error)
 }
 
+// A Streamer is a Store that can hand its snapshot over as it decodes it
+// (etcd), so that whoever rebuilds its state from it holds a page of the
+// allocations at a time, not all of them beside what it builds.
+type Streamer interface {
+	// StreamSnapshot reads what Snapshot returns, at one revision: it
+	// calls pools once, with every pool, then alloc with each allocation
+	// in Snapshot's order (alloc must not keep the pointer), and returns
+	// the revision and the quarantine records. An error from pools or
+	// alloc ends it and is returned.
+	StreamSnapshot(ctx context.Context, pools func([]Pool) error, alloc func(*Allocation) error) (rev int64, quarantine []Quarantine, err error)
+}
+
 // ChanCursor reads a watch channel (Store.Watch) as a cursor, for a store
 // or a watch that offers only the channel.
 func ChanCursor(ch <-chan Event) Cursor { return chanCursor(ch) }

@@ -161,44 +161,61 @@ func (s *Store) isClosed() bool {
 // Snapshot implements store.Store: pools, allocations and quarantine
 // records read at one revision, in pages.
 func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
-	if s.isClosed() {
-		return nil, store.ErrClosed
-	}
-	if err := s.checkLayout(ctx); err != nil {
-		return nil, err
-	}
 	snap := &store.Snapshot{}
 	var err error
+	snap.Revision, snap.Quarantine, err = s.StreamSnapshot(ctx,
+		func(ps []store.Pool) error { snap.Pools = ps; return nil },
+		func(a *store.Allocation) error { snap.Allocations = append(snap.Allocations, *a); return nil })
+	if err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// StreamSnapshot implements store.Streamer: Snapshot's pages, each
+// allocation handed over as it is decoded.
+func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) error, alloc func(*store.Allocation) error) (int64, []store.Quarantine, error) {
+	if s.isClosed() {
+		return 0, nil, store.ErrClosed
+	}
+	if err := s.checkLayout(ctx); err != nil {
+		return 0, nil, err
+	}
+	var ps []store.Pool
 	// The first page fixes the revision; the rest are read at it.
-	snap.Revision, err = s.scan(ctx, s.k.prefix+keyPools, 0, func(kv *mvccpb.KeyValue) error {
+	rev, err := s.scan(ctx, s.k.prefix+keyPools, 0, func(kv *mvccpb.KeyValue) error {
 		p, err := decodePool(kv.Value, kv.ModRevision)
 		if err == nil {
-			snap.Pools = append(snap.Pools, p)
+			ps = append(ps, p)
 		}
 		return err
 	})
 	if err != nil {
-		return nil, s.readError(ctx, "snapshot pools", err)
+		return 0, nil, s.readError(ctx, "snapshot pools", err)
 	}
-	if _, err := s.scan(ctx, s.k.prefix+keyAllocs, snap.Revision, func(kv *mvccpb.KeyValue) error {
+	if err := pools(ps); err != nil {
+		return 0, nil, err
+	}
+	if _, err := s.scan(ctx, s.k.prefix+keyAllocs, rev, func(kv *mvccpb.KeyValue) error {
 		a, err := decodeAlloc(kv.Value, kv.ModRevision)
-		if err == nil {
-			snap.Allocations = append(snap.Allocations, a)
+		if err != nil {
+			return err
 		}
-		return err
+		return alloc(&a)
 	}); err != nil {
-		return nil, s.readError(ctx, "snapshot allocations", err)
+		return 0, nil, s.readError(ctx, "snapshot allocations", err)
 	}
-	if _, err := s.scan(ctx, s.k.prefix+keyQuarantine, snap.Revision, func(kv *mvccpb.KeyValue) error {
+	var qs []store.Quarantine
+	if _, err := s.scan(ctx, s.k.prefix+keyQuarantine, rev, func(kv *mvccpb.KeyValue) error {
 		q, err := decodeQuarantine(kv.Value)
 		if err == nil {
-			snap.Quarantine = append(snap.Quarantine, q)
+			qs = append(qs, q)
 		}
 		return err
 	}); err != nil {
-		return nil, s.readError(ctx, "snapshot quarantine", err)
+		return 0, nil, s.readError(ctx, "snapshot quarantine", err)
 	}
-	return snap, nil
+	return rev, qs, nil
 }
 
 // SnapshotPool implements store.Store: one range read of the pool's

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -112,4 +113,35 @@ func testPageAllocations(t *testing.T, s store.Store, pg store.Pager) {
 	require.ErrorIs(t, err, store.ErrCompacted)
 	_, now2 := pages(t, pg, latest, "", 3)
 	require.Equal(t, now, now2, "the revision it was compacted at is still there")
+}
+
+// testStreamSnapshot: a store that hands its snapshot over as it decodes
+// it (store.Streamer) hands over what Snapshot returns, in its order, and
+// stops at the first error of the caller's.
+func testStreamSnapshot(t *testing.T, s store.Store, st store.Streamer) {
+	ctx := t.Context()
+	commit(t, s, txn(putPool(newPool("a", "10.0.0.0/24", "2001:db8::/64")), putPool(newPool("ab", "10.1.0.0/24"))))
+	commit(t, s, txn(putAlloc(newAlloc("a", "2001:db8::1", "v6")), putAlloc(newAlloc("ab", "10.1.0.1", "ab")), putAlloc(newAlloc("a", "10.0.0.9", "nine")), putQuarantine("a", "10.0.0.3")))
+	want := snapshot(t, s)
+
+	got := &store.Snapshot{}
+	var err error
+	got.Revision, got.Quarantine, err = st.StreamSnapshot(ctx,
+		func(ps []store.Pool) error {
+			require.Empty(t, got.Allocations, "the pools first")
+			got.Pools = ps
+			return nil
+		},
+		func(a *store.Allocation) error { got.Allocations = append(got.Allocations, *a); return nil })
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	stop := errors.New("enough")
+	calls := 0
+	_, _, err = st.StreamSnapshot(ctx, func([]store.Pool) error { return nil }, func(*store.Allocation) error { calls++; return stop })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, calls)
+	_, _, err = st.StreamSnapshot(ctx, func([]store.Pool) error { return stop }, func(*store.Allocation) error { calls++; return nil })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, calls)
 }

@@ -105,6 +105,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	if s, ok := open(t).(store.Pager); ok {
 		t.Run("PageAllocations", func(t *testing.T) { testPageAllocations(t, s.(store.Store), s) })
 	}
+	if s, ok := open(t).(store.Streamer); ok {
+		t.Run("StreamSnapshot", func(t *testing.T) { testStreamSnapshot(t, s.(store.Store), s) })
+	}
 	if cfg.openRetention != nil {
 		t.Run("RequestRetention", func(t *testing.T) { testRequestRetention(t, cfg.openRetention(t), cfg.retention) })
 	}
