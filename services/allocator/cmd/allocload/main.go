@@ -10,8 +10,8 @@
 //	allocload probe --addr 127.0.0.1:7401 --interval 20ms --duration 30s
 //
 // load (the default) runs the clients. prefill writes allocations straight
-// into a bolt store file, through the store's API, to make a big store
-// quickly. startup starts an allocator binary several times and reports how
+// into a store (a bolt file, or etcd with --store), through the store's
+// API, to make a big store quickly. startup starts an allocator binary several times and reports how
 // long it takes until its health service says SERVING. watches opens many
 // WatchAllocations streams together and reports how long their snapshots
 // took, how health checks fared meanwhile and the allocator's memory.

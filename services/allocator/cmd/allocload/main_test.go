@@ -16,6 +16,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/config"
 	rt "github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
@@ -138,6 +139,28 @@ func TestPrefillMakesAStoreTheAllocatorRestores(t *testing.T) {
 	// The same pool cannot be filled twice.
 	require.NoError(t, st.Close())
 	require.ErrorContains(t, run([]string{"prefill", "--file", file, "--pool", "big", "--count", "1"}, io.Discard), "already exists")
+}
+
+// TestPrefillEtcd: prefill fills etcd as well (--store), in transactions
+// within etcd's default --max-txn-ops; one of --file and --store is
+// needed, not both.
+func TestPrefillEtcd(t *testing.T) {
+	e := kubetest.StartEtcd(t)
+	spec := "etcd:" + e.Endpoint()
+	var out bytes.Buffer
+	require.NoError(t, run([]string{"prefill", "--store", spec, "--pool", "big", "--cidr", "10.0.0.0/20", "--count", "700", "--txn-size", "30"}, &out))
+	require.Contains(t, out.String(), "700 allocations")
+	st, err := store.Open(spec)
+	require.NoError(t, err)
+	defer st.Close()
+	svc, err := allocation.New(context.Background(), st, allocation.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(t, err)
+	v, err := svc.GetPool("big")
+	require.NoError(t, err)
+	require.Equal(t, uint64(700), v.Stats.Allocated)
+
+	require.ErrorContains(t, run([]string{"prefill", "--count", "1"}, io.Discard), "one of --file and --store")
+	require.ErrorContains(t, run([]string{"prefill", "--store", spec, "--file", "x.db", "--count", "1"}, io.Discard), "one of --file and --store")
 }
 
 func TestPrefillStopsAtTheEndOfTheCIDR(t *testing.T) {

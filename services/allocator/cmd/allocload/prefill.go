@@ -13,12 +13,14 @@ import (
 
 	"github.com/plexusnet/plexus/internal/netparse"
 	"github.com/plexusnet/plexus/services/allocator/store"
-	"github.com/plexusnet/plexus/services/allocator/store/bolt"
+	_ "github.com/plexusnet/plexus/services/allocator/store/bolt" // --store bolt:PATH
+	_ "github.com/plexusnet/plexus/services/allocator/store/etcd" // --store etcd:ENDPOINTS
 )
 
-// prefillConfig says what to write into a store file.
+// prefillConfig says what to write into a store.
 type prefillConfig struct {
 	file    string
+	store   string
 	pool    string
 	cidr    string
 	count   int
@@ -30,6 +32,7 @@ func runPrefill(args []string, out io.Writer) error {
 	var cfg prefillConfig
 	fs := pflag.NewFlagSet("prefill", pflag.ContinueOnError)
 	fs.StringVar(&cfg.file, "file", "", "bolt store file to fill (created when missing; the allocator must not be running on it)")
+	fs.StringVar(&cfg.store, "store", "", "instead of --file, the store to fill as the allocator's --store names it, such as etcd:http://127.0.0.1:2379 (the default --etcd-prefix; keep --txn-size within etcd's --max-txn-ops, 128 by default: 30)")
 	fs.StringVar(&cfg.pool, "pool", "prefill", "pool to create and fill")
 	fs.StringVar(&cfg.cidr, "cidr", "10.0.0.0/8", "CIDR of the pool (IPv4 or IPv6)")
 	fs.IntVar(&cfg.count, "count", 1_000_000, "allocations to write")
@@ -38,8 +41,11 @@ func runPrefill(args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if cfg.file == "" {
-		return errors.New("--file is required")
+	if (cfg.file == "") == (cfg.store == "") {
+		return errors.New("one of --file and --store is required")
+	}
+	if cfg.store == "" {
+		cfg.store = "bolt:" + cfg.file
 	}
 	if cfg.count <= 0 || cfg.txnSize <= 0 {
 		return errors.New("--count and --txn-size must be positive")
@@ -50,27 +56,27 @@ func runPrefill(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(out, "wrote %d pools %s-* with %d allocations in all to %s in %s\n", cfg.pools, cfg.pool, n, cfg.file, time.Since(start).Round(time.Millisecond))
+		_, err = fmt.Fprintf(out, "wrote %d pools %s-* with %d allocations in all to %s in %s\n", cfg.pools, cfg.pool, n, cfg.store, time.Since(start).Round(time.Millisecond))
 		return err
 	}
 	n, err := prefill(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "wrote pool %s with %d allocations to %s in %s\n", cfg.pool, n, cfg.file, time.Since(start).Round(time.Millisecond))
+	_, err = fmt.Fprintf(out, "wrote pool %s with %d allocations to %s in %s\n", cfg.pool, n, cfg.store, time.Since(start).Round(time.Millisecond))
 	return err
 }
 
 // prefill writes a pool and cfg.count allocations with consecutive
-// addresses through the bolt store's own API, so the file is exactly what
-// an allocator would have written, only faster: many allocations per
+// addresses through the store's own API, so the store holds exactly what
+// an allocator would have written, only sooner: many allocations per
 // transaction and no gRPC. It returns the number written.
 func prefill(ctx context.Context, cfg prefillConfig) (int, error) {
 	pfx, err := netparse.ParsePrefix(cfg.cidr)
 	if err != nil {
 		return 0, fmt.Errorf("--cidr: %w", err)
 	}
-	st, err := bolt.Open(cfg.file)
+	st, err := store.Open(cfg.store)
 	if err != nil {
 		return 0, err
 	}
@@ -83,7 +89,7 @@ func prefill(ctx context.Context, cfg prefillConfig) (int, error) {
 		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: pool}},
 	}); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return 0, fmt.Errorf("pool %s already exists in %s: prefill a new file", cfg.pool, cfg.file)
+			return 0, fmt.Errorf("pool %s already exists in %s: prefill a new store", cfg.pool, cfg.store)
 		}
 		return 0, err
 	}
@@ -130,7 +136,7 @@ func prefillPools(ctx context.Context, cfg prefillConfig) (int, error) {
 	if pfx.Bits()+host > 32 || (32-pfx.Bits()-host < 31 && cfg.pools > 1<<(32-pfx.Bits()-host)) {
 		return 0, fmt.Errorf("%s holds fewer than %d pools of %d addresses", pfx, cfg.pools, cfg.count)
 	}
-	st, err := bolt.Open(cfg.file)
+	st, err := store.Open(cfg.store)
 	if err != nil {
 		return 0, err
 	}

@@ -45,34 +45,39 @@ func runStartup(args []string, out io.Writer) error {
 	if cfg.runs <= 0 {
 		return errors.New("--runs must be positive")
 	}
-	var times []time.Duration
+	var (
+		times []time.Duration
+		peaks []int64
+	)
 	for i := range cfg.runs {
-		d, err := timeStartup(cfg)
+		d, mem, err := timeStartup(cfg)
 		if err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
-		times = append(times, d)
-		fmt.Fprintf(out, "run %d: SERVING after %s\n", i+1, d.Round(time.Millisecond))
+		times, peaks = append(times, d), append(peaks, mem.peak)
+		fmt.Fprintf(out, "run %d: SERVING after %s, resident %s, %d MB at most\n", i+1, d.Round(time.Millisecond), mem, mem.peak>>20)
 	}
 	slices.Sort(times)
-	_, err := fmt.Fprintf(out, "median %s (min %s, max %s) over %d runs\n",
-		times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), len(times))
+	slices.Sort(peaks)
+	_, err := fmt.Fprintf(out, "median %s (min %s, max %s) over %d runs; resident at most: median %d MB\n",
+		times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), len(times), peaks[len(peaks)/2]>>20)
 	return err
 }
 
 // timeStartup starts the allocator on free loopback ports and returns the
 // time from exec until its allocator service reports SERVING over
-// grpc.health.v1; then it stops the process with SIGTERM.
-func timeStartup(cfg startupConfig) (time.Duration, error) {
+// grpc.health.v1, and its resident memory then (with the most it held
+// until then); then it stops the process with SIGTERM.
+func timeStartup(cfg startupConfig) (time.Duration, procMemory, error) {
 	args := append([]string{"--store=" + cfg.store, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--log-format=json"}, cfg.extra...)
 	cmd := exec.Command(cfg.binary, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return 0, err
+		return 0, procMemory{}, err
 	}
 	begin := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return 0, procMemory{}, err
 	}
 	exited := make(chan error, 1)
 	addr := make(chan string, 1)
@@ -109,13 +114,13 @@ func timeStartup(cfg startupConfig) (time.Duration, error) {
 	case target = <-addr:
 	case err := <-exited:
 		exited <- err // for the deferred stop
-		return 0, fmt.Errorf("allocator exited before serving: %v", err)
+		return 0, procMemory{}, fmt.Errorf("allocator exited before serving: %v", err)
 	case <-time.After(cfg.timeout):
-		return 0, errors.New("allocator did not announce its address")
+		return 0, procMemory{}, errors.New("allocator did not announce its address")
 	}
 	conn, err := dial.New(target, dial.WithoutRetry())
 	if err != nil {
-		return 0, err
+		return 0, procMemory{}, err
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
@@ -124,10 +129,10 @@ func timeStartup(cfg startupConfig) (time.Duration, error) {
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: allocatorv1.AllocatorService_ServiceDesc.ServiceName})
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return time.Since(begin), nil
+			return time.Since(begin), memOf(cmd.Process.Pid), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("not SERVING after %s: %v", cfg.timeout, err)
+			return 0, procMemory{}, fmt.Errorf("not SERVING after %s: %v", cfg.timeout, err)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -169,8 +169,9 @@ func runWatches(args []string, out io.Writer) error {
 
 // procMemory is a process's resident memory, from /proc: anonymous pages
 // (heap, stacks, the runtime's own) and file pages (the binary's code,
-// the store file's mapped pages, which the kernel can drop and read again).
-type procMemory struct{ anon, file int64 }
+// the store file's mapped pages, which the kernel can drop and read again),
+// and the most it has held (VmHWM).
+type procMemory struct{ anon, file, peak int64 }
 
 func (m procMemory) total() int64 { return m.anon + m.file }
 
@@ -189,7 +190,7 @@ func memOf(pid int) procMemory {
 		return m
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		for key, dst := range map[string]*int64{"RssAnon:": &m.anon, "RssFile:": &m.file, "RssShmem:": &m.file} {
+		for key, dst := range map[string]*int64{"RssAnon:": &m.anon, "RssFile:": &m.file, "RssShmem:": &m.file, "VmHWM:": &m.peak} {
 			if rest, ok := strings.CutPrefix(line, key); ok {
 				if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
 					*dst += kb << 10
