@@ -21,7 +21,6 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store"
-	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
@@ -120,36 +119,13 @@ func TestLoadFlags(t *testing.T) {
 	require.Error(t, run([]string{"nosuchcommand"}, io.Discard))
 }
 
-func TestPrefillMakesAStoreTheAllocatorRestores(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "prefill.db")
+// prefilled runs prefill with args, then restores an allocator from the
+// store spec names and returns its view of pool "big".
+func prefilled(t *testing.T, spec string, args ...string) allocation.PoolView {
+	t.Helper()
 	var out bytes.Buffer
-	require.NoError(t, run([]string{"prefill", "--file", file, "--pool", "big", "--cidr", "10.0.0.0/20", "--count", "3000", "--txn-size", "700"}, &out))
-	require.Contains(t, out.String(), "3000 allocations")
-
-	st, err := bolt.Open(file)
-	require.NoError(t, err)
-	defer st.Close()
-	svc, err := allocation.New(context.Background(), st, allocation.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	require.NoError(t, err)
-	v, err := svc.GetPool("big")
-	require.NoError(t, err)
-	require.Equal(t, uint64(3000), v.Stats.Allocated)
-	require.Equal(t, "1094", v.Stats.Free.String()) // 4094 usable addresses in a /20
-
-	// The same pool cannot be filled twice.
-	require.NoError(t, st.Close())
-	require.ErrorContains(t, run([]string{"prefill", "--file", file, "--pool", "big", "--count", "1"}, io.Discard), "already exists")
-}
-
-// TestPrefillEtcd: prefill fills etcd as well (--store), in transactions
-// within etcd's default --max-txn-ops; one of --file and --store is
-// needed, not both.
-func TestPrefillEtcd(t *testing.T) {
-	e := kubetest.StartEtcd(t)
-	spec := "etcd:" + e.Endpoint()
-	var out bytes.Buffer
-	require.NoError(t, run([]string{"prefill", "--store", spec, "--pool", "big", "--cidr", "10.0.0.0/20", "--count", "700", "--txn-size", "30"}, &out))
-	require.Contains(t, out.String(), "700 allocations")
+	require.NoError(t, run(append([]string{"prefill", "--pool", "big", "--cidr", "10.0.0.0/20"}, args...), &out))
+	require.Contains(t, out.String(), "allocations")
 	st, err := store.Open(spec)
 	require.NoError(t, err)
 	defer st.Close()
@@ -157,6 +133,25 @@ func TestPrefillEtcd(t *testing.T) {
 	require.NoError(t, err)
 	v, err := svc.GetPool("big")
 	require.NoError(t, err)
+	return v
+}
+
+func TestPrefillMakesAStoreTheAllocatorRestores(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "prefill.db")
+	v := prefilled(t, "bolt:"+file, "--file", file, "--count", "3000", "--txn-size", "700")
+	require.Equal(t, uint64(3000), v.Stats.Allocated)
+	require.Equal(t, "1094", v.Stats.Free.String()) // 4094 usable addresses in a /20
+
+	// The same pool cannot be filled twice.
+	require.ErrorContains(t, run([]string{"prefill", "--file", file, "--pool", "big", "--count", "1"}, io.Discard), "already exists")
+}
+
+// TestPrefillEtcd: prefill fills etcd as well (--store), in transactions
+// within etcd's default --max-txn-ops; one of --file and --store is
+// needed, not both.
+func TestPrefillEtcd(t *testing.T) {
+	spec := "etcd:" + kubetest.StartEtcd(t).Endpoint()
+	v := prefilled(t, spec, "--store", spec, "--count", "700", "--txn-size", "30")
 	require.Equal(t, uint64(700), v.Stats.Allocated)
 
 	require.ErrorContains(t, run([]string{"prefill", "--count", "1"}, io.Discard), "one of --file and --store")
