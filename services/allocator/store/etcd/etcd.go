@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,6 +87,14 @@ type Store struct {
 
 	lastCommit atomic.Int64 // the latest revision this store committed
 
+	// pageSize is how many keys a read of a snapshot returns at most
+	// (snapshotPage; tests set less); observeRead, when set, is told of
+	// every such read's range (tests).
+	pageSize    int
+	observeRead func(from, end string, rev int64)
+	// widths are the pools' latest windows (window.go).
+	widths widths
+
 	// history is Config.History; feed is the shared etcd watch, started
 	// by the first watch (feed.go).
 	history int
@@ -141,7 +150,8 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcd store: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	s := &Store{cli: cli, kv: clientv3.RetryKVClient(cli), k: keys{prefix: prefix}, logger: cfg.Logger, closing: make(chan struct{}),
-		requests: requestLeases{retention: store.DefaultRequestRetention}, history: cmp.Or(cfg.History, DefaultHistory)}
+		requests: requestLeases{retention: store.DefaultRequestRetention}, history: cmp.Or(cfg.History, DefaultHistory),
+		pageSize: snapshotPage}
 	s.combine = &combiner{s: s, observe: cfg.ObserveCombined}
 	return s, nil
 }
@@ -196,7 +206,11 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) err
 	if err := pools(ps); err != nil {
 		return 0, nil, err
 	}
-	if _, err := s.scan(ctx, s.k.prefix+keyAllocs, rev, func(kv *mvccpb.KeyValue) error {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID // in key order, which is the order of their segments
+	}
+	if err := s.scanPools(ctx, s.k.prefix+keyAllocs, rev, ids, func(kv *mvccpb.KeyValue) error {
 		a, err := decodeAlloc(kv.Value, kv.ModRevision)
 		if err != nil {
 			return err
@@ -206,7 +220,7 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) err
 		return 0, nil, s.readError(ctx, "snapshot allocations", err)
 	}
 	var qs []store.Quarantine
-	if _, err := s.scan(ctx, s.k.prefix+keyQuarantine, rev, func(kv *mvccpb.KeyValue) error {
+	if err := s.scanPools(ctx, s.k.prefix+keyQuarantine, rev, ids, func(kv *mvccpb.KeyValue) error {
 		q, err := decodeQuarantine(kv.Value)
 		if err == nil {
 			qs = append(qs, q)
@@ -218,24 +232,44 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) err
 	return rev, qs, nil
 }
 
-// SnapshotPool implements store.Store: one range read of the pool's
-// allocation keys, at the revision of its first page.
+// scanPools calls fn for every key of base's kind at rev, in key order,
+// in windows (window.go); ids are the pools known at rev, sorted.
+func (s *Store) scanPools(ctx context.Context, base string, rev int64, ids []string, fn func(*mvccpb.KeyValue) error) error {
+	r := s.ranger(base, rev)
+	r.bound = poolBounds(base, ids)
+	_, _, err := r.read(ctx, base, rangeEnd(base), 0, keyed(fn))
+	return err
+}
+
+// keyed names the key in fn's errors.
+func keyed(fn func(*mvccpb.KeyValue) error) func(*mvccpb.KeyValue) error {
+	return func(kv *mvccpb.KeyValue) error {
+		if err := fn(kv); err != nil {
+			return fmt.Errorf("%q: %w", kv.Key, err)
+		}
+		return nil
+	}
+}
+
+// SnapshotPool implements store.Store: the pool's allocation keys, read
+// in windows at the revision of the first read.
 func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
 	if s.isClosed() {
 		return 0, nil, store.ErrClosed
 	}
 	var out []store.Allocation
-	rev, err := s.scan(ctx, s.k.prefix+keyAllocs+pool+sep, 0, func(kv *mvccpb.KeyValue) error {
+	r := s.ranger(s.k.prefix+keyAllocs, 0)
+	within := s.k.poolAllocs(pool)
+	if _, _, err := r.read(ctx, within, rangeEnd(within), 0, keyed(func(kv *mvccpb.KeyValue) error {
 		a, err := decodeAlloc(kv.Value, kv.ModRevision)
 		if err == nil {
 			out = append(out, a)
 		}
 		return err
-	})
-	if err != nil {
+	})); err != nil {
 		return 0, nil, s.readError(ctx, "snapshot pool "+pool, err)
 	}
-	return rev, out, nil
+	return r.rev, out, nil
 }
 
 // ErrOldLayout is returned by Snapshot when the prefix holds pools in the
@@ -281,8 +315,8 @@ func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(*mvc
 
 // page reads up to limit keys of [from, end) at revision rev (the current
 // one when 0).
-func (s *Store) page(ctx context.Context, from, end string, rev int64, limit int) (*clientv3.GetResponse, error) {
-	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit))}
+func (s *Store) page(ctx context.Context, from, end string, rev int64, limit int, more ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit))}, more...)
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
@@ -292,8 +326,8 @@ func (s *Store) page(ctx context.Context, from, end string, rev int64, limit int
 // after is the first key that sorts after key.
 func after(key []byte) string { return string(key) + "\x00" }
 
-// PageAllocations implements store.Pager: one range read of at most
-// limit allocation keys, at rev.
+// PageAllocations implements store.Pager: at most limit allocation keys,
+// read in windows at rev.
 func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, from store.AllocationKey, limit int) (store.Page, error) {
 	if s.isClosed() {
 		return store.Page{}, store.ErrClosed
@@ -301,30 +335,84 @@ func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, fro
 	if limit <= 0 || limit > snapshotPage {
 		limit = snapshotPage
 	}
-	within := s.k.prefix + keyAllocs
+	base := s.k.prefix + keyAllocs
+	within := base
 	if pool != "" {
 		within = s.k.poolAllocs(pool)
 	}
+	r := s.ranger(base, rev)
 	start := within
 	if from.Pool != "" || from.Address.IsValid() {
 		if from.Pool == "" || !from.Address.IsValid() || (pool != "" && from.Pool != pool) {
 			return store.Page{}, fmt.Errorf("page allocations of %q after %q %v: the key must name an address of the pool read", pool, from.Pool, from.Address)
 		}
 		start = after([]byte(s.k.alloc(from.Pool, from.Address)))
+		// The first window is the pool's latest, or assumes every
+		// address held, the densest the pool can be; the next ones are
+		// sized from what it holds.
+		r.at(from.Pool, from.Address, s.widths.of(from.Pool, from.Address, log2Floor(float64(r.page))))
 	}
-	resp, err := s.page(ctx, start, rangeEnd(within), rev, limit)
+	if pool == "" {
+		r.bound = s.poolsAt(base, rev)
+	}
+	pg := store.Page{Allocations: make([]store.Allocation, 0, limit)}
+	_, more, err := r.read(ctx, start, rangeEnd(within), limit, keyed(func(kv *mvccpb.KeyValue) error {
+		a, err := decodeAlloc(kv.Value, kv.ModRevision)
+		if err == nil {
+			pg.Allocations = append(pg.Allocations, a)
+		}
+		return err
+	}))
 	if err != nil {
 		return store.Page{}, s.readError(ctx, "page allocations", err)
 	}
-	pg := store.Page{Revision: cmp.Or(rev, resp.Header.Revision), More: resp.More, Allocations: make([]store.Allocation, 0, len(resp.Kvs))}
-	for _, kv := range resp.Kvs {
-		a, err := decodeAlloc(kv.Value, kv.ModRevision)
-		if err != nil {
-			return store.Page{}, fmt.Errorf("page allocations: %q: %w", kv.Key, err)
-		}
-		pg.Allocations = append(pg.Allocations, a)
-	}
+	pg.Revision, pg.More = r.rev, more
 	return pg, nil
+}
+
+// poolsAt is a ranger's bound over the pools as they were at rev (0: the
+// ranger's first read's), read a batch at a time as the ranger gets to
+// them.
+func (s *Store) poolsAt(base string, rev int64) func(context.Context, string) (string, error) {
+	const batch = 256
+	var (
+		ends []string // of the pools read, sorted
+		next string   // the pool key the next batch starts at
+		done bool     // the last batch reached the last pool
+	)
+	return func(ctx context.Context, pos string) (string, error) {
+		for {
+			i := sort.SearchStrings(ends, pos)
+			for i < len(ends) && ends[i] <= pos {
+				i++
+			}
+			if i < len(ends) {
+				return ends[i], nil
+			}
+			if done {
+				return "", nil
+			}
+			if next == "" {
+				// The pools from the one pos is in on (pool ids hold
+				// neither NUL nor \x01, which end a segment's pool).
+				id := strings.TrimPrefix(pos, base)
+				if k := strings.IndexAny(id, "\x00\x01"); k >= 0 {
+					id = id[:k]
+				}
+				next = s.k.pool(id)
+			}
+			resp, err := s.page(ctx, next, rangeEnd(s.k.pools()), rev, batch, clientv3.WithKeysOnly())
+			if err != nil {
+				return "", err
+			}
+			ends = ends[:0]
+			for _, kv := range resp.Kvs {
+				ends = append(ends, base+strings.TrimPrefix(string(kv.Key), s.k.pools())+"\x01")
+				next = after(kv.Key)
+			}
+			done = !resp.More || len(resp.Kvs) == 0
+		}
+	}
 }
 
 func (s *Store) readError(ctx context.Context, what string, err error) error {
