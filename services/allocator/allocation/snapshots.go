@@ -87,10 +87,11 @@ type poolSnapshot struct {
 }
 
 // pageChunks is how many chunks a snapshot read from the store reads at a
-// time. etcd walks the rest of the range in its index on every read with
-// a limit (to count it), so a read per chunk made a snapshot of n
-// allocations cost n²/1,024 steps of that walk; eight chunks a read, the
-// store's own pages' order of size, make it n²/8,192.
+// time: the store's own pages' order of size. A run trades round trips
+// against what the snapshot holds; what etcd walks to answer is about
+// what it returns whatever the run (the etcd store bounds its reads by
+// windows of addresses; before, a read per chunk cost etcd a walk of the
+// rest of the range each).
 const pageChunks = 8
 
 // chunked is a snapshot's chunks of one pool ("-": all), cut so far.

@@ -26,6 +26,11 @@
 // per key the allocation writes. The owner index and the request records
 // are read by key or compared in transactions, never followed.
 //
+// Snapshots and pages of allocations are read at one revision, each read
+// ending at a key near its last (window.go): etcd walks the whole range
+// of a read in its index, under the lock its commits wait for, whatever
+// the read's limit.
+//
 // An earlier layout kept pools, allocations and quarantine records
 // directly under the prefix. A store that finds pools there refuses to
 // serve (ErrOldLayout) instead of starting empty.
