@@ -15,6 +15,7 @@
 //
 //	PREFIX rev/NN                                 commit marker (empty), put by every commit
 //	PREFIX owners/POOL \0 OWNERKEY \0 ADDR        owner index entry (empty)
+//	PREFIX pools-changed                           empty, put by every commit that puts or deletes a pool
 //	PREFIX requests/ID                             request record (JSON), with a lease
 //	PREFIX state/allocs/POOL \0 ADDR               allocation (JSON)
 //	PREFIX state/pools/POOL                        pool (JSON)

@@ -146,6 +146,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"/plexus/owners/p\x00c/Pod/ns/x\x004" + "0a000001",
+		"/plexus/pools-changed",
 		"/plexus/requests/r1",
 		"/plexus/rev/00",
 		"/plexus/state/allocs/p\x004" + "0a000001",
@@ -153,7 +154,7 @@ func TestKeyLayout(t *testing.T) {
 		"/plexus/state/quarantine/p\x006" + "20010db8000000000000000000000001",
 	}, got, "a commit that puts state writes no tick")
 	require.JSONEq(t, `{"pool":"p","address":"10.0.0.1","owner":{"cluster":"c","kind":"Pod","namespace":"ns","name":"x","uid":"u"},"create_time":"0001-01-01T00:00:00Z"}`,
-		string(resp.Kvs[3].Value))
+		string(resp.Kvs[4].Value))
 
 	// A commit that puts nothing under state/ (here: it frees the
 	// address) puts the tick, so a watch sees it.
@@ -243,4 +244,41 @@ func TestOpenErrors(t *testing.T) {
 	require.ErrorContains(t, err, "no endpoints")
 	_, err = etcd.Open(etcd.Config{Endpoints: []string{""}})
 	require.ErrorContains(t, err, "empty endpoint")
+}
+
+// TestPoolChangesPutTheirMarker: every commit that puts or deletes a pool,
+// and only those, puts pools-changed, once however many pools it changes.
+func TestPoolChangesPutTheirMarker(t *testing.T) {
+	e := kubetest.StartEtcd(t)
+	prefix := freshPrefix()
+	s := open(t, e, prefix)
+	ctx := t.Context()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints()})
+	require.NoError(t, err)
+	defer cli.Close()
+	changed := func() int64 {
+		resp, err := cli.Get(ctx, prefix+"pools-changed")
+		require.NoError(t, err)
+		if len(resp.Kvs) == 0 {
+			return 0
+		}
+		return resp.Kvs[0].ModRevision
+	}
+	require.Zero(t, changed())
+
+	created, err := s.Commit(ctx, store.Txn{Ops: []store.Op{
+		{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/24"}}},
+		{Kind: store.OpPutPool, Pool: &store.Pool{ID: "q", CIDRs: []string{"10.0.1.0/24"}}},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, created, changed())
+
+	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
+		Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "x", UID: "u"}}}}})
+	require.NoError(t, err)
+	require.Equal(t, created, changed(), "an allocation changes no pool")
+
+	deleted, err := s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpDeletePool, PoolID: "q"}}})
+	require.NoError(t, err)
+	require.Equal(t, deleted, changed())
 }

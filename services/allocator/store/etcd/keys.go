@@ -23,6 +23,8 @@ const (
 	keyAllocs     = keyState + "allocs/"
 	keyQuarantine = keyState + "quarantine/"
 	keyTick       = keyState + "tick"
+	// keyPoolsChanged is put by every commit that puts or deletes a pool.
+	keyPoolsChanged = "pools-changed"
 )
 
 // legacyPools is where the first layout kept pools, directly under the
@@ -43,6 +45,7 @@ func (k keys) tick() string             { return k.prefix + keyTick }
 func (k keys) state() string            { return k.prefix + keyState }
 func (k keys) pool(id string) string    { return k.prefix + keyPools + id }
 func (k keys) pools() string            { return k.prefix + keyPools }
+func (k keys) poolsChanged() string     { return k.prefix + keyPoolsChanged }
 func (k keys) request(id string) string { return k.prefix + keyRequests + id }
 
 func (k keys) alloc(pool string, a netip.Addr) string {
