@@ -140,11 +140,15 @@ const (
 	// CondPoolEmpty holds when Pool holds no allocation (whether or not
 	// the pool exists).
 	CondPoolEmpty
-	// CondPoolsUnchangedSince holds when no pool that exists was created
-	// or changed by a commit after Revision (0 or more). A replica that
-	// checked a new pool against the others as of Revision commits it
-	// with this condition, so no pool created meanwhile through another
-	// replica can overlap it.
+	// CondPoolsUnchangedSince holds when no commit after Revision (0 or
+	// more) put or deleted a pool (OpPutPool, OpDeletePool). A replica
+	// that checked a new pool against the others as of Revision commits
+	// it with this condition, so no pool created meanwhile through
+	// another replica can overlap it. Deletions count so that a store
+	// can check it as one record of the latest pool change, whatever the
+	// number of pools. (The etcd store, while a replica of an older
+	// version writes, can see only the pools that exist; an overlap check
+	// needs no more.)
 	CondPoolsUnchangedSince
 	// CondRangeFree holds when Pool holds no allocation of an address
 	// from Address to Last, both included (one family, Address <= Last).

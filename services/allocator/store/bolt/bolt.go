@@ -37,6 +37,10 @@ var (
 	keyFormat   = []byte("format")
 	keyRevision = []byte("revision")
 	keyAllocs   = []byte("allocations")
+	// keyPoolsChanged holds the revision of the latest commit that put
+	// or deleted a pool (CondPoolsUnchangedSince); files written before
+	// it existed lack it until their next pool change.
+	keyPoolsChanged = []byte("pools-changed")
 )
 
 // fileFormat is the layout version written in the meta bucket; Open

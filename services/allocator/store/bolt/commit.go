@@ -213,9 +213,9 @@ func (s *Store) write(batch []*pending) error {
 // unchanged until the transaction commits, so every key is freshly
 // allocated.
 type writer struct {
-	pools, records, quarantine, requests *bbolt.Bucket
-	owners                               *ownerIndex
-	addrs                                *addrIndex
+	meta, pools, records, quarantine, requests *bbolt.Bucket
+	owners                                     *ownerIndex
+	addrs                                      *addrIndex
 	// seq is the number the next new allocation is filed under.
 	seq        uint64
 	allocDelta int64
@@ -223,6 +223,7 @@ type writer struct {
 
 func newWriter(tx *bbolt.Tx, owners *ownerIndex, addrs *addrIndex, seq uint64) *writer {
 	w := &writer{
+		meta:       tx.Bucket(bucketMeta),
 		pools:      tx.Bucket(bucketPools),
 		records:    tx.Bucket(bucketRecords),
 		owners:     owners,
@@ -297,9 +298,13 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 	return false, fmt.Errorf("unknown condition kind %d", c.Kind)
 }
 
-// poolsUnchangedSince reports whether every pool was last written at
-// revision rev or before.
+// poolsUnchangedSince reports whether no commit after revision rev put
+// or deleted a pool. A file that has not recorded a pool change since
+// the record began has its pools' revisions to go by instead.
 func (w *writer) poolsUnchangedSince(rev int64) (bool, error) {
+	if w.meta.Get(keyPoolsChanged) != nil {
+		return int64(getUint64(w.meta, keyPoolsChanged)) <= rev, nil
+	}
 	c := w.pools.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		p, err := record.DecodePool(string(k), v)
@@ -338,12 +343,18 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 		if err := w.pools.Put([]byte(op.Pool.ID), record.EncodePool(op.Pool, rev)); err != nil {
 			return events, err
 		}
+		if err := putUint64(w.meta, keyPoolsChanged, uint64(rev)); err != nil {
+			return events, err
+		}
 		p := *op.Pool
 		p.CIDRs, p.Reserved, p.Labels = slices.Clone(p.CIDRs), slices.Clone(p.Reserved), maps.Clone(p.Labels)
 		p.Revision = rev
 		return append(events, store.Event{Type: store.EventPutPool, Revision: rev, Pool: &p}), nil
 
 	case store.OpDeletePool:
+		if err := putUint64(w.meta, keyPoolsChanged, uint64(rev)); err != nil {
+			return events, err
+		}
 		return w.deletePool(op.PoolID, rev, events)
 
 	case store.OpPutAllocation:

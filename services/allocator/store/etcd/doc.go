@@ -52,7 +52,9 @@
 // absent" is CreateRevision == 0 over the owner's key range, "range free"
 // the same over the allocation keys of the addresses (they sort as the
 // addresses do), and "pools unchanged since rev" is ModRevision < rev+1
-// over state/pools/. The writes
+// of pools-changed, which every commit that puts or deletes a pool puts
+// (over every key of state/pools/ instead while a replica of a version
+// before that key may be writing: marks.go). The writes
 // are the net effect of the ops on each key (etcd refuses a transaction
 // that writes a key twice), plus the commit marker, so every commit takes
 // exactly one revision, and the tick when the commit puts nothing else

@@ -94,6 +94,8 @@ type Store struct {
 	observeRead func(from, end string, rev int64)
 	// widths are the pools' latest windows (window.go).
 	widths widths
+	// marks tells whether pools-changed stands for the pools (marks.go).
+	marks poolMarks
 
 	// history is Config.History; feed is the shared etcd watch, started
 	// by the first watch (feed.go).

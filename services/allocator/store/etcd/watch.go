@@ -298,6 +298,7 @@ func (s *Store) convert(ev *clientv3.Event) (store.Event, bool, error) {
 	put := ev.Type == mvccpb.PUT
 	switch p.kind {
 	case kindPool:
+		s.sawPoolChange(rev)
 		if put {
 			pool, err := decodePool(ev.Kv.Value, rev)
 			return store.Event{Type: store.EventPutPool, Revision: rev, Pool: &pool}, true, err

@@ -31,12 +31,15 @@ func WithHistory(events int) Option {
 
 // Store is an in-memory store.Store.
 type Store struct {
-	mu       sync.Mutex
-	rev      int64
-	pools    map[string]*poolState
-	requests map[string]store.Request
-	log      *eventlog.Log
-	closed   bool
+	mu    sync.Mutex
+	rev   int64
+	pools map[string]*poolState
+	// poolsChanged is the revision of the latest commit that put or
+	// deleted a pool.
+	poolsChanged int64
+	requests     map[string]store.Request
+	log          *eventlog.Log
+	closed       bool
 
 	// expiries lists the request records in the order they were put, so
 	// Commit and GetRequest drop the ones past retention from its front:
@@ -185,12 +188,7 @@ func (s *Store) holds(c store.Cond) bool {
 	ps := s.pools[c.Pool]
 	switch c.Kind {
 	case store.CondPoolsUnchangedSince:
-		for _, ps := range s.pools {
-			if ps.pool != nil && ps.pool.Revision > c.Revision {
-				return false
-			}
-		}
-		return true
+		return s.poolsChanged <= c.Revision
 	case store.CondRangeFree:
 		if ps == nil {
 			return true
@@ -247,10 +245,12 @@ func (s *Store) apply(op store.Op, rev int64, now time.Time, events []store.Even
 		p := clonePool(*op.Pool)
 		p.Revision = rev
 		s.state(p.ID).pool = &p
+		s.poolsChanged = rev
 		ev := clonePool(p)
 		events = append(events, store.Event{Type: store.EventPutPool, Revision: rev, Pool: &ev})
 
 	case store.OpDeletePool:
+		s.poolsChanged = rev
 		ps := s.pools[op.PoolID]
 		if ps == nil {
 			return events

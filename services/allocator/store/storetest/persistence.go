@@ -67,7 +67,8 @@ func testPersistence(t *testing.T, s store.Store, reopen func(*testing.T, store.
 }
 
 // testPersistenceOfDeletes: what a pool deletion removed stays removed
-// after a restart, indexes included.
+// after a restart, indexes included, and the deletion still counts as
+// the latest pool change.
 func testPersistenceOfDeletes(t *testing.T, s store.Store, reopen func(*testing.T, store.Store) store.Store) {
 	commit(t, s, txn(
 		putPool(newPool("p", "10.0.0.0/24")),
@@ -76,11 +77,13 @@ func testPersistenceOfDeletes(t *testing.T, s store.Store, reopen func(*testing.
 		putAlloc(newAlloc("p2", "10.0.0.1", "web-0")),
 		putQuarantine("p", "10.0.0.2"),
 	))
-	commit(t, s, txn(delPool("p")))
+	deleted := commit(t, s, txn(delPool("p")))
 	before := snapshot(t, s)
 
 	s = reopen(t, s)
 	require.Equal(t, before, snapshot(t, s))
+	require.False(t, holds(t, s, poolsUnchangedSince(deleted-1)), "the deletion still counts as a pool change")
+	require.True(t, holds(t, s, poolsUnchangedSince(deleted)))
 	require.True(t, holds(t, s, store.Cond{Kind: store.CondPoolAbsent, Pool: "p"}))
 	require.True(t, holds(t, s, ownerAbsent("p", owner("web-0", ""))))
 	require.False(t, holds(t, s, ownerAbsent("p2", owner("web-0", ""))))

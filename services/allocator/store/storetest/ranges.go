@@ -17,8 +17,8 @@ func rangeFree(pool, first, last string) store.Cond {
 	return store.Cond{Kind: store.CondRangeFree, Pool: pool, Address: netip.MustParseAddr(first), Last: netip.MustParseAddr(last)}
 }
 
-// testPoolsUnchangedSince: the condition looks at every pool that exists,
-// and at nothing else.
+// testPoolsUnchangedSince: the condition looks at every commit that puts
+// or deletes a pool, and at nothing else.
 func testPoolsUnchangedSince(t *testing.T, s store.Store) {
 	require.True(t, holds(t, s, poolsUnchangedSince(0)), "no pool at all")
 
@@ -32,14 +32,14 @@ func testPoolsUnchangedSince(t *testing.T, s store.Store) {
 	commit(t, s, txn(putAlloc(newAlloc("a", "10.0.0.20", "web-0"))))
 	require.True(t, holds(t, s, poolsUnchangedSince(rB)))
 
-	// A deleted pool no longer counts.
-	commit(t, s, txn(delPool("b")))
-	require.True(t, holds(t, s, poolsUnchangedSince(rA)))
-
-	// An update counts like a creation.
+	// A deletion counts like a creation, and so does an update.
+	rDel := commit(t, s, txn(delPool("b")))
+	require.False(t, holds(t, s, poolsUnchangedSince(rB)), "b was deleted after rB")
+	require.True(t, holds(t, s, poolsUnchangedSince(rDel)))
 	updated := newPool("a", "10.0.0.0/23")
 	rUpdate := commit(t, s, txn(putPool(updated)))
 	require.False(t, holds(t, s, poolsUnchangedSince(rA)))
+	require.False(t, holds(t, s, poolsUnchangedSince(rDel)))
 	require.False(t, holds(t, s, poolsUnchangedSince(rUpdate-1)))
 	require.True(t, holds(t, s, poolsUnchangedSince(rUpdate)))
 }
