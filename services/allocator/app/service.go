@@ -225,7 +225,17 @@ func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.St
 		Name: "plexus_allocator_request_records_expired_total",
 		Help: "Request records (the answers kept for retries with the same request_id) the bolt store dropped after their retention of a day; on etcd, etcd's leases drop them and nothing is counted.",
 	})
-	rt.Server.Registerer().MustRegister(combined, expired)
+	var etcdStore atomic.Pointer[etcd.Store]
+	everyKey := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_allocator_etcd_pool_check_every_key",
+		Help: "1 while this replica checks each new pool against every pool key in etcd instead of one key, because a replica of a version before that key made the latest pool change or still changes pools (docs/deploy.md, section 9); 0 otherwise, and with another store.",
+	}, func() float64 {
+		if s := etcdStore.Load(); s != nil && s.ComparesEveryPoolKey() {
+			return 1
+		}
+		return 0
+	})
+	rt.Server.Registerer().MustRegister(combined, expired, everyKey)
 	endpoints, isEtcd := strings.CutPrefix(spec, "etcd:")
 	if !isEtcd {
 		st, err := store.Open(spec, store.WithLogger(rt.Logger), store.WithExpiredObserver(func(n int) { expired.Add(float64(n)) }))
@@ -241,5 +251,6 @@ func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.St
 	if err != nil {
 		return nil, false, fmt.Errorf("--store %s: %w", spec, err)
 	}
+	etcdStore.Store(st)
 	return st, true, nil
 }

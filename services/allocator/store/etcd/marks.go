@@ -174,3 +174,8 @@ func (s *Store) distrustMarks(rev int64) {
 	s.logger.Warn("etcd store: a pool change did not put pools-changed, so a replica of a version before it writes to this store; new pools are checked against every pool key from now on (upgrade through the version before this one: docs/deploy.md, section 9)",
 		"revision", rev)
 }
+
+// ComparesEveryPoolKey reports whether the store checks
+// CondPoolsUnchangedSince over every pool key, having found a pool change
+// made without pools-changed.
+func (s *Store) ComparesEveryPoolKey() bool { return s.marks.state.Load() == marksDistrusted }

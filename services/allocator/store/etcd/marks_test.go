@@ -86,6 +86,7 @@ func TestAnOlderWriterTurnsThePoolMarksOff(t *testing.T) {
 	trusted, decided := etcd.TrustsMarks(s)
 	require.True(t, decided)
 	require.True(t, trusted, "every pool change of this store put pools-changed")
+	require.False(t, s.ComparesEveryPoolKey())
 	events, err := s.Watch(ctx, seen)
 	require.NoError(t, err)
 	go func() {
@@ -102,6 +103,7 @@ func TestAnOlderWriterTurnsThePoolMarksOff(t *testing.T) {
 		trusted, _ := etcd.TrustsMarks(s)
 		return !trusted
 	}, 10*time.Second, 10*time.Millisecond, "the older writer's pool went unnoticed")
+	require.True(t, s.ComparesEveryPoolKey(), "what the metric shows")
 
 	_, err = createGuardedPool(ctx, s, oldRev-1, "b", "10.0.2.0/24")
 	require.ErrorIs(t, err, store.ErrConflict, "the older writer's pool was created after the revision")
