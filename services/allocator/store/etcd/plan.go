@@ -19,10 +19,19 @@ import (
 // commit: an allocation put and deleted by the same commit makes no event.
 type plan struct {
 	writes []write
+	// at is where each key written alone sits in writes, once there are
+	// indexFrom of them and while the plan deletes no range: a later
+	// write of the key finds the one it replaces without a scan, so a txn
+	// of n ops plans in O(n), not O(n²). Replaced writes are marked dead
+	// and dropped once (live).
+	at     map[string]int
+	dead   int
+	ranges bool
 }
 
 type write struct {
 	del   bool
+	dead  bool
 	key   string
 	end   string // range end of a delete; "" deletes key alone
 	value string
@@ -43,19 +52,25 @@ func (p *plan) put(key, value string) { p.putLease(key, value, 0) }
 // putLease puts key attached to lease (0: none), so etcd deletes it when
 // the lease expires.
 func (p *plan) putLease(key, value string, lease clientv3.LeaseID) {
-	if !slices.ContainsFunc(p.writes, func(w write) bool { return w.covers(key) }) {
-		// The usual case, a key the plan has not written: nothing to
-		// replace or split.
-		p.writes = append(p.writes, write{key: key, value: value, lease: lease})
+	if p.ranges {
+		p.putAmongRanges(key, value, lease)
 		return
 	}
-	out := p.writes[:0:0]
-	for _, w := range p.writes {
+	// A key the plan has written already: that write goes, and this one
+	// comes last, as if the earlier one had never been.
+	p.drop(key)
+	p.add(write{key: key, value: value, lease: lease})
+}
+
+// putAmongRanges is putLease once the plan deletes a range, which a put
+// may have to split: [start, key) and (key, end).
+func (p *plan) putAmongRanges(key, value string, lease clientv3.LeaseID) {
+	out := p.live()[:0:0]
+	for _, w := range p.live() {
 		switch {
 		case !w.del && w.key == key:
 			continue
 		case w.del && w.covers(key):
-			// Split the delete around key: [start, key) and (key, end).
 			if w.end == "" {
 				continue
 			}
@@ -75,8 +90,13 @@ func (p *plan) putLease(key, value string, lease clientv3.LeaseID) {
 // del deletes key, or with end != "" the range [key, end).
 func (p *plan) del(key, end string) {
 	d := write{del: true, key: key, end: end}
-	out := p.writes[:0:0]
-	for _, w := range p.writes {
+	if end == "" && !p.ranges {
+		p.drop(key) // a put of key, or the same delete again: the later one stays
+		p.add(d)
+		return
+	}
+	out := p.live()[:0:0]
+	for _, w := range p.live() {
 		if !w.del && d.covers(w.key) {
 			continue
 		}
@@ -86,12 +106,80 @@ func (p *plan) del(key, end string) {
 		out = append(out, w)
 	}
 	p.writes = append(out, d)
+	p.ranges, p.at = p.ranges || end != "", nil
+}
+
+// indexFrom is the number of writes from which a plan indexes them by
+// key: below it a scan is cheaper than a map (a commit of one allocation
+// plans four writes).
+const indexFrom = 16
+
+// find returns where the live write of key alone sits, or -1 (no range
+// deleted).
+func (p *plan) find(key string) int {
+	if p.at != nil {
+		if i, ok := p.at[key]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range p.writes {
+		if w := &p.writes[i]; !w.dead && w.key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// drop marks the write of key alone, if any, dead (no range deleted).
+func (p *plan) drop(key string) {
+	if i := p.find(key); i >= 0 {
+		p.writes[i].dead = true
+		p.dead++
+		delete(p.at, key)
+	}
+}
+
+// add appends w, a write of one key (no range deleted).
+func (p *plan) add(w write) {
+	p.writes = append(p.writes, w)
+	switch {
+	case p.at != nil:
+		p.at[w.key] = len(p.writes) - 1
+	case len(p.writes) >= indexFrom:
+		p.reindex()
+	}
+}
+
+func (p *plan) reindex() {
+	if p.at == nil {
+		p.at = make(map[string]int, 2*len(p.writes))
+	}
+	clear(p.at)
+	for i, w := range p.writes {
+		if !w.dead {
+			p.at[w.key] = i
+		}
+	}
+}
+
+// live returns the writes that stand, in order, dropping the dead ones.
+func (p *plan) live() []write {
+	if p.dead > 0 {
+		p.writes = slices.DeleteFunc(p.writes, func(w write) bool { return w.dead })
+		p.dead = 0
+		if p.at != nil {
+			p.reindex()
+		}
+	}
+	return p.writes
 }
 
 // ops returns the plan's writes as etcd ops, with room for extra more.
 func (p *plan) ops(extra int) []*pb.RequestOp {
-	ops := make([]*pb.RequestOp, len(p.writes), len(p.writes)+extra)
-	for i, w := range p.writes {
+	writes := p.live()
+	ops := make([]*pb.RequestOp, len(writes), len(writes)+extra)
+	for i, w := range writes {
 		if w.del {
 			ops[i] = deleteOp(w.key, w.end)
 		} else {
@@ -300,7 +388,7 @@ func (pl *planner) ops(slot int) []*pb.RequestOp {
 
 // nops is the number of ops ops returns, without building them.
 func (pl *planner) nops() int {
-	n := len(pl.plan.writes) + 1
+	n := len(pl.plan.live()) + 1
 	if !pl.plan.putsUnder(pl.k.state()) {
 		n++
 	}
@@ -316,13 +404,13 @@ func (pl *planner) touched(cmps []clientv3.Cmp) (reads, writes []string, ok bool
 		return nil, nil, false
 	}
 	reads = make([]string, 0, len(pl.comparedRanges)+len(cmps))
-	writes = make([]string, 0, len(pl.writtenRanges)+len(pl.plan.writes))
+	writes = make([]string, 0, len(pl.writtenRanges)+len(pl.plan.live()))
 	reads = append(reads, pl.comparedRanges...)
 	for _, c := range cmps {
 		reads = append(reads, string(c.Key))
 	}
 	writes = append(writes, pl.writtenRanges...)
-	for _, w := range pl.plan.writes {
+	for _, w := range pl.plan.live() {
 		if w.end != "" {
 			return nil, nil, false
 		}
@@ -334,7 +422,7 @@ func (pl *planner) touched(cmps []clientv3.Cmp) (reads, writes []string, ok bool
 // putsUnder reports whether the plan puts a key that starts with prefix.
 // Deletes do not count: one of an absent key makes no watch event.
 func (p *plan) putsUnder(prefix string) bool {
-	for _, w := range p.writes {
+	for _, w := range p.live() {
 		if !w.del && strings.HasPrefix(w.key, prefix) {
 			return true
 		}
