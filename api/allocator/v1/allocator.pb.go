@@ -1283,7 +1283,10 @@ func (x *AllocateResponse) GetCreated() bool {
 // BatchAllocateRequest asks for several addresses at once.
 type BatchAllocateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The allocations to make, all or nothing. At most 10000.
+	// The allocations to make, all or nothing. At most 10000, and on the
+	// etcd store at most what one etcd transaction takes (about 40 at
+	// etcd's default --max-txn-ops of 128): beyond either, INVALID_ARGUMENT
+	// with reason BATCH_TOO_LARGE, and nothing is allocated.
 	Requests []*AllocateRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	// Optional idempotency key for the whole batch, remembered for 24 hours.
 	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`

@@ -690,6 +690,10 @@ func (s *Allocator) BatchAllocate(ctx context.Context, reqs []Request, requestID
 		})
 		return err
 	})
+	if errors.Is(err, store.ErrTooLarge) {
+		return nil, &FieldError{Field: "requests", Reason: "BATCH_TOO_LARGE", Err: err, Message: fmt.Sprintf(
+			"%d requests are more than the store takes in one transaction; send fewer per batch (on etcd each takes 3 of --max-txn-ops, 128 by default, and about 600 bytes of --max-request-bytes)", len(reqs))}
+	}
 	return out, err
 }
 

@@ -43,6 +43,10 @@ var (
 	// ErrInvalid means a transaction is malformed (see Txn.Validate); it
 	// is a bug in the caller, not a conflict, and retrying cannot help.
 	ErrInvalid = errors.New("store: invalid transaction")
+	// ErrTooLarge means the store refused a transaction for its size
+	// (etcd's --max-txn-ops or --max-request-bytes); nothing was written,
+	// and the same transaction will be refused again.
+	ErrTooLarge = errors.New("store: transaction too large")
 )
 
 // Pool is the durable record of a pool. CIDRs and reserved ranges are kept

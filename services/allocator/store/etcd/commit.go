@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -177,9 +180,24 @@ func (s *Store) commitError(ctx context.Context, err error) error {
 	case s.isClosed():
 		return fmt.Errorf("commit: %w", store.ErrClosed)
 	case errors.Is(err, rpctypes.ErrTooManyOps):
-		return fmt.Errorf("commit: the transaction has more operations than etcd's --max-txn-ops allows (each allocation takes 3, plus 1 per commit): %w", err)
+		return fmt.Errorf("commit: %w: more operations than etcd's --max-txn-ops allows (each allocation takes 3, plus 1 per commit): %w", store.ErrTooLarge, err)
+	case tooLarge(err):
+		return fmt.Errorf("commit: %w: more bytes than etcd's --max-request-bytes allows (each allocation takes about 600): %w", store.ErrTooLarge, err)
 	}
 	return fmt.Errorf("commit: %w", err)
+}
+
+// tooLarge reports whether err refuses a request for its size: etcd's
+// own check of --max-request-bytes, or gRPC's of the message size on
+// either side (which etcd sets from that flag). Other RESOURCE_EXHAUSTED
+// errors of etcd (its space quota, too many requests) are not about the
+// request.
+func tooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "message larger than max")
 }
 
 // committed records rev as the latest commit of this store, for Close.

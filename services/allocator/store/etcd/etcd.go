@@ -28,6 +28,11 @@ const DefaultPrefix = "/plexus/"
 // DefaultDialTimeout bounds the connection to etcd at Open.
 const DefaultDialTimeout = 5 * time.Second
 
+// maxSendBytes is the largest request the client sends: above the 10 MiB
+// etcd advises as its --max-request-bytes at most, so etcd's own limit is
+// the one a commit meets.
+const maxSendBytes = 16 << 20
+
 // snapshotPage is how many keys a Snapshot reads per request; big stores
 // are read in pages, all at the revision of the first.
 const snapshotPage = 5000
@@ -144,6 +149,9 @@ func Open(cfg Config) (*Store, error) {
 		// without closing it, so requests move to another endpoint.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
+		// etcd's --max-request-bytes bounds a commit, not the client's
+		// default of 2 MiB: a large batch on an etcd that allows it goes.
+		MaxCallSendMsgSize: maxSendBytes,
 		// The client's own logger repeats every retry; the store reports
 		// what matters through slog and readiness.
 		Logger: zap.NewNop(),

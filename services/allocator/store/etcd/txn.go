@@ -15,11 +15,12 @@ import (
 // hot path those copies were over a third of what the store allocated per
 // commit (BenchmarkCommit). Reads keep using clientv3.
 
-// txnCallOpts are clientv3's own defaults for a KV call: wait for a
-// connection instead of failing at once, and its message size limits.
+// txnCallOpts are clientv3's own defaults for a KV call (wait for a
+// connection instead of failing at once, no limit on what comes back),
+// and the send limit the client is configured with (maxSendBytes).
 var txnCallOpts = []grpc.CallOption{
 	grpc.WaitForReady(true),
-	grpc.MaxCallSendMsgSize(2 << 20),
+	grpc.MaxCallSendMsgSize(maxSendBytes),
 	grpc.MaxCallRecvMsgSize(math.MaxInt32),
 }
 
