@@ -228,7 +228,7 @@ func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.St
 	var etcdStore atomic.Pointer[etcd.Store]
 	everyKey := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "plexus_allocator_etcd_pool_check_every_key",
-		Help: "1 while this replica checks each new pool against every pool key in etcd instead of one key, because a replica of a version before that key made the latest pool change or still changes pools (docs/deploy.md, section 9); 0 otherwise, and with another store.",
+		Help: "1 while this replica checks each new pool against every pool key in etcd instead of one key, because a replica of a version before that key made the latest pool change or changes pools still (docs/deploy.md, section 9); 0 otherwise, and with another store.",
 	}, func() float64 {
 		if s := etcdStore.Load(); s != nil && s.ComparesEveryPoolKey() {
 			return 1

@@ -25,12 +25,16 @@ import (
 //   - every pool change its watches deliver after that must have put it
 //     too (a read of the key at the change's revision).
 //
-// Either failing, it compares every pool key for the rest of its life:
-// quietly when the store was last written by an older version (a restart
-// after this version's first pool change trusts the key), with a
-// warning when an older version writes while this one runs.
+// When the first fails (the store was last written by an older version)
+// the commit compares every pool key, and the next guarded commit asks
+// again: once a pool change of this version has put the key, it is
+// trusted. When the second fails (an older version writes while this one
+// runs) the store compares every pool key for the rest of its life, with
+// a warning.
 type poolMarks struct {
-	state atomic.Int32 // marksUnknown, marksTrusted or marksDistrusted
+	// state is marksUnknown, marksUntrusted, marksTrusted or
+	// marksDistrusted.
+	state atomic.Int32
 	// since is the revision trust was decided at: pool changes up to it
 	// are accounted for. seen is the latest pool change queued for a
 	// check, so several watches deliver each one once.
@@ -43,6 +47,7 @@ type poolMarks struct {
 
 const (
 	marksUnknown int32 = iota
+	marksUntrusted
 	marksTrusted
 	marksDistrusted
 )
@@ -55,8 +60,9 @@ const maxMarkChecks = 4096
 const markCheckTimeout = 5 * time.Second
 
 // trustsMarks reports whether conds' CondPoolsUnchangedSince, if any, can
-// be compared on pools-changed alone, deciding it at the first such
-// commit. A failed read decides nothing: that commit compares the pools.
+// be compared on pools-changed alone, deciding it at such a commit until
+// it is trusted. A failed read decides nothing: that commit compares the
+// pools.
 func (s *Store) trustsMarks(ctx context.Context, conds []store.Cond) bool {
 	needed := false
 	for _, c := range conds {
@@ -65,7 +71,8 @@ func (s *Store) trustsMarks(ctx context.Context, conds []store.Cond) bool {
 	if !needed {
 		return false
 	}
-	switch s.marks.state.Load() {
+	was := s.marks.state.Load()
+	switch was {
 	case marksTrusted:
 		return true
 	case marksDistrusted:
@@ -80,17 +87,16 @@ func (s *Store) trustsMarks(ctx context.Context, conds []store.Cond) bool {
 		return false
 	}
 	marker, pools := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-	trusted := len(pools) == 0 || len(marker) == 1 && marker[0].ModRevision >= pools[0].ModRevision
-	s.marks.since.Store(resp.Header.Revision)
-	verdict := marksDistrusted
-	if trusted {
-		verdict = marksTrusted
+	if len(pools) == 0 || len(marker) == 1 && marker[0].ModRevision >= pools[0].ModRevision {
+		s.marks.since.Store(resp.Header.Revision)
+		s.marks.state.CompareAndSwap(was, marksTrusted)
+		return s.marks.state.Load() == marksTrusted
 	}
-	if s.marks.state.CompareAndSwap(marksUnknown, verdict) && !trusted {
-		s.logger.Info("etcd store: the latest pool change was made by an older version, without pools-changed; new pools are checked against every pool key until a restart after this version's first pool change",
+	if s.marks.state.CompareAndSwap(marksUnknown, marksUntrusted) {
+		s.logger.Info("etcd store: the latest pool change was made by an older version, without pools-changed; new pools are checked against every pool key until a pool change puts it",
 			"revision", resp.Header.Revision, "pool_revision", pools[0].ModRevision)
 	}
-	return s.marks.state.Load() == marksTrusted
+	return false
 }
 
 // sawPoolChange queues a check that the commit at rev, which put or
@@ -178,4 +184,7 @@ func (s *Store) distrustMarks(rev int64) {
 // ComparesEveryPoolKey reports whether the store checks
 // CondPoolsUnchangedSince over every pool key, having found a pool change
 // made without pools-changed.
-func (s *Store) ComparesEveryPoolKey() bool { return s.marks.state.Load() == marksDistrusted }
+func (s *Store) ComparesEveryPoolKey() bool {
+	st := s.marks.state.Load()
+	return st == marksUntrusted || st == marksDistrusted
+}

@@ -115,9 +115,10 @@ func TestAnOlderWriterTurnsThePoolMarksOff(t *testing.T) {
 }
 
 // TestPoolMarksAtStart: a store trusts pools-changed when the latest pool
-// put carried it, and not when an older version made it; pool changes
-// from before that decision (a watch from the first revision replays
-// them) do not count.
+// put carried it, and not when an older version made it, until a pool
+// change of its own has put it; pool changes from before the store
+// trusted it (a watch from the first revision replays them) do not
+// count.
 func TestPoolMarksAtStart(t *testing.T) {
 	e := kubetest.StartEtcd(t)
 	prefix := freshPrefix()
@@ -131,15 +132,17 @@ func TestPoolMarksAtStart(t *testing.T) {
 	trusted, decided := etcd.TrustsMarks(s)
 	require.True(t, decided)
 	require.False(t, trusted, "the latest pool change before it was an older version's")
-	_, err = createGuardedPool(ctx, s, rev, "b", "10.0.2.0/24")
+	require.True(t, s.ComparesEveryPoolKey())
+	rev, err = createGuardedPool(ctx, s, rev, "b", "10.0.2.0/24")
 	require.NoError(t, err)
 	trusted, _ = etcd.TrustsMarks(s)
-	require.False(t, trusted, "distrust lasts the store's life")
+	require.True(t, trusted, "a's creation put pools-changed")
+	require.False(t, s.ComparesEveryPoolKey())
 
-	// A restart after a pool change of this version trusts the key, and
-	// the older change a watch from the start replays is no news.
+	// Another replica trusts the key at once, and the older change a
+	// watch from the start replays is no news.
 	s2 := open(t, e, prefix)
-	seen, err := createGuardedPool(ctx, s2, rev+1, "c", "10.0.3.0/24")
+	seen, err := createGuardedPool(ctx, s2, rev, "c", "10.0.3.0/24")
 	require.NoError(t, err)
 	trusted, _ = etcd.TrustsMarks(s2)
 	require.True(t, trusted)
