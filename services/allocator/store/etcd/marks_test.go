@@ -1,12 +1,10 @@
 package etcd_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -52,24 +51,6 @@ func createGuardedPool(ctx context.Context, s *etcd.Store, seen int64, id, cidr 
 	})
 }
 
-// logBuffer collects a store's log records.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(level string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), "level="+level)
-}
-
 // TestAnOlderWriterTurnsThePoolMarksOff: a replica that trusts
 // pools-changed and sees a pool change without it (a replica of an older
 // version still running) compares every pool key from then on, and says
@@ -77,7 +58,7 @@ func (b *logBuffer) count(level string) int {
 func TestAnOlderWriterTurnsThePoolMarksOff(t *testing.T) {
 	e := kubetest.StartEtcd(t)
 	prefix := freshPrefix()
-	logs := &logBuffer{}
+	logs := &servertest.Buffer{}
 	s := openWith(t, e, etcd.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx := t.Context()
 
@@ -111,7 +92,7 @@ func TestAnOlderWriterTurnsThePoolMarksOff(t *testing.T) {
 	require.NoError(t, err)
 
 	old.createPool(t, "old2", "10.0.3.0/24")
-	require.Equal(t, 1, logs.count("WARN"), "one warning, however many such changes:\n%s", logs.buf.String())
+	require.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), "one warning, however many such changes:\n%s", logs)
 }
 
 // TestPoolMarksAtStart: a store trusts pools-changed when the latest pool
