@@ -3,6 +3,8 @@ package etcd
 import (
 	"bytes"
 	"time"
+
+	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
 // Every replica decodes the value of every allocation any replica
@@ -22,9 +24,27 @@ var (
 	ownerFields = [...]string{"cluster", "kind", "namespace", "name", "uid"}
 )
 
-func parseAllocValue(v []byte) (allocValue, bool) {
+// allocStrings are the pool, cluster, kind and namespace of the last
+// value an allocDecoder read. Values read one after another (a snapshot,
+// a watch) mostly repeat them, and a repeated one is handed out again
+// instead of allocated: four strings of the seven a value holds.
+type allocStrings struct{ pool, cluster, kind, namespace string }
+
+// allocDecoder decodes allocation values in turn, sharing repeated
+// strings (allocStrings). One goroutine uses it at a time.
+type allocDecoder struct{ last allocStrings }
+
+func (d *allocDecoder) decode(v []byte, rev int64) (store.Allocation, error) {
+	return decodeAllocWith(v, rev, &d.last)
+}
+
+func parseAllocValue(v []byte) (allocValue, bool) { return parseAllocValueWith(v, nil) }
+
+// parseAllocValueWith is parseAllocValue, sharing the strings of last when
+// not nil, and leaving in it those of v.
+func parseAllocValueWith(v []byte, last *allocStrings) (allocValue, bool) {
 	var av allocValue
-	p := valueParser{buf: v}
+	p := valueParser{buf: v, last: last}
 	next := 0
 	ok := p.object(func(key []byte) bool {
 		i := fieldIndex(allocFields[:], next, key)
@@ -34,7 +54,7 @@ func parseAllocValue(v []byte) (allocValue, bool) {
 		next = i + 1
 		switch i {
 		case 0:
-			return p.str(&av.Pool)
+			return p.shared(&av.Pool, func(l *allocStrings) *string { return &l.pool })
 		case 1:
 			s, ok := p.strBytes()
 			return ok && av.Address.UnmarshalText(s) == nil
@@ -58,6 +78,14 @@ func (p *valueParser) owner(o *ownerValue) bool {
 			return false
 		}
 		next = i + 1
+		switch i {
+		case 0:
+			return p.shared(dst[i], func(l *allocStrings) *string { return &l.cluster })
+		case 1:
+			return p.shared(dst[i], func(l *allocStrings) *string { return &l.kind })
+		case 2:
+			return p.shared(dst[i], func(l *allocStrings) *string { return &l.namespace })
+		}
 		return p.str(dst[i])
 	})
 }
@@ -75,8 +103,9 @@ func fieldIndex(fields []string, from int, key []byte) int {
 
 // valueParser reads the plain JSON subset described above.
 type valueParser struct {
-	buf []byte
-	pos int
+	buf  []byte
+	pos  int
+	last *allocStrings // nil: share nothing
 }
 
 func (p *valueParser) byte(c byte) bool {
@@ -133,6 +162,23 @@ func (p *valueParser) strBytes() ([]byte, bool) {
 func (p *valueParser) str(dst *string) bool {
 	s, ok := p.strBytes()
 	*dst = string(s)
+	return ok
+}
+
+// shared reads a string into dst as str does, handing out the field of
+// p.last that field picks when it holds the same, and keeping the string
+// read there otherwise.
+func (p *valueParser) shared(dst *string, field func(*allocStrings) *string) bool {
+	if p.last == nil {
+		return p.str(dst)
+	}
+	s, ok := p.strBytes()
+	if last := field(p.last); string(s) == *last {
+		*dst = *last
+	} else {
+		*dst = string(s)
+		*last = *dst
+	}
 	return ok
 }
 

@@ -109,6 +109,43 @@ func FuzzParseAllocValue(f *testing.F) {
 	})
 }
 
+// FuzzAllocDecoder: values decoded in turn by one decoder, sharing the
+// strings they repeat, come out as each decoded alone, whatever came
+// before (a value that fails, one left to encoding/json).
+func FuzzAllocDecoder(f *testing.F) {
+	vs := sampleAllocs()
+	for i := range vs {
+		next := vs[(i+1)%len(vs)]
+		next.Owner.Name += "x"
+		f.Add([]byte(encodeAlloc(&vs[i])), []byte(encodeAlloc(&vs[i])), []byte(encodeAlloc(&next)))
+	}
+	f.Add([]byte(`{"pool":"p","owner":{"cluster":"a\u0062"}}`), []byte(`{"pool":"p","owner":{"cluster":"ab"}}`), []byte(`{"pool":"q"`))
+	f.Fuzz(func(t *testing.T, a, b, c []byte) {
+		var dec allocDecoder
+		for i, v := range [][]byte{a, b, c, b} {
+			want, wantErr := decodeAlloc(v, 3)
+			got, err := dec.decode(v, 3)
+			require.Equal(t, wantErr == nil, err == nil, "value %d %q", i, v)
+			if err == nil {
+				require.Equal(t, want, got, "value %d %q", i, v)
+			}
+		}
+	})
+}
+
+// TestAllocDecoderSharesRepeatedStrings: in a run of one owner prefix,
+// the pool, cluster, kind and namespace are allocated once.
+func TestAllocDecoderSharesRepeatedStrings(t *testing.T) {
+	a := sampleAllocs()[0]
+	var dec allocDecoder
+	v := []byte(encodeAlloc(&a))
+	_, err := dec.decode(v, 1)
+	require.NoError(t, err)
+	shared := testing.AllocsPerRun(100, func() { _, _ = dec.decode(v, 1) })
+	alone := testing.AllocsPerRun(100, func() { _, _ = decodeAlloc(v, 1) })
+	require.Equal(t, alone-4, shared, "the pool, cluster, kind and namespace of the run are not allocated again")
+}
+
 // BenchmarkDecodeAlloc: one allocation value as a watch delivers it, read
 // directly and by encoding/json.
 //
@@ -119,6 +156,14 @@ func BenchmarkDecodeAlloc(b *testing.B) {
 	b.Run("direct", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := decodeAlloc(v, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("direct-in-turn", func(b *testing.B) {
+		var dec allocDecoder
+		for b.Loop() {
+			if _, err := dec.decode(v, 1); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -75,8 +75,12 @@ func encodeAlloc(a *store.Allocation) string {
 	})
 }
 
-func decodeAlloc(v []byte, rev int64) (store.Allocation, error) {
-	av, ok := parseAllocValue(v)
+func decodeAlloc(v []byte, rev int64) (store.Allocation, error) { return decodeAllocWith(v, rev, nil) }
+
+// decodeAllocWith is decodeAlloc sharing repeated strings with last (see
+// allocDecoder).
+func decodeAllocWith(v []byte, rev int64, last *allocStrings) (store.Allocation, error) {
+	av, ok := parseAllocValueWith(v, last)
 	if !ok {
 		av = allocValue{}
 		if err := json.Unmarshal(v, &av); err != nil {
