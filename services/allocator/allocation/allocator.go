@@ -955,6 +955,10 @@ func (s *Allocator) commit(ctx context.Context, txn store.Txn) (int64, error) {
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		s.conflicts.Add(1)
+	case errors.Is(err, store.ErrUnconfirmed):
+		// Not a fault of the request: the store may yet apply it, and a
+		// retry with the same request id gets its answer.
+		err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	case err == nil && !s.follow:
 		// Alone on the store, every commit is this Allocator's own.
 		s.followed.advance(rev)

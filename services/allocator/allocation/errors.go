@@ -25,7 +25,9 @@ var (
 	ErrFamilyMismatch  = errors.New("address family does not match the pool")
 	ErrConflict        = errors.New("concurrent change, try again")
 	// ErrStoreUnavailable and ErrBehind refuse a read that could not be
-	// made as fresh as the store (see Allocator.Sync).
+	// made as fresh as the store (see Allocator.Sync). ErrStoreUnavailable
+	// also answers a commit the store could not confirm in time, which
+	// may have been applied (store.ErrUnconfirmed).
 	ErrStoreUnavailable = errors.New("store unavailable")
 	ErrBehind           = errors.New("replica behind the store")
 )

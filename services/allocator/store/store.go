@@ -47,6 +47,10 @@ var (
 	// (etcd's --max-txn-ops or --max-request-bytes); nothing was written,
 	// and the same transaction will be refused again.
 	ErrTooLarge = errors.New("store: transaction too large")
+	// ErrUnconfirmed means the store could not confirm a commit in time
+	// (etcd's "request timed out", a leader change): it may have been
+	// applied or not. A retry with the same request id finds out.
+	ErrUnconfirmed = errors.New("store: commit not confirmed; it may have been applied")
 )
 
 // Pool is the durable record of a pool. CIDRs and reserved ranges are kept

@@ -181,10 +181,25 @@ func (s *Store) commitError(ctx context.Context, err error) error {
 		return fmt.Errorf("commit: %w", store.ErrClosed)
 	case errors.Is(err, rpctypes.ErrTooManyOps):
 		return fmt.Errorf("commit: %w: more operations than etcd's --max-txn-ops allows (each allocation takes 3, plus 1 per commit): %w", store.ErrTooLarge, err)
+	case unconfirmed(err):
+		return fmt.Errorf("commit: %w: %w", store.ErrUnconfirmed, err)
 	case tooLarge(err):
 		return fmt.Errorf("commit: %w: more bytes than etcd's --max-request-bytes allows (each allocation takes about 600): %w", store.ErrTooLarge, err)
 	}
 	return fmt.Errorf("commit: %w", err)
+}
+
+// unconfirmed reports whether err is etcd giving up on a proposal it may
+// still apply: it timed out waiting for the commit to be applied, or the
+// leader changed under it.
+func unconfirmed(err error) bool {
+	for _, e := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrLeaderChanged} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // tooLarge reports whether err refuses a request for its size: etcd's
