@@ -52,7 +52,10 @@ const (
 // Replicas on one etcd store answer alike: a read, or a refusal, comes from
 // a state that holds every change acknowledged before the call, by any
 // replica. A replica that cannot ensure that answers UNAVAILABLE
-// (STORE_UNAVAILABLE, REPLICA_BEHIND), and the call may go to another.
+// (STORE_UNAVAILABLE, REPLICA_BEHIND), and the call may go to another. A
+// change whose commit the store could not confirm in time is answered
+// UNAVAILABLE (STORE_UNAVAILABLE) too: it may have been made, and a retry
+// with the same request_id gets its answer.
 type AllocatorServiceClient interface {
 	// CreatePool creates a pool of one address family. Pools of one allocator
 	// may not overlap unless the pool allows it (POOL_OVERLAP).
@@ -253,7 +256,10 @@ type AllocatorService_WatchAllocationsClient = grpc.ServerStreamingClient[WatchA
 // Replicas on one etcd store answer alike: a read, or a refusal, comes from
 // a state that holds every change acknowledged before the call, by any
 // replica. A replica that cannot ensure that answers UNAVAILABLE
-// (STORE_UNAVAILABLE, REPLICA_BEHIND), and the call may go to another.
+// (STORE_UNAVAILABLE, REPLICA_BEHIND), and the call may go to another. A
+// change whose commit the store could not confirm in time is answered
+// UNAVAILABLE (STORE_UNAVAILABLE) too: it may have been made, and a retry
+// with the same request_id gets its answer.
 type AllocatorServiceServer interface {
 	// CreatePool creates a pool of one address family. Pools of one allocator
 	// may not overlap unless the pool allows it (POOL_OVERLAP).
