@@ -175,7 +175,13 @@ type Pool struct {
 	// When the pool was last changed. Output only.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Live statistics. Output only.
-	Stats         *PoolStats `protobuf:"bytes,11,opt,name=stats,proto3" json:"stats,omitempty"`
+	Stats *PoolStats `protobuf:"bytes,11,opt,name=stats,proto3" json:"stats,omitempty"`
+	// Set while a forced DeletePool releases the pool's allocations in
+	// chunks: the pool hands out no address, and Allocate, BatchAllocate and
+	// UpdatePool are refused (FAILED_PRECONDITION, POOL_DELETING); Release
+	// works. It stays set if the deletion is cut short, until DeletePool
+	// with force finishes it. Output only.
+	Deleting      bool `protobuf:"varint,12,opt,name=deleting,proto3" json:"deleting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -285,6 +291,13 @@ func (x *Pool) GetStats() *PoolStats {
 		return x.Stats
 	}
 	return nil
+}
+
+func (x *Pool) GetDeleting() bool {
+	if x != nil {
+		return x.Deleting
+	}
+	return false
 }
 
 // PoolStats counts a pool's addresses.
@@ -1957,7 +1970,7 @@ var File_plexus_allocator_v1_allocator_proto protoreflect.FileDescriptor
 
 const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"\n" +
-	"#plexus/allocator/v1/allocator.proto\x12\x13plexus.allocator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\x04\n" +
+	"#plexus/allocator/v1/allocator.proto\x12\x13plexus.allocator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x04\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x1a\n" +
@@ -1973,7 +1986,8 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"\vupdate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x124\n" +
-	"\x05stats\x18\v \x01(\v2\x1e.plexus.allocator.v1.PoolStatsR\x05stats\x1a9\n" +
+	"\x05stats\x18\v \x01(\v2\x1e.plexus.allocator.v1.PoolStatsR\x05stats\x12\x1a\n" +
+	"\bdeleting\x18\f \x01(\bR\bdeleting\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"{\n" +

@@ -74,7 +74,12 @@ type AllocatorServiceClient interface {
 	UpdatePool(ctx context.Context, in *UpdatePoolRequest, opts ...grpc.CallOption) (*UpdatePoolResponse, error)
 	// DeletePool deletes a pool. It is refused while allocations exist
 	// (FAILED_PRECONDITION, POOL_NOT_EMPTY) unless forced, in which case the
-	// pool's allocations are released with it.
+	// pool's allocations are released with it. A forced deletion of a pool
+	// of more than 4,096 allocations first marks the pool deleting, then
+	// releases them in commits of up to 4,096 (fewer if the store refuses so
+	// many), then deletes the pool: every replica and watcher takes in one
+	// chunk at a time. A deletion cut short leaves the pool deleting (see
+	// Pool.deleting); DeletePool with force finishes it.
 	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*DeletePoolResponse, error)
 	// Allocate hands out one address to an owner. It is idempotent per
 	// (pool, owner): asking again returns the same allocation.
@@ -278,7 +283,12 @@ type AllocatorServiceServer interface {
 	UpdatePool(context.Context, *UpdatePoolRequest) (*UpdatePoolResponse, error)
 	// DeletePool deletes a pool. It is refused while allocations exist
 	// (FAILED_PRECONDITION, POOL_NOT_EMPTY) unless forced, in which case the
-	// pool's allocations are released with it.
+	// pool's allocations are released with it. A forced deletion of a pool
+	// of more than 4,096 allocations first marks the pool deleting, then
+	// releases them in commits of up to 4,096 (fewer if the store refuses so
+	// many), then deletes the pool: every replica and watcher takes in one
+	// chunk at a time. A deletion cut short leaves the pool deleting (see
+	// Pool.deleting); DeletePool with force finishes it.
 	DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error)
 	// Allocate hands out one address to an owner. It is idempotent per
 	// (pool, owner): asking again returns the same allocation.

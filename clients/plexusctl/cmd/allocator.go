@@ -25,11 +25,15 @@ func poolName(id string) string {
 
 func poolTable(pools ...*allocatorv1.Pool) func() *table {
 	return func() *table {
-		t := &table{header: []string{"NAME", "FAMILY", "CIDRS", "CAPACITY", "ALLOCATED", "FREE", "ETAG"}}
+		t := &table{header: []string{"NAME", "FAMILY", "CIDRS", "CAPACITY", "ALLOCATED", "FREE", "ETAG", "STATE"}}
 		for _, p := range pools {
 			fam := strings.TrimPrefix(p.GetFamily().String(), "IP_FAMILY_")
+			state := "active"
+			if p.GetDeleting() {
+				state = "deleting" // a forced deletion cut short: delete --force again
+			}
 			t.add(strings.TrimPrefix(p.GetName(), "pools/"), fam, strings.Join(p.GetCidrs(), ","),
-				p.GetStats().GetCapacity(), fmt.Sprint(p.GetStats().GetAllocated()), p.GetStats().GetFree(), p.GetEtag())
+				p.GetStats().GetCapacity(), fmt.Sprint(p.GetStats().GetAllocated()), p.GetStats().GetFree(), p.GetEtag(), state)
 		}
 		return t
 	}

@@ -56,6 +56,9 @@ type Allocator struct {
 	// (the store's, or one pool's) even where it can read it in pages (a
 	// test compares).
 	wholeSnapshots bool
+	// deleteChunk is how many allocations a forced deletion releases per
+	// commit (deleteChunk; tests set less).
+	deleteChunk int
 
 	// counters are read by Counters (metrics).
 	conflicts, watchRestarts, rebuilds atomic.Uint64
@@ -88,6 +91,18 @@ type poolState struct {
 	gate gate
 }
 
+// usable returns the error that refuses a new allocation in the pool, if
+// any: it is deleted, or being deleted. The caller holds ps.mu.
+func (ps *poolState) usable() error {
+	switch {
+	case ps.deleted:
+		return fmt.Errorf("pool %q: %w", ps.rec.ID, ErrPoolNotFound)
+	case ps.rec.Deleting:
+		return fmt.Errorf("pool %q is being deleted; DeletePool with force finishes it: %w", ps.rec.ID, ErrPoolDeleting)
+	}
+	return nil
+}
+
 type pendingAlloc struct {
 	done  chan struct{}
 	alloc store.Allocation
@@ -97,7 +112,7 @@ type pendingAlloc struct {
 // New rebuilds the in-memory state from the store and returns the Allocator.
 // Built WithFollow, it also follows the store's changes until ctx ends.
 func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error) {
-	s := &Allocator{store: st, now: time.Now, logger: slog.Default(), pools: map[string]*poolState{}, followRetry: followRetry}
+	s := &Allocator{store: st, now: time.Now, logger: slog.Default(), pools: map[string]*poolState{}, followRetry: followRetry, deleteChunk: deleteChunk}
 	for _, o := range opts {
 		o(s)
 	}
@@ -418,9 +433,9 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 		ps.mu.Unlock()
 		return store.Allocation{}, false, err
 	}
-	if ps.deleted {
+	if err := ps.usable(); err != nil {
 		ps.mu.Unlock()
-		return store.Allocation{}, false, fmt.Errorf("pool %q: %w", req.Pool, ErrPoolNotFound)
+		return store.Allocation{}, false, err
 	}
 	if addr, ok := ps.held.Owned(req.Owner); ok {
 		if ch, busy := ps.releasing[addr]; busy {
@@ -733,9 +748,9 @@ func (s *Allocator) batchOnce(ctx context.Context, reqs []Request, requestID str
 	}
 	txn := store.Txn{}
 	for _, id := range ids {
-		if states[id].deleted {
+		if err := states[id].usable(); err != nil {
 			unlock()
-			return nil, fmt.Errorf("pool %q: %w", id, ErrPoolNotFound)
+			return nil, err
 		}
 		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondPoolRevision, Pool: id, Revision: states[id].rec.Revision})
 	}
@@ -926,13 +941,8 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 
 	ps.mu.Lock()
 	delete(ps.releasing, rec.Address)
-	// The follower may have applied this release already (and the
-	// address may even be allocated again since).
-	if cur, ok := ps.held.Revision(rec.Address); err == nil && ok && cur == rec.Revision {
-		ps.held.Delete(rec.Address)
-		if rerr := ps.index.Release(rec.Address, now); rerr != nil {
-			s.logger.Warn("index release", "pool", req.Pool, "address", rec.Address, "err", rerr)
-		}
+	if err == nil {
+		s.forget(ps, rec, now)
 	}
 	ps.gate.leave()
 	ps.mu.Unlock()
@@ -944,6 +954,18 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 		return store.Allocation{}, fmt.Errorf("release %s: %w", rec.Address, err)
 	}
 	return rec, nil
+}
+
+// forget drops a released allocation from held and the index, unless the
+// follower has already (the address may even be allocated again since).
+// The caller holds ps.mu.
+func (s *Allocator) forget(ps *poolState, a store.Allocation, now time.Time) {
+	if cur, ok := ps.held.Revision(a.Address); ok && cur == a.Revision {
+		ps.held.Delete(a.Address)
+		if err := ps.index.Release(a.Address, now); err != nil {
+			s.logger.Warn("index release", "pool", a.Pool, "address", a.Address, "err", err)
+		}
+	}
 }
 
 // commit commits txn to the store, counting the commits that lose their

@@ -8,10 +8,13 @@ import (
 // Domain errors of the allocation service. The gRPC server maps each of them
 // to a status code and a stable reason, once, in one table.
 var (
-	ErrPoolNotFound       = errors.New("pool not found")
-	ErrPoolExists         = errors.New("pool already exists")
-	ErrPoolOverlap        = errors.New("pool overlaps another pool")
-	ErrPoolNotEmpty       = errors.New("pool still holds allocations")
+	ErrPoolNotFound = errors.New("pool not found")
+	ErrPoolExists   = errors.New("pool already exists")
+	ErrPoolOverlap  = errors.New("pool overlaps another pool")
+	ErrPoolNotEmpty = errors.New("pool still holds allocations")
+	// ErrPoolDeleting refuses to allocate in or update a pool whose
+	// forced deletion is under way (store.Pool.Deleting).
+	ErrPoolDeleting       = errors.New("pool is being deleted")
 	ErrCIDRInUse          = errors.New("CIDR still holds allocations")
 	ErrAllocationNotFound = errors.New("allocation not found")
 	ErrEtagMismatch       = errors.New("etag does not match")

@@ -18,3 +18,7 @@ func WithFollowRetry(d time.Duration) Option { return func(s *Allocator) { s.fol
 // store's, or one pool's), as before it read it in pages, for a
 // comparison.
 func WithWholeSnapshots() Option { return func(s *Allocator) { s.wholeSnapshots = true } }
+
+// WithDeleteChunk sets how many allocations a forced deletion releases
+// per commit, for a test.
+func WithDeleteChunk(n int) Option { return func(s *Allocator) { s.deleteChunk = n } }

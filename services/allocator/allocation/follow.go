@@ -150,6 +150,13 @@ func (s *Allocator) applyPutPool(p store.Pool) {
 	if p.Revision <= ps.rec.Revision {
 		return
 	}
+	if p.Deleting && !ps.rec.Deleting {
+		// Another replica began to delete the pool: it changes nothing
+		// else (markDeleting), and no index is worth rebuilding for the
+		// allocations it is about to release.
+		ps.rec = p
+		return
+	}
 	// Another replica updated the pool: rebuild its index with every
 	// allocation restored, as UpdatePool does. Reservations in flight
 	// here carry the old pool revision in their transaction and fail.
@@ -185,6 +192,11 @@ func (s *Allocator) applyDeletePool(p store.Pool, rev int64) {
 	ps.deleted = true
 	delete(s.pools, p.ID)
 	s.cidrs.replace(p.ID, ps.rec.CIDRs, nil)
+	if ps.rec.Deleting {
+		// A large pool, released in chunks (see drain): what it held
+		// is garbage now.
+		go releaseMemory()
+	}
 }
 
 // applyPutAllocation records an allocation committed by any replica. The

@@ -425,6 +425,9 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, ma
 	if etag != "" && etag != Etag(ps.rec.Revision) {
 		return PoolView{}, nil, fmt.Errorf("pool %s is at etag %s, not %s: %w", id, Etag(ps.rec.Revision), etag, ErrEtagMismatch)
 	}
+	if ps.rec.Deleting {
+		return PoolView{}, nil, ps.usable()
+	}
 	next := ps.rec
 	merged := PoolSpec{CIDRs: ps.rec.CIDRs, Reserved: ps.rec.Reserved, ReuseDelay: ps.rec.ReuseDelay, Labels: ps.rec.Labels, AllowOverlap: ps.rec.AllowOverlap}
 	if mask.CIDRs {
@@ -552,16 +555,44 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 		return 0, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	if etag != "" && etag != Etag(ps.rec.Revision) {
+		ps.mu.Unlock()
+		s.mu.Unlock()
 		return 0, fmt.Errorf("pool %s is at etag %s, not %s: %w", id, Etag(ps.rec.Revision), etag, ErrEtagMismatch)
 	}
 	n := ps.held.Len() + len(ps.pending)
 	if n > 0 && !force {
+		ps.mu.Unlock()
+		s.mu.Unlock()
 		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
 	}
+	released := 0
+	if force && ps.held.Len() > s.deleteChunk {
+		// One commit of them all would be one revision of as many
+		// events, which every replica and watcher takes in at once
+		// (see drain). Other pools' requests go on meanwhile.
+		err := s.markDeleting(ctx, ps)
+		ps.mu.Unlock()
+		s.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		if released, err = s.drain(ctx, id, ps); err != nil {
+			return released, err
+		}
+		s.mu.Lock()
+		ps.mu.Lock()
+		if ps.deleted {
+			// Another replica's deletion of the same pool finished
+			// first.
+			ps.mu.Unlock()
+			s.mu.Unlock()
+			return released, nil
+		}
+	}
+	defer s.mu.Unlock()
+	defer ps.mu.Unlock()
 	conds := []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}}
 	if !force {
 		// This replica may not have applied an allocation that another
@@ -570,15 +601,18 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 	}
 	_, err = s.commit(ctx, store.Txn{Conds: conds, Ops: []store.Op{{Kind: store.OpDeletePool, PoolID: id}}})
 	if errors.Is(err, store.ErrConflict) {
-		return 0, fmt.Errorf("delete pool %s: %w", id, ErrEtagMismatch)
+		return released, fmt.Errorf("delete pool %s: %w", id, ErrEtagMismatch)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("delete pool %s: %w", id, err)
+		return released, fmt.Errorf("delete pool %s: %w", id, err)
 	}
 	ps.deleted = true
 	delete(s.pools, id)
 	s.cidrs.replace(id, ps.rec.CIDRs, nil)
-	return ps.held.Len(), nil
+	if ps.rec.Deleting {
+		go releaseMemory() // what a large pool held is garbage now
+	}
+	return released + ps.held.Len(), nil
 }
 
 // Filter selects allocations by owner fields; empty fields match all.

@@ -136,7 +136,7 @@ func TestGrpcurlAndPlexusctl(t *testing.T) {
 
 	table := ctl("pool", "get", "ctl")
 	require.Contains(t, table, "NAME")
-	require.Regexp(t, `(?m)^ctl\s+IPV4\s+10.30.0.0/24,10.31.0.0/24\s+499\s+0\s+499\s`, table)
+	require.Regexp(t, `(?m)^ctl\s+IPV4\s+10.30.0.0/24,10.31.0.0/24\s+499\s+0\s+499\s+\d+\s+active$`, table)
 
 	// plexusctl: allocations.
 	var ctlAlloc allocatorv1.AllocateResponse

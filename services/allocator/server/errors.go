@@ -25,6 +25,7 @@ var errorTable = apierr.Table{
 	{Err: allocation.ErrPoolExists, Code: codes.AlreadyExists, Reason: "POOL_ALREADY_EXISTS"},
 	{Err: allocation.ErrPoolOverlap, Code: codes.FailedPrecondition, Reason: "POOL_OVERLAP"},
 	{Err: allocation.ErrPoolNotEmpty, Code: codes.FailedPrecondition, Reason: "POOL_NOT_EMPTY"},
+	{Err: allocation.ErrPoolDeleting, Code: codes.FailedPrecondition, Reason: "POOL_DELETING"},
 	{Err: allocation.ErrCIDRInUse, Code: codes.FailedPrecondition, Reason: "CIDR_IN_USE"},
 	{Err: allocation.ErrAllocationNotFound, Code: codes.NotFound, Reason: "ALLOCATION_NOT_FOUND"},
 	{Err: allocation.ErrEtagMismatch, Code: codes.FailedPrecondition, Reason: "ETAG_MISMATCH"},

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,7 +66,16 @@ func pageToken(json string) string { return base64.RawURLEncoding.EncodeToString
 
 func errorCases() []errCase {
 	a, b, c := pod("ns", "a"), pod("ns", "b"), pod("ns", "c")
+	var failing atomic.Bool
+	failing.Store(true)
 	return []errCase{
+		{
+			name:  "allocate in a pool being deleted",
+			opts:  []envOption{withFailingReleases(&failing)},
+			setup: deletingPool("p"),
+			call:  allocateAddr("p", a, ""),
+			code:  codes.FailedPrecondition, reason: "POOL_DELETING",
+		},
 		{
 			name:  "pool exhausted",
 			setup: withPool("p", poolV4("10.0.0.0/30"), a, b), // two usable addresses

@@ -187,6 +187,7 @@ func poolTo(v allocation.PoolView) *allocatorv1.Pool {
 		Reserved:     v.Reserved,
 		Labels:       v.Labels,
 		AllowOverlap: v.AllowOverlap,
+		Deleting:     v.Deleting,
 		Family:       allocatorv1.IPFamily_IP_FAMILY_IPV4,
 		Etag:         allocation.Etag(v.Revision),
 		CreateTime:   timestamppb.New(v.CreateTime),

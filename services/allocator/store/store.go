@@ -62,8 +62,12 @@ type Pool struct {
 	ReuseDelay   time.Duration
 	Labels       map[string]string
 	AllowOverlap bool
-	CreateTime   time.Time
-	UpdateTime   time.Time
+	// Deleting marks a pool whose forced deletion is under way: its
+	// allocations are released in several commits before the pool goes,
+	// and no replica hands out or changes anything in it meanwhile.
+	Deleting   bool
+	CreateTime time.Time
+	UpdateTime time.Time
 	// Revision is the revision of the commit that last wrote the pool; it
 	// is the pool's etag. Set by the store.
 	Revision int64

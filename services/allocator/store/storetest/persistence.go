@@ -16,6 +16,7 @@ func testPersistence(t *testing.T, s store.Store, reopen func(*testing.T, store.
 	ctx := t.Context()
 	p6 := newPool("p6", "2001:db8::/64")
 	p6.Labels = nil
+	p6.Deleting = true
 	commit(t, s, txn(putPool(newPool("p4", "10.0.0.0/16")), putPool(p6)))
 	var bulk []store.Op
 	for i := range 500 {
@@ -31,6 +32,8 @@ func testPersistence(t *testing.T, s store.Store, reopen func(*testing.T, store.
 	))
 	commit(t, s, txn(delAlloc("p4", "10.0.0.7"), putAlloc(newAlloc("p4", "10.0.0.8", "pod-replaced"))))
 	before := snapshot(t, s)
+	require.True(t, before.Pools[1].Deleting, "a pool's Deleting mark is kept")
+	require.False(t, before.Pools[0].Deleting)
 	req, ok, err := s.GetRequest(ctx, "req-1")
 	require.NoError(t, err)
 	require.True(t, ok)

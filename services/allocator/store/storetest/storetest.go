@@ -83,6 +83,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"DeletePoolCascades", testDeletePoolCascades},
 		{"PutAllocationClearsQuarantine", testPutAllocationClearsQuarantine},
 		{"DeleteMissingIsNoOp", testDeleteMissingIsNoOp},
+		{"ManyReleases", testManyReleases},
 		{"Requests", testRequests},
 		{"InvalidTxn", testInvalidTxn},
 		{"CanceledContext", testCanceledContext},

@@ -110,11 +110,25 @@ func appendPool(e Encoder, p *store.Pool, rev int64) Encoder {
 	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
 		e = e.Str(k).Str(p.Labels[k])
 	}
-	overlap := uint64(0)
+	return e.Uint(poolFlags(p)).Time(p.CreateTime).Time(p.UpdateTime).Int(rev)
+}
+
+// Pool flags, one bit each. A value written before Deleting existed
+// holds 0 or 1.
+const (
+	flagAllowOverlap = 1 << iota
+	flagDeleting
+)
+
+func poolFlags(p *store.Pool) uint64 {
+	var f uint64
 	if p.AllowOverlap {
-		overlap = 1
+		f |= flagAllowOverlap
 	}
-	return e.Uint(overlap).Time(p.CreateTime).Time(p.UpdateTime).Int(rev)
+	if p.Deleting {
+		f |= flagDeleting
+	}
+	return f
 }
 
 // AppendAllocation appends an allocation's value: its fields without its
@@ -325,7 +339,8 @@ func (d *Decoder) pool(p *store.Pool) {
 	} else if n > 0 {
 		d.Fail(ErrTruncated)
 	}
-	p.AllowOverlap = d.Uint() == 1
+	f := d.Uint()
+	p.AllowOverlap, p.Deleting = f&flagAllowOverlap != 0, f&flagDeleting != 0
 	p.CreateTime = d.Time()
 	p.UpdateTime = d.Time()
 	p.Revision = d.Int()

@@ -12,10 +12,11 @@ import (
 
 func TestValuesRoundTrip(t *testing.T) {
 	times := []time.Time{{}, time.Unix(0, 0).UTC(), time.Date(2025, 1, 2, 3, 4, 5, 999999999, time.UTC), time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC)}
-	for _, tm := range times {
+	for i, tm := range times {
 		p := store.Pool{
 			ID: "p", CIDRs: []string{"10.0.0.0/8"}, Reserved: []string{"10.0.0.1", "10.0.0.5-10.0.0.7"},
-			ReuseDelay: -time.Nanosecond, Labels: map[string]string{"": "", "k": "v\x00"}, AllowOverlap: true,
+			ReuseDelay: -time.Nanosecond, Labels: map[string]string{"": "", "k": "v\x00"},
+			AllowOverlap: i&1 != 0, Deleting: i&2 != 0, // every pair of flags
 			CreateTime: tm, UpdateTime: tm, Revision: 1<<62 + 1,
 		}
 		got, err := DecodePool("p", EncodePool(&p, p.Revision))

@@ -1,0 +1,316 @@
+package allocation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
+)
+
+// fill allocates n addresses in pool, to owners pod-0 .. pod-(n-1), in
+// batches that etcd takes at its default limits.
+func fill(t *testing.T, svc *allocation.Allocator, pool string, n int) {
+	t.Helper()
+	for i := 0; i < n; i += 32 {
+		var reqs []allocation.Request
+		for j := i; j < min(n, i+32); j++ {
+			reqs = append(reqs, allocation.Request{Pool: pool, Owner: owner(fmt.Sprint("pod-", j))})
+		}
+		_, err := svc.BatchAllocate(context.Background(), reqs, "")
+		require.NoError(t, err)
+	}
+}
+
+// revisions reads a store's events from after rev until the deletion of
+// pool, and returns them grouped by revision, in order.
+func revisions(t *testing.T, st store.Store, rev int64, pool string) [][]store.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := st.Watch(ctx, rev)
+	require.NoError(t, err)
+	var out [][]store.Event
+	var cur []store.Event
+	for ev := range ch {
+		require.NoError(t, ev.Err)
+		cur = append(cur, ev)
+		if !ev.Last {
+			continue
+		}
+		out = append(out, cur)
+		if ev.Type == store.EventDeletePool && ev.Pool.ID == pool {
+			return out
+		}
+		cur = nil
+	}
+	t.Fatalf("no deletion of pool %s in the store's events: %v", pool, ctx.Err())
+	return nil
+}
+
+func TestForcedDeletionReleasesInChunks(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(10))
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "small", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	require.NoError(t, err)
+	fill(t, svc, "p", 35)
+	fill(t, svc, "small", 10)
+	before := svc.Counters().Revision
+
+	n, err := svc.DeletePool(ctx, "p", "", true, false)
+	require.NoError(t, err)
+	require.Equal(t, 35, n)
+	revs := revisions(t, st, before, "p")
+
+	// The pool marked deleting, 10, 10, 10 and 5 releases, then the
+	// pool alone.
+	require.Len(t, revs, 6)
+	require.Len(t, revs[0], 1)
+	require.Equal(t, store.EventPutPool, revs[0][0].Type)
+	require.True(t, revs[0][0].Pool.Deleting)
+	released := 0
+	for i, want := range []int{10, 10, 10, 5} {
+		require.Len(t, revs[1+i], want)
+		for _, ev := range revs[1+i] {
+			require.Equal(t, store.EventDeleteAllocation, ev.Type)
+			released++
+		}
+	}
+	require.Equal(t, 35, released)
+	require.Len(t, revs[5], 1)
+	require.Equal(t, store.EventDeletePool, revs[5][0].Type)
+
+	_, err = svc.GetPool("p")
+	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	// Its range is free again, and a pool of no more than a chunk still
+	// goes in one commit.
+	_, err = svc.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	before = svc.Counters().Revision
+	n, err = svc.DeletePool(ctx, "small", "", true, false)
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+	revs = revisions(t, st, before, "small")
+	require.Len(t, revs, 1)
+	require.Len(t, revs[0], 11)
+}
+
+// failingReleases fails every commit that only releases allocations
+// while on is set, as a store that fails in the middle of a forced
+// deletion does.
+type failingReleases struct {
+	store.Store
+	on *atomic.Bool
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (f failingReleases) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	if f.on.Load() && len(txn.Ops) > 0 && txn.Ops[0].Kind == store.OpDeleteAllocation && len(txn.Conds) == 1 && txn.Conds[0].Kind == store.CondPoolRevision {
+		return 0, errInjected
+	}
+	return f.Store.Commit(ctx, txn)
+}
+
+func TestInterruptedDeletionLeavesThePoolDeleting(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	var failing atomic.Bool
+	st := failingReleases{Store: mem, on: &failing}
+	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(10))
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "other", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	require.NoError(t, err)
+	fill(t, svc, "p", 25)
+	fill(t, svc, "other", 3)
+	held, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("pod-3")})
+	require.NoError(t, err)
+
+	failing.Store(true)
+	_, err = svc.DeletePool(ctx, "p", "", true, false)
+	require.ErrorIs(t, err, errInjected)
+	failing.Store(false)
+
+	// refused asserts that the pool refuses what would hand out or
+	// change anything, and keeps its allocations.
+	refused := func(svc *allocation.Allocator) {
+		t.Helper()
+		v, err := svc.GetPool("p")
+		require.NoError(t, err)
+		require.True(t, v.Deleting)
+		require.EqualValues(t, 25, v.Stats.Allocated)
+		_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("new")})
+		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+		// An owner that holds an address does not get it back either.
+		_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("pod-3")})
+		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+		_, err = svc.BatchAllocate(ctx, []allocation.Request{{Pool: "other", Owner: owner("x")}, {Pool: "p", Owner: owner("y")}}, "")
+		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+		_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{Labels: map[string]string{"a": "b"}}, allocation.UpdateMask{Labels: true}, "", false)
+		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+		_, err = svc.DeletePool(ctx, "p", "", false, false)
+		require.ErrorIs(t, err, allocation.ErrPoolNotEmpty)
+		// The pool's range stays taken while it holds addresses.
+		_, err = svc.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/25"}})
+		require.ErrorIs(t, err, allocation.ErrPoolOverlap)
+	}
+	refused(svc)
+	// Nothing of the batch above was kept in the other pool.
+	other, err := svc.GetPool("other")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, other.Stats.Allocated)
+
+	// A restart finds it as it was.
+	svc, err = allocation.New(ctx, st, allocation.WithDeleteChunk(10))
+	require.NoError(t, err)
+	refused(svc)
+	// Releases go on as before.
+	rel, ok, err := svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: held.Address})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, held.Address, rel.Address)
+
+	// DeletePool with force finishes it, and the other pool is whole.
+	n, err := svc.DeletePool(ctx, "p", "", true, false)
+	require.NoError(t, err)
+	require.Equal(t, 24, n)
+	_, err = svc.GetPool("p")
+	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	snap, err := mem.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Len(t, snap.Allocations, 3)
+	require.Len(t, snap.Pools, 1)
+}
+
+// tooLarge refuses transactions of more than max operations, as etcd
+// does past its --max-txn-ops.
+type tooLarge struct {
+	store.Store
+	max     int
+	refused atomic.Int32
+}
+
+func (s *tooLarge) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	if len(txn.Ops) > s.max {
+		s.refused.Add(1)
+		return 0, fmt.Errorf("%d operations: %w", len(txn.Ops), store.ErrTooLarge)
+	}
+	return s.Store.Commit(ctx, txn)
+}
+
+func TestDeletionChunksShrinkToWhatTheStoreTakes(t *testing.T) {
+	ctx := context.Background()
+	st := &tooLarge{Store: memory.New(), max: 1 << 20}
+	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(64))
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	fill(t, svc, "p", 200)
+	st.max = 12
+	n, err := svc.DeletePool(ctx, "p", "", true, false)
+	require.NoError(t, err)
+	require.Equal(t, 200, n)
+	// 64, 32 and 16 were refused once each; 8 went on from there.
+	require.EqualValues(t, 3, st.refused.Load())
+	_, err = svc.GetPool("p")
+	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+}
+
+// pauseRelease holds the first commit that only releases allocations
+// until resume closes, and closes paused when it gets there.
+type pauseRelease struct {
+	store.Store
+	once           sync.Once
+	paused, resume chan struct{}
+}
+
+func (p *pauseRelease) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	if len(txn.Ops) > 0 && txn.Ops[0].Kind == store.OpDeleteAllocation {
+		p.once.Do(func() {
+			close(p.paused)
+			<-p.resume
+		})
+	}
+	return p.Store.Commit(ctx, txn)
+}
+
+// TestReplicasDeleteALargePoolInChunks runs on etcd at its default
+// limits (--max-txn-ops 128), where the deletion's first chunks are
+// refused as too large.
+func TestReplicasDeleteALargePoolInChunks(t *testing.T) {
+	ctx := context.Background()
+	pause := &pauseRelease{paused: make(chan struct{}), resume: make(chan struct{})}
+	rs, stores := replicasOf(t, 2, func(i int, st store.Store) store.Store {
+		if i == 0 {
+			pause.Store = st
+			return pause
+		}
+		return st
+	})
+	a, b := rs[0], rs[1]
+	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/16"}})
+	require.NoError(t, err)
+	const n = 5000
+	fill(t, a, "p", n)
+	require.NoError(t, b.Sync(ctx))
+	before := a.Counters().Revision
+
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := a.DeletePool(ctx, "p", "", true, false)
+		done <- result{n, err}
+	}()
+	<-pause.paused
+	// Marked deleting, the pool refuses through the other replica too.
+	require.NoError(t, b.Sync(ctx))
+	v, err := b.GetPool("p")
+	require.NoError(t, err)
+	require.True(t, v.Deleting)
+	require.EqualValues(t, n, v.Stats.Allocated)
+	_, _, err = b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("late")})
+	require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+	_, _, err = b.UpdatePool(ctx, "p", allocation.PoolSpec{ReuseDelay: time.Second}, allocation.UpdateMask{ReuseDelay: true}, "", false)
+	require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+	close(pause.resume)
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, n, r.n)
+
+	revs := revisions(t, stores[1], before, "p")
+	largest, releases := 0, 0
+	for _, evs := range revs {
+		largest = max(largest, len(evs))
+		for _, ev := range evs {
+			if ev.Type == store.EventDeleteAllocation {
+				releases++
+			}
+		}
+	}
+	require.Equal(t, n, releases)
+	require.LessOrEqual(t, largest, 64, "no commit larger than etcd takes")
+	require.Len(t, revs[len(revs)-1], 1, "the pool's own deletion releases nothing more")
+
+	require.NoError(t, b.Sync(ctx))
+	_, err = b.GetPool("p")
+	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	require.Zero(t, b.Counters().Rebuilds)
+	require.Zero(t, b.Counters().WatchRestarts)
+}
