@@ -166,7 +166,7 @@ func poolCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	del.Flags().BoolVar(&spec.force, "force", false, "delete even though allocations exist; they are released")
+	del.Flags().BoolVar(&spec.force, "force", false, "delete even though allocations exist; they are released (over 4,096 in chunks, the pool marked deleting meanwhile: run it again to finish a deletion cut short)")
 	del.Flags().StringVar(&spec.etag, "etag", "", "delete only this version of the pool")
 	c.AddCommand(create, get, list, update, del)
 	return c

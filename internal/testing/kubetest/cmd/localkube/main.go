@@ -154,7 +154,10 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	if err != nil {
 		return err
 	}
-	etcd, err := kubetest.LaunchEtcd(ctx, kubetest.EtcdConfig{Binaries: bins, Dir: etcdDir})
+	// The allocator replicas of the demo share this etcd: the limits
+	// docs/deploy.md gives, so a BatchAllocate takes up to the API's
+	// 10,000 addresses.
+	etcd, err := kubetest.LaunchEtcd(ctx, kubetest.EtcdConfig{Binaries: bins, Dir: etcdDir, Args: []string{"--max-txn-ops=32768", "--max-request-bytes=10485760"}})
 	if err != nil {
 		return err
 	}
