@@ -78,7 +78,9 @@ type AllocatorServiceClient interface {
 	// of more than 4,096 allocations first marks the pool deleting, then
 	// releases them in commits of up to 4,096 (fewer if the store refuses so
 	// many), then deletes the pool: every replica and watcher takes in one
-	// chunk at a time. A deletion cut short leaves the pool deleting (see
+	// chunk at a time. The deletion goes on if the call's deadline passes
+	// first, and a DeletePool meanwhile waits for it. One cut short (the
+	// replica stopped, the store failed) leaves the pool deleting (see
 	// Pool.deleting); DeletePool with force finishes it.
 	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*DeletePoolResponse, error)
 	// Allocate hands out one address to an owner. It is idempotent per
@@ -287,7 +289,9 @@ type AllocatorServiceServer interface {
 	// of more than 4,096 allocations first marks the pool deleting, then
 	// releases them in commits of up to 4,096 (fewer if the store refuses so
 	// many), then deletes the pool: every replica and watcher takes in one
-	// chunk at a time. A deletion cut short leaves the pool deleting (see
+	// chunk at a time. The deletion goes on if the call's deadline passes
+	// first, and a DeletePool meanwhile waits for it. One cut short (the
+	// replica stopped, the store failed) leaves the pool deleting (see
 	// Pool.deleting); DeletePool with force finishes it.
 	DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error)
 	// Allocate hands out one address to an owner. It is idempotent per

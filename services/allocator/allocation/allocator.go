@@ -89,6 +89,8 @@ type poolState struct {
 	// gate lets a watch snapshot find the pool with no commit between
 	// the store and held.
 	gate gate
+	// deletion is the forced deletion in chunks under way here, if any.
+	deletion *deletion
 }
 
 // usable returns the error that refuses a new allocation in the pool, if

@@ -24,6 +24,57 @@ import (
 // many until it takes them.
 const deleteChunk = 4096
 
+// deletion is a forced deletion in chunks under way on this replica.
+// released and err are set before done closes.
+type deletion struct {
+	done     chan struct{}
+	released int
+	err      error
+}
+
+// startDeletion returns the deletion of pool id (ps) under way here, or
+// marks the pool deleting and starts one. It goes on when the request
+// that started it ends (a client's deadline is seldom as long as a
+// million releases take); a DeletePool meanwhile waits for it, and one
+// after it failed starts it again. It ends with the store (ErrClosed).
+// The caller holds s.mu and ps.mu.
+func (s *Allocator) startDeletion(ctx context.Context, id string, ps *poolState) (*deletion, error) {
+	if ps.deletion != nil {
+		return ps.deletion, nil
+	}
+	if err := s.markDeleting(ctx, ps); err != nil {
+		return nil, err
+	}
+	d := &deletion{done: make(chan struct{})}
+	ps.deletion = d
+	go s.finishDeletion(context.WithoutCancel(ctx), id, ps, d)
+	return d, nil
+}
+
+// finishDeletion drains pool id (ps) and deletes it, and settles d.
+func (s *Allocator) finishDeletion(ctx context.Context, id string, ps *poolState, d *deletion) {
+	released, err := s.drain(ctx, id, ps)
+	if err == nil {
+		s.mu.Lock()
+		ps.mu.Lock()
+		if !ps.deleted { // else another replica's deletion finished first
+			var n int
+			n, err = s.deleteLocked(ctx, id, ps, true)
+			released += n
+		}
+		ps.mu.Unlock()
+		s.mu.Unlock()
+	}
+	if err != nil {
+		s.logger.Error("forced deletion of a pool stopped; DeletePool with force goes on with it", "pool", id, "released", released, "err", err)
+	}
+	d.released, d.err = released, err
+	ps.mu.Lock()
+	ps.deletion = nil
+	ps.mu.Unlock()
+	close(d.done)
+}
+
 // markDeleting commits ps as being deleted (store.Pool.Deleting), unless
 // it is already: from then on no replica allocates in it or updates it,
 // and requests in flight against its earlier revision fail. The caller

@@ -314,3 +314,55 @@ func TestReplicasDeleteALargePoolInChunks(t *testing.T) {
 	require.Zero(t, b.Counters().Rebuilds)
 	require.Zero(t, b.Counters().WatchRestarts)
 }
+
+// heldReleases holds every commit that only releases allocations until
+// open closes, and counts them as they arrive.
+type heldReleases struct {
+	store.Store
+	open    chan struct{}
+	arrived atomic.Int32
+}
+
+func (h *heldReleases) Commit(ctx context.Context, txn store.Txn) (int64, error) {
+	if len(txn.Ops) > 0 && txn.Ops[0].Kind == store.OpDeleteAllocation && len(txn.Conds) == 1 && txn.Conds[0].Kind == store.CondPoolRevision {
+		h.arrived.Add(1)
+		<-h.open
+	}
+	return h.Store.Commit(ctx, txn)
+}
+
+func TestDeletionOutlivesItsRequest(t *testing.T) {
+	ctx := context.Background()
+	st := &heldReleases{Store: memory.New(), open: make(chan struct{})}
+	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(10))
+	require.NoError(t, err)
+	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	fill(t, svc, "p", 35)
+
+	// The client gives up; the deletion does not.
+	short := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := svc.DeletePool(ctx, "p", "", true, false)
+		return err
+	}
+	require.ErrorIs(t, short(), context.DeadlineExceeded)
+	v, err := svc.GetPool("p")
+	require.NoError(t, err)
+	require.True(t, v.Deleting)
+	// A second call waits for the deletion under way: it starts no
+	// chunk of its own (which would take the next ten addresses).
+	require.ErrorIs(t, short(), context.DeadlineExceeded)
+	require.EqualValues(t, 1, st.arrived.Load())
+
+	close(st.open)
+	require.Eventually(t, func() bool {
+		_, err := svc.GetPool("p")
+		return errors.Is(err, allocation.ErrPoolNotFound)
+	}, 10*time.Second, time.Millisecond)
+	require.EqualValues(t, 4, st.arrived.Load(), "10, 10, 10 and 5, once")
+	n, err := svc.DeletePool(ctx, "p", "", true, true)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

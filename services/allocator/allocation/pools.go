@@ -567,44 +567,43 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 		s.mu.Unlock()
 		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
 	}
-	released := 0
-	if force && ps.held.Len() > s.deleteChunk {
+	if force && (ps.deletion != nil || ps.held.Len() > s.deleteChunk) {
 		// One commit of them all would be one revision of as many
 		// events, which every replica and watcher takes in at once
 		// (see drain). Other pools' requests go on meanwhile.
-		err := s.markDeleting(ctx, ps)
+		d, err := s.startDeletion(ctx, id, ps)
 		ps.mu.Unlock()
 		s.mu.Unlock()
 		if err != nil {
 			return 0, err
 		}
-		if released, err = s.drain(ctx, id, ps); err != nil {
-			return released, err
-		}
-		s.mu.Lock()
-		ps.mu.Lock()
-		if ps.deleted {
-			// Another replica's deletion of the same pool finished
-			// first.
-			ps.mu.Unlock()
-			s.mu.Unlock()
-			return released, nil
+		select {
+		case <-d.done:
+			return d.released, d.err
+		case <-ctx.Done():
+			return 0, fmt.Errorf("delete pool %s: the deletion goes on after this call, the pool marked deleting until it is done: %w", id, ctx.Err())
 		}
 	}
 	defer s.mu.Unlock()
 	defer ps.mu.Unlock()
+	return s.deleteLocked(ctx, id, ps, force)
+}
+
+// deleteLocked commits the deletion of pool id (ps) and returns how many
+// allocations went with it. The caller holds s.mu and ps.mu.
+func (s *Allocator) deleteLocked(ctx context.Context, id string, ps *poolState, force bool) (int, error) {
 	conds := []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}}
 	if !force {
 		// This replica may not have applied an allocation that another
 		// one has just made: the store checks too.
 		conds = append(conds, store.Cond{Kind: store.CondPoolEmpty, Pool: id})
 	}
-	_, err = s.commit(ctx, store.Txn{Conds: conds, Ops: []store.Op{{Kind: store.OpDeletePool, PoolID: id}}})
+	_, err := s.commit(ctx, store.Txn{Conds: conds, Ops: []store.Op{{Kind: store.OpDeletePool, PoolID: id}}})
 	if errors.Is(err, store.ErrConflict) {
-		return released, fmt.Errorf("delete pool %s: %w", id, ErrEtagMismatch)
+		return 0, fmt.Errorf("delete pool %s: %w", id, ErrEtagMismatch)
 	}
 	if err != nil {
-		return released, fmt.Errorf("delete pool %s: %w", id, err)
+		return 0, fmt.Errorf("delete pool %s: %w", id, err)
 	}
 	ps.deleted = true
 	delete(s.pools, id)
@@ -612,7 +611,7 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 	if ps.rec.Deleting {
 		go releaseMemory() // what a large pool held is garbage now
 	}
-	return released + ps.held.Len(), nil
+	return ps.held.Len(), nil
 }
 
 // Filter selects allocations by owner fields; empty fields match all.
