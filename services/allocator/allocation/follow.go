@@ -49,7 +49,7 @@ func (s *Allocator) Follow(ctx context.Context) {
 		case ctx.Err() != nil, errors.Is(err, store.ErrClosed):
 			return
 		case errors.Is(err, store.ErrCompacted):
-			s.logger.Warn("store history compacted under the follower; rebuilding from a snapshot", "revision", from)
+			s.logger.Warn("the store no longer holds the history the follower needs; rebuilding from a snapshot", "revision", from, "err", err)
 			s.rebuilds.Add(1)
 			rev, rerr := s.rebuild(ctx)
 			if rerr != nil {
