@@ -60,6 +60,8 @@ var needs = map[string][]string{
 		allocatorv1.AllocatorService_ListPools_FullMethodName,
 		allocatorv1.AllocatorService_ListAllocations_FullMethodName,
 		allocatorv1.AllocatorService_Release_FullMethodName,
+		// A pool left deleting, guarded by the etag the pass saw.
+		allocatorv1.AllocatorService_DeletePool_FullMethodName,
 		membershipv1.MembershipService_WatchServices_FullMethodName,
 	},
 }

@@ -180,7 +180,7 @@ type Pool struct {
 	// chunks: the pool hands out no address, and Allocate, BatchAllocate and
 	// UpdatePool are refused (FAILED_PRECONDITION, POOL_DELETING); Release
 	// works. It stays set if the deletion is cut short, until DeletePool
-	// with force finishes it. Output only.
+	// with force finishes it (repair's STALLED_DELETION). Output only.
 	Deleting      bool `protobuf:"varint,12,opt,name=deleting,proto3" json:"deleting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

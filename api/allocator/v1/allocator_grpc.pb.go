@@ -81,7 +81,8 @@ type AllocatorServiceClient interface {
 	// chunk at a time. The deletion goes on if the call's deadline passes
 	// first, and a DeletePool meanwhile waits for it. One cut short (the
 	// replica stopped, the store failed) leaves the pool deleting (see
-	// Pool.deleting); DeletePool with force finishes it.
+	// Pool.deleting); DeletePool with force finishes it, and repair does when
+	// it sees the pool stop shrinking (STALLED_DELETION).
 	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*DeletePoolResponse, error)
 	// Allocate hands out one address to an owner. It is idempotent per
 	// (pool, owner): asking again returns the same allocation.
@@ -292,7 +293,8 @@ type AllocatorServiceServer interface {
 	// chunk at a time. The deletion goes on if the call's deadline passes
 	// first, and a DeletePool meanwhile waits for it. One cut short (the
 	// replica stopped, the store failed) leaves the pool deleting (see
-	// Pool.deleting); DeletePool with force finishes it.
+	// Pool.deleting); DeletePool with force finishes it, and repair does when
+	// it sees the pool stop shrinking (STALLED_DELETION).
 	DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error)
 	// Allocate hands out one address to an owner. It is idempotent per
 	// (pool, owner): asking again returns the same allocation.

@@ -41,6 +41,11 @@ const (
 	// An owner with the allocation's name exists but with another uid: the
 	// owner was recreated.
 	FindingKind_FINDING_KIND_OWNER_MISMATCH FindingKind = 5
+	// A pool the allocator marks deleting (a forced DeletePool in chunks) has
+	// held the same number of allocations across passes: its deletion was cut
+	// short. Repair finishes it with a forced DeletePool guarded by the etag
+	// it saw (action DELETED).
+	FindingKind_FINDING_KIND_STALLED_DELETION FindingKind = 6
 )
 
 // Enum value maps for FindingKind.
@@ -52,14 +57,16 @@ var (
 		3: "FINDING_KIND_OUT_OF_RANGE",
 		4: "FINDING_KIND_ORPHANED_SLICE",
 		5: "FINDING_KIND_OWNER_MISMATCH",
+		6: "FINDING_KIND_STALLED_DELETION",
 	}
 	FindingKind_value = map[string]int32{
-		"FINDING_KIND_UNSPECIFIED":    0,
-		"FINDING_KIND_LEAK":           1,
-		"FINDING_KIND_DUPLICATE":      2,
-		"FINDING_KIND_OUT_OF_RANGE":   3,
-		"FINDING_KIND_ORPHANED_SLICE": 4,
-		"FINDING_KIND_OWNER_MISMATCH": 5,
+		"FINDING_KIND_UNSPECIFIED":      0,
+		"FINDING_KIND_LEAK":             1,
+		"FINDING_KIND_DUPLICATE":        2,
+		"FINDING_KIND_OUT_OF_RANGE":     3,
+		"FINDING_KIND_ORPHANED_SLICE":   4,
+		"FINDING_KIND_OWNER_MISMATCH":   5,
+		"FINDING_KIND_STALLED_DELETION": 6,
 	}
 )
 
@@ -113,11 +120,13 @@ const (
 	Action_ACTION_LIMITED Action = 7
 	// Would have acted, but the pass is a dry run.
 	Action_ACTION_DRY_RUN Action = 8
-	// The orphaned slice was deleted.
+	// The orphaned slice was deleted, or the stalled deletion of the pool
+	// finished.
 	Action_ACTION_DELETED Action = 9
 	// Deleting the orphaned slice failed, or the slice changed since the pass
-	// read it (its uid or resourceVersion precondition no longer held); it is
-	// judged again by the next pass.
+	// read it (its uid or resourceVersion precondition no longer held); or
+	// the pool's deletion did not finish within the call (the allocator goes
+	// on with it) or was refused. It is judged again by the next pass.
 	Action_ACTION_DELETE_FAILED Action = 10
 )
 
@@ -241,7 +250,7 @@ type Finding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kind of problem.
 	Kind FindingKind `protobuf:"varint,1,opt,name=kind,proto3,enum=plexus.repair.v1.FindingKind" json:"kind,omitempty"`
-	// Pool, "pools/{pool_id}", for allocation findings.
+	// Pool, "pools/{pool_id}", for allocation findings and STALLED_DELETION.
 	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Address concerned.
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
@@ -261,7 +270,8 @@ type Finding struct {
 	Message string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
 	// When the problem was first seen in the current streak.
 	FirstSeenTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=first_seen_time,json=firstSeenTime,proto3" json:"first_seen_time,omitempty"`
-	// Etag of the allocation as seen by the pass.
+	// Etag of the allocation as seen by the pass (of the pool, for
+	// STALLED_DELETION).
 	Etag          string `protobuf:"bytes,12,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -409,7 +419,9 @@ type Report struct {
 	// Allocations whose owner kind (and cluster) this repair cannot resolve,
 	// so they were never judged as leaks (for example Pods of another
 	// cluster).
-	Unresolved    uint64 `protobuf:"varint,12,opt,name=unresolved,proto3" json:"unresolved,omitempty"`
+	Unresolved uint64 `protobuf:"varint,12,opt,name=unresolved,proto3" json:"unresolved,omitempty"`
+	// Stalled pool deletions finished.
+	PoolsDeleted  uint64 `protobuf:"varint,13,opt,name=pools_deleted,json=poolsDeleted,proto3" json:"pools_deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -524,6 +536,13 @@ func (x *Report) GetFindings() uint64 {
 func (x *Report) GetUnresolved() uint64 {
 	if x != nil {
 		return x.Unresolved
+	}
+	return 0
+}
+
+func (x *Report) GetPoolsDeleted() uint64 {
+	if x != nil {
+		return x.PoolsDeleted
 	}
 	return 0
 }
@@ -861,7 +880,7 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x12B\n" +
 	"\x0ffirst_seen_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rfirstSeenTime\x12\x12\n" +
-	"\x04etag\x18\f \x01(\tR\x04etag\"\xae\x04\n" +
+	"\x04etag\x18\f \x01(\tR\x04etag\"\xd3\x04\n" +
 	"\x06Report\x12\x12\n" +
 	"\x04pass\x18\x01 \x01(\x04R\x04pass\x129\n" +
 	"\n" +
@@ -878,7 +897,8 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\bfindings\x18\v \x01(\x04R\bfindings\x12\x1e\n" +
 	"\n" +
 	"unresolved\x18\f \x01(\x04R\n" +
-	"unresolved\x1aA\n" +
+	"unresolved\x12#\n" +
+	"\rpools_deleted\x18\r \x01(\x04R\fpoolsDeleted\x1aA\n" +
 	"\x13FindingsByKindEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"+\n" +
@@ -898,14 +918,15 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\x14ListFindingsResponse\x125\n" +
 	"\bfindings\x18\x01 \x03(\v2\x19.plexus.repair.v1.FindingR\bfindings\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x12\n" +
-	"\x04pass\x18\x03 \x01(\x04R\x04pass*\xbf\x01\n" +
+	"\x04pass\x18\x03 \x01(\x04R\x04pass*\xe2\x01\n" +
 	"\vFindingKind\x12\x1c\n" +
 	"\x18FINDING_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FINDING_KIND_LEAK\x10\x01\x12\x1a\n" +
 	"\x16FINDING_KIND_DUPLICATE\x10\x02\x12\x1d\n" +
 	"\x19FINDING_KIND_OUT_OF_RANGE\x10\x03\x12\x1f\n" +
 	"\x1bFINDING_KIND_ORPHANED_SLICE\x10\x04\x12\x1f\n" +
-	"\x1bFINDING_KIND_OWNER_MISMATCH\x10\x05*\x8d\x02\n" +
+	"\x1bFINDING_KIND_OWNER_MISMATCH\x10\x05\x12!\n" +
+	"\x1dFINDING_KIND_STALLED_DELETION\x10\x06*\x8d\x02\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fACTION_REPORTED\x10\x01\x12\x1a\n" +

@@ -20,7 +20,7 @@ const repairRunTimeout = 5 * time.Minute
 
 func reportTable(r *repairv1.Report) func() *table {
 	return func() *table {
-		t := &table{header: []string{"PASS", "STATE", "DRY-RUN", "ALLOCATIONS", "UNRESOLVED", "FINDINGS", "RELEASED", "SLICES-DELETED", "TOOK", "REASON"}}
+		t := &table{header: []string{"PASS", "STATE", "DRY-RUN", "ALLOCATIONS", "UNRESOLVED", "FINDINGS", "RELEASED", "SLICES-DELETED", "POOLS-DELETED", "TOOK", "REASON"}}
 		var kinds []string
 		for k, n := range r.GetFindingsByKind() {
 			if n > 0 {
@@ -35,7 +35,7 @@ func reportTable(r *repairv1.Report) func() *table {
 		took := r.GetEndTime().AsTime().Sub(r.GetStartTime().AsTime()).Round(time.Millisecond).String()
 		t.add(fmt.Sprint(r.GetPass()), strings.TrimPrefix(r.GetState().String(), "PASS_STATE_"), fmt.Sprint(r.GetDryRun()),
 			fmt.Sprint(r.GetAllocations()), fmt.Sprint(r.GetUnresolved()), findings, fmt.Sprint(r.GetReleased()),
-			fmt.Sprint(r.GetSlicesDeleted()), took, r.GetReason())
+			fmt.Sprint(r.GetSlicesDeleted()), fmt.Sprint(r.GetPoolsDeleted()), took, r.GetReason())
 		return t
 	}
 }

@@ -70,8 +70,8 @@ func DefaultOptions() Options {
 // AddFlags registers the flags on fs with o's values as defaults.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "time between two periodic repair passes (the first one runs this long after this replica becomes leader)")
-	fs.DurationVar(&o.LeakGrace, "leak-grace", o.LeakGrace, "a leaked allocation (or orphaned slice) younger than this is never freed")
-	fs.IntVar(&o.LeakStrikes, "leak-strikes", o.LeakStrikes, "consecutive passes a leak (or orphaned slice) must be seen in before it is freed")
+	fs.DurationVar(&o.LeakGrace, "leak-grace", o.LeakGrace, "a leaked allocation (or orphaned slice) younger than this is never freed, nor a pool's deletion finished that stalled less long ago than this since the pool was marked deleting")
+	fs.IntVar(&o.LeakStrikes, "leak-strikes", o.LeakStrikes, "consecutive passes a leak (or orphaned slice, or stalled pool deletion) must be seen in before it is freed (or finished)")
 	fs.Float64Var(&o.MaxReleaseFraction, "max-release-fraction", o.MaxReleaseFraction, "most of a pool's allocations one pass may release, as a fraction (at least one when not 0; 0 turns releases off)")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "periodic passes report what they would do without releasing or deleting anything")
 	o.Flags.AddFlags(fs, "alive (a clusterset service is alive while a member exports it or a ServiceImport for it exists)")

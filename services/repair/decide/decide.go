@@ -35,7 +35,8 @@ func Decide(in Input) (Output, error) {
 		p.scopes[s] = struct{}{}
 	}
 	if p.advancing {
-		p.next = Strikes{leaks: make(map[AllocationKey]strike), orphans: make(map[string]int), seen: make(map[findingKey]time.Time)}
+		p.next = Strikes{leaks: make(map[AllocationKey]strike), orphans: make(map[string]int),
+			deletions: make(map[string]deletionWatch), seen: make(map[findingKey]time.Time)}
 	} else {
 		p.next = in.Strikes
 	}
@@ -55,6 +56,7 @@ func Decide(in Input) (Output, error) {
 		return Output{}, err
 	}
 	p.judgeSlices()
+	p.judgeDeletions()
 
 	slices.SortFunc(p.out.Findings, compareFindings)
 	slices.SortFunc(p.out.Releases, func(a, b Release) int {
@@ -63,6 +65,7 @@ func Decide(in Input) (Output, error) {
 	slices.SortFunc(p.out.SliceDeletes, func(a, b SliceRef) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
+	slices.SortFunc(p.out.PoolDeletes, func(a, b PoolDelete) int { return strings.Compare(a.Pool, b.Pool) })
 	return p.out, nil
 }
 
@@ -73,6 +76,10 @@ type poolInfo struct {
 	// foreign are the CIDRs of other pools that overlap this pool's: the
 	// only places an in-range allocation can collide with another pool.
 	foreign []ownedPrefix
+	// deleting pools hand nothing out and their allocations go with
+	// them: they are counted, not judged, and no other pool's allocation
+	// collides with them.
+	deleting bool
 }
 
 type ownedPrefix struct {
@@ -92,19 +99,27 @@ func indexPools(in []Pool) (pools, error) {
 		if _, dup := ps.byID[p.ID]; dup {
 			return pools{}, fmt.Errorf("pool %q listed twice: %w", p.ID, ErrInvalidInput)
 		}
-		pi := &poolInfo{idx: len(ps.list), id: p.ID, cidrs: make([]netip.Prefix, 0, len(p.CIDRs))}
+		pi := &poolInfo{idx: len(ps.list), id: p.ID, cidrs: make([]netip.Prefix, 0, len(p.CIDRs)), deleting: p.Deleting}
 		for _, c := range p.CIDRs {
 			if !c.IsValid() {
 				return pools{}, fmt.Errorf("pool %q: invalid CIDR: %w", p.ID, ErrInvalidInput)
 			}
 			pi.cidrs = append(pi.cidrs, c.Masked())
-			ps.all = append(ps.all, ownedPrefix{prefix: c.Masked(), pool: p.ID})
+			if !p.Deleting {
+				ps.all = append(ps.all, ownedPrefix{prefix: c.Masked(), pool: p.ID})
+			}
 		}
 		ps.byID[p.ID] = pi
 		ps.list = append(ps.list, pi)
 	}
 	for i, a := range ps.list {
+		if a.deleting {
+			continue
+		}
 		for _, b := range ps.list[i+1:] {
+			if b.deleting {
+				continue
+			}
 			for _, pa := range a.cidrs {
 				for _, pb := range b.cidrs {
 					if pa.Overlaps(pb) {
@@ -188,6 +203,7 @@ type chunk struct {
 	cross      []int
 	strays     []netip.Addr
 	unresolved int
+	inDeletion int
 	err        error
 }
 
@@ -230,6 +246,7 @@ func (p *pass) scan() error {
 		p.cross = append(p.cross, c.cross...)
 		p.strays = append(p.strays, c.strays...)
 		p.out.Stats.Unresolved += c.unresolved
+		p.out.Stats.InDeletion += c.inDeletion
 	}
 	return nil
 }
@@ -253,6 +270,10 @@ func (p *pass) scanRange(c *chunk, lo, hi int) {
 		pi := p.pools.byID[a.Pool]
 		if pi != nil {
 			c.poolCounts[pi.idx]++
+			if pi.deleting {
+				c.inDeletion++
+				continue
+			}
 			if !containedIn(a.Address, pi.cidrs) {
 				recordIn(c.records, i).outOfRange = true
 				if inOther(a.Address, a.Pool, p.pools.all) {

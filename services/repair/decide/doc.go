@@ -25,6 +25,10 @@
 //     forced shrink).
 //   - ORPHANED_SLICE: an EndpointSlice managed by the importer whose
 //     ServiceImport and derived Service are both gone.
+//   - STALLED_DELETION: a pool the allocator marks deleting (a forced
+//     deletion in chunks) holds as many allocations as in the pass before:
+//     the deletion was cut short (the replica doing it stopped, the store
+//     failed), and nothing on the allocator's side goes on with it.
 //
 // # Rules
 //
@@ -64,6 +68,14 @@
 //     are not in step, so a slice can be seen a moment before its
 //     ServiceImport is, or a moment after the ServiceImport it belongs to
 //     was created again.
+//   - Allocations of a pool being deleted are counted (Stats.InDeletion),
+//     not judged: they go with the pool, which hands nothing out.
+//   - A stalled deletion is finished when it was seen stalled in
+//     Config.LeakStrikes consecutive passes (the first pass to see a pool
+//     being deleted cannot tell, so it counts none) AND the pool was marked
+//     deleting longer ago than Config.LeakGrace. The adapter deletes the
+//     pool with force, guarded by the pool's etag the pass saw. A pool that
+//     shrank since the pass before, or changed etag, starts from zero.
 //
 // # What the guard relies on
 //

@@ -80,7 +80,7 @@ func passes(n int, in decide.Input) (decide.Output, error) {
 // brief is the part of a finding a table compares.
 type brief struct {
 	Kind    decide.Kind
-	At      string // address, or namespace/name of a slice
+	At      string // address, namespace/name of a slice, or pool
 	Action  decide.Action
 	Strikes int
 }
@@ -89,8 +89,11 @@ func briefs(fs []decide.Finding) []brief {
 	var out []brief
 	for _, f := range fs {
 		at := f.Address.String()
-		if f.Kind == decide.KindOrphanedSlice {
+		switch f.Kind {
+		case decide.KindOrphanedSlice:
 			at = f.Slice.Namespace + "/" + f.Slice.Name
+		case decide.KindStalledDeletion:
+			at = f.Pool
 		}
 		out = append(out, brief{Kind: f.Kind, At: at, Action: f.Action, Strikes: f.Strikes})
 	}

@@ -15,7 +15,18 @@ type Strikes struct {
 	// orphans counts the passes each orphaned slice has been seen in, by
 	// uid: a slice deleted and created again starts from zero.
 	orphans map[string]int
-	seen    map[findingKey]time.Time
+	// deletions follows each pool being deleted, by id.
+	deletions map[string]deletionWatch
+	seen      map[findingKey]time.Time
+}
+
+// deletionWatch is what a pass saw of a pool being deleted: its etag, the
+// allocations it held, and how many consecutive passes since have seen it
+// hold no fewer (0 the first time it is seen, or when it went down).
+type deletionWatch struct {
+	etag      string
+	remaining int
+	stalls    int
 }
 
 type strike struct {

@@ -100,6 +100,14 @@ func (k AllocationKey) String() string {
 type Pool struct {
 	ID    string
 	CIDRs []netip.Prefix
+	// Deleting is set while a forced DeletePool releases the pool's
+	// allocations in chunks, and after one was cut short.
+	Deleting bool
+	// Etag is the pool's etag; finishing a stalled deletion presents it.
+	Etag string
+	// UpdateTime is when the pool last changed: for a pool being deleted,
+	// when it was marked deleting.
+	UpdateTime time.Time
 }
 
 // Claim is a use of an address outside the allocator: a Service's
@@ -232,10 +240,13 @@ const (
 	KindDuplicate     Kind = "DUPLICATE"
 	KindOutOfRange    Kind = "OUT_OF_RANGE"
 	KindOrphanedSlice Kind = "ORPHANED_SLICE"
+	// KindStalledDeletion: a pool marked deleting held as many
+	// allocations as in the pass before.
+	KindStalledDeletion Kind = "STALLED_DELETION"
 )
 
 // Kinds lists every finding kind, for metrics that must exist at zero.
-var Kinds = []Kind{KindLeak, KindOwnerMismatch, KindDuplicate, KindOutOfRange, KindOrphanedSlice}
+var Kinds = []Kind{KindLeak, KindOwnerMismatch, KindDuplicate, KindOutOfRange, KindOrphanedSlice, KindStalledDeletion}
 
 // Action is what a pass does, or did, about a finding.
 type Action string
@@ -259,7 +270,8 @@ const (
 	// dry run.
 	ActionDryRun Action = "DRY_RUN"
 	// ActionDelete: the orphaned slice is to be deleted
-	// (Output.SliceDeletes).
+	// (Output.SliceDeletes), or the pool's stalled deletion finished
+	// (Output.PoolDeletes).
 	ActionDelete Action = "DELETE"
 	// ActionReleased: the guarded release succeeded.
 	ActionReleased Action = "RELEASED"
@@ -313,6 +325,14 @@ func (r Release) Key() AllocationKey {
 	return AllocationKey{Pool: r.Pool, Address: r.Address, Etag: r.Etag}
 }
 
+// PoolDelete is a stalled deletion to finish: the adapter must delete the
+// pool with force, guarded by Etag, so that a pool changed or created again
+// since the pass read it is left alone.
+type PoolDelete struct {
+	Pool string
+	Etag string
+}
+
 // PassState says whether a pass could act.
 type PassState string
 
@@ -330,6 +350,9 @@ type Stats struct {
 	// Unresolved counts allocations whose owner is outside
 	// Config.Resolvable and so could not be judged as leaks.
 	Unresolved int
+	// InDeletion counts allocations of pools being deleted: they go with
+	// their pool and are not judged.
+	InDeletion int
 	Slices     int
 }
 
@@ -344,6 +367,9 @@ type Output struct {
 	Releases []Release
 	// SliceDeletes to perform, sorted by namespace and name.
 	SliceDeletes []SliceRef
+	// PoolDeletes are the stalled pool deletions to finish, sorted by
+	// pool.
+	PoolDeletes []PoolDelete
 	// Strikes is to be passed to the next pass.
 	Strikes Strikes
 	Stats   Stats

@@ -405,6 +405,13 @@ func (s switchable) Release(ctx context.Context, in *allocatorv1.ReleaseRequest,
 	return s.working.Release(ctx, in, opts...)
 }
 
+func (s switchable) DeletePool(ctx context.Context, in *allocatorv1.DeletePoolRequest, opts ...grpc.CallOption) (*allocatorv1.DeletePoolResponse, error) {
+	if *s.down {
+		return nil, errDown
+	}
+	return s.working.DeletePool(ctx, in, opts...)
+}
+
 // metricValue returns the value of the sample of name whose (only) label
 // has the given value, or of the unlabelled sample when label is "".
 func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {

@@ -27,11 +27,12 @@ const (
 )
 
 var kinds = map[decide.Kind]repairv1.FindingKind{
-	decide.KindLeak:          repairv1.FindingKind_FINDING_KIND_LEAK,
-	decide.KindOwnerMismatch: repairv1.FindingKind_FINDING_KIND_OWNER_MISMATCH,
-	decide.KindDuplicate:     repairv1.FindingKind_FINDING_KIND_DUPLICATE,
-	decide.KindOutOfRange:    repairv1.FindingKind_FINDING_KIND_OUT_OF_RANGE,
-	decide.KindOrphanedSlice: repairv1.FindingKind_FINDING_KIND_ORPHANED_SLICE,
+	decide.KindLeak:            repairv1.FindingKind_FINDING_KIND_LEAK,
+	decide.KindOwnerMismatch:   repairv1.FindingKind_FINDING_KIND_OWNER_MISMATCH,
+	decide.KindDuplicate:       repairv1.FindingKind_FINDING_KIND_DUPLICATE,
+	decide.KindOutOfRange:      repairv1.FindingKind_FINDING_KIND_OUT_OF_RANGE,
+	decide.KindOrphanedSlice:   repairv1.FindingKind_FINDING_KIND_ORPHANED_SLICE,
+	decide.KindStalledDeletion: repairv1.FindingKind_FINDING_KIND_STALLED_DELETION,
 }
 
 var actions = map[decide.Action]repairv1.Action{
@@ -78,7 +79,7 @@ func AllocationName(pool string, addr fmt.Stringer) string {
 }
 
 // fill completes the report of a pass that reached a decision.
-func (r *Runner) fill(res *Result, out *decide.Output, sliceErrs map[decide.SliceRef]error) {
+func (r *Runner) fill(res *Result, out *decide.Output, done deletions) {
 	rep := res.Report
 	rep.State = repairv1.PassState_PASS_STATE_COMPLETE
 	if out.State == decide.StateUnsynced {
@@ -90,20 +91,22 @@ func (r *Runner) fill(res *Result, out *decide.Output, sliceErrs map[decide.Slic
 	rep.FindingsByKind = make(map[string]uint64, len(decide.Kinds))
 	res.Findings = make([]*repairv1.Finding, 0, len(out.Findings))
 	for i := range out.Findings {
-		f := findingProto(&out.Findings[i], sliceErrs)
+		f := findingProto(&out.Findings[i], done)
 		res.Findings = append(res.Findings, f)
 		rep.FindingsByKind[KindName(f.GetKind())]++
-		switch f.GetAction() {
-		case repairv1.Action_ACTION_RELEASED:
+		switch {
+		case f.GetAction() == repairv1.Action_ACTION_RELEASED:
 			rep.Released++
-		case repairv1.Action_ACTION_DELETED:
+		case f.GetAction() == repairv1.Action_ACTION_DELETED && f.GetKind() == repairv1.FindingKind_FINDING_KIND_STALLED_DELETION:
+			rep.PoolsDeleted++
+		case f.GetAction() == repairv1.Action_ACTION_DELETED:
 			rep.SlicesDeleted++
 		}
 	}
 	rep.Findings = uint64(len(res.Findings))
 }
 
-func findingProto(f *decide.Finding, sliceErrs map[decide.SliceRef]error) *repairv1.Finding {
+func findingProto(f *decide.Finding, done deletions) *repairv1.Finding {
 	p := &repairv1.Finding{
 		Kind:    kinds[f.Kind],
 		Strikes: int32(f.Strikes),
@@ -114,19 +117,19 @@ func findingProto(f *decide.Finding, sliceErrs map[decide.SliceRef]error) *repai
 	if !f.FirstSeen.IsZero() {
 		p.FirstSeenTime = timestamp(f.FirstSeen)
 	}
-	if f.Kind == decide.KindOrphanedSlice {
+	switch f.Kind {
+	case decide.KindOrphanedSlice:
 		p.EndpointSlice = SliceName(f.Slice.Namespace, f.Slice.Name)
 		if f.Action == decide.ActionDelete {
-			if err, done := sliceErrs[f.Slice]; done && err == nil {
-				p.Action = repairv1.Action_ACTION_DELETED
-				p.Message += "; deleted"
-			} else {
-				if !done {
-					err = fmt.Errorf("not attempted")
-				}
-				p.Action = repairv1.Action_ACTION_DELETE_FAILED
-				p.Message += fmt.Sprintf("; not deleted: %v; judged again by the next pass", err)
-			}
+			err, tried := done.slices[f.Slice]
+			deletionOutcome(p, err, tried, "deleted")
+		}
+		return p
+	case decide.KindStalledDeletion:
+		p.Pool = f.Pool
+		if f.Action == decide.ActionDelete {
+			err, tried := done.pools[f.Pool]
+			deletionOutcome(p, err, tried, "the pool is deleted")
 		}
 		return p
 	}
@@ -138,6 +141,21 @@ func findingProto(f *decide.Finding, sliceErrs map[decide.SliceRef]error) *repai
 		p.OtherOwner = ownerProto(f.Other)
 	}
 	return p
+}
+
+// deletionOutcome sets the action of a finding whose deletion was planned
+// from its outcome: err, and whether it was tried at all.
+func deletionOutcome(p *repairv1.Finding, err error, tried bool, doneText string) {
+	if tried && err == nil {
+		p.Action = repairv1.Action_ACTION_DELETED
+		p.Message += "; " + doneText
+		return
+	}
+	if !tried {
+		err = fmt.Errorf("not attempted")
+	}
+	p.Action = repairv1.Action_ACTION_DELETE_FAILED
+	p.Message += fmt.Sprintf("; not done: %v; judged again by the next pass", err)
 }
 
 func ownerProto(o decide.Owner) *allocatorv1.Owner {
@@ -159,6 +177,9 @@ func changedHands(err error) bool {
 	return false
 }
 
+// timedOut reports whether a call ended at its deadline.
+func timedOut(err error) bool { return status.Code(err) == codes.DeadlineExceeded }
+
 // errorText is a status error's reason and message.
 func errorText(err error) string {
 	st := status.Convert(err)
@@ -170,7 +191,7 @@ func errorText(err error) string {
 
 // emitEvents puts an Event on the Kubernetes object of every finding that
 // has one.
-func (r *Runner) emitEvents(out *decide.Output, sliceErrs map[decide.SliceRef]error) {
+func (r *Runner) emitEvents(out *decide.Output, done deletions) {
 	if r.recorder == nil {
 		return
 	}
@@ -212,7 +233,7 @@ func (r *Runner) emitEvents(out *decide.Output, sliceErrs map[decide.SliceRef]er
 			ref := &corev1.ObjectReference{APIVersion: discoveryv1.SchemeGroupVersion.String(), Kind: "EndpointSlice",
 				Namespace: f.Slice.Namespace, Name: f.Slice.Name, UID: types.UID(f.Slice.UID), ResourceVersion: f.Slice.ResourceVersion}
 			outcome := "deleted"
-			if err, done := sliceErrs[f.Slice]; !done || err != nil {
+			if err, tried := done.slices[f.Slice]; !tried || err != nil {
 				outcome = "deleting it failed; judged again by the next pass"
 			}
 			r.recorder.Eventf(ref, corev1.EventTypeWarning, EventOrphanedSlice,

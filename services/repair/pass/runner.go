@@ -28,6 +28,10 @@ import (
 // another pass to finish.
 var ErrPassInProgress = errors.New("another repair pass is in progress")
 
+// errDeletionGoesOn means a pool's deletion did not finish within the call
+// that resumed it: the allocator goes on with it after the call.
+var errDeletionGoesOn = errors.New("not finished within the call; the allocator goes on with it")
+
 // Defaults of a Runner.
 const (
 	// DefaultPageSize is the page size of ListAllocations and ListPools:
@@ -58,6 +62,7 @@ type Allocator interface {
 	ListPools(ctx context.Context, in *allocatorv1.ListPoolsRequest, opts ...grpc.CallOption) (*allocatorv1.ListPoolsResponse, error)
 	ListAllocations(ctx context.Context, in *allocatorv1.ListAllocationsRequest, opts ...grpc.CallOption) (*allocatorv1.ListAllocationsResponse, error)
 	Release(ctx context.Context, in *allocatorv1.ReleaseRequest, opts ...grpc.CallOption) (*allocatorv1.ReleaseResponse, error)
+	DeletePool(ctx context.Context, in *allocatorv1.DeletePoolRequest, opts ...grpc.CallOption) (*allocatorv1.DeletePoolResponse, error)
 }
 
 // Hook runs between the decision and the actions of a pass that may act.
@@ -315,15 +320,15 @@ func (r *Runner) run(ctx context.Context, dryRun bool) *Result {
 		return fail(fmt.Errorf("decide: %w", err))
 	}
 
-	if r.beforeAct != nil && (len(out.Releases) > 0 || len(out.SliceDeletes) > 0) {
+	if r.beforeAct != nil && (len(out.Releases) > 0 || len(out.SliceDeletes) > 0 || len(out.PoolDeletes) > 0) {
 		r.beforeAct(ctx, &out)
 	}
 	t = time.Now()
-	sliceErrs := r.act(ctx, logger, &out)
+	done := r.act(ctx, logger, &out)
 	res.Timings.Act = time.Since(t)
 	r.strikes = out.Strikes
 
-	r.fill(res, &out, sliceErrs)
+	r.fill(res, &out, done)
 	if logger.Enabled(ctx, slog.LevelDebug) {
 		for _, f := range res.Findings {
 			logger.Debug("finding", "kind", KindName(f.GetKind()), "pool", f.GetPool(), "address", f.GetAddress(),
@@ -333,7 +338,7 @@ func (r *Runner) run(ctx context.Context, dryRun bool) *Result {
 	res.Report.EndTime = timestamp(time.Now())
 	res.Timings.Total = time.Since(start)
 	if out.State == decide.StateComplete && !dryRun {
-		r.emitEvents(&out, sliceErrs)
+		r.emitEvents(&out, done)
 	}
 	r.metrics.observe(res)
 	span.SetAttributes(
@@ -344,8 +349,8 @@ func (r *Runner) run(ctx context.Context, dryRun bool) *Result {
 	)
 	logger.Info("repair pass finished",
 		"state", out.State, "reason", out.Reason, "allocations", out.Stats.Allocations, "unresolved", out.Stats.Unresolved,
-		"slices", out.Stats.Slices, "findings", len(out.Findings), "released", res.Report.GetReleased(),
-		"slices_deleted", res.Report.GetSlicesDeleted(), "took", res.Timings.Total,
+		"in_deletion", out.Stats.InDeletion, "slices", out.Stats.Slices, "findings", len(out.Findings), "released", res.Report.GetReleased(),
+		"slices_deleted", res.Report.GetSlicesDeleted(), "pools_deleted", res.Report.GetPoolsDeleted(), "took", res.Timings.Total,
 		"list", res.Timings.List, "decide", res.Timings.Decide, "act", res.Timings.Act)
 	return res
 }
@@ -365,7 +370,7 @@ func (r *Runner) list(ctx context.Context) ([]decide.Pool, []decide.Allocation, 
 			return nil, nil, fmt.Errorf("list pools: %w", err)
 		}
 		for _, p := range resp.GetPools() {
-			dp := decide.Pool{ID: p.GetName()}
+			dp := decide.Pool{ID: p.GetName(), Deleting: p.GetDeleting(), Etag: p.GetEtag(), UpdateTime: p.GetUpdateTime().AsTime()}
 			for _, c := range p.GetCidrs() {
 				prefix, err := netip.ParsePrefix(c)
 				if err != nil {
@@ -433,14 +438,22 @@ func (r *Runner) decide(ctx context.Context, in decide.Input) (decide.Output, er
 	return out, nil
 }
 
+// deletions are the outcomes of the deletions a pass planned: nil for
+// done, absent for not attempted.
+type deletions struct {
+	slices map[decide.SliceRef]error
+	pools  map[string]error
+}
+
 // act performs the planned releases and deletions, records the release
 // outcomes in out, and returns the deletion outcomes.
-func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Output) map[decide.SliceRef]error {
-	if len(out.Releases) == 0 && len(out.SliceDeletes) == 0 {
-		return nil
+func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Output) deletions {
+	if len(out.Releases) == 0 && len(out.SliceDeletes) == 0 && len(out.PoolDeletes) == 0 {
+		return deletions{}
 	}
 	ctx, span := r.tracer.Start(ctx, "repair.act", trace.WithAttributes(
-		attribute.Int("plexus.repair.releases", len(out.Releases)), attribute.Int("plexus.repair.slice_deletes", len(out.SliceDeletes))))
+		attribute.Int("plexus.repair.releases", len(out.Releases)), attribute.Int("plexus.repair.slice_deletes", len(out.SliceDeletes)),
+		attribute.Int("plexus.repair.pool_deletes", len(out.PoolDeletes))))
 	defer span.End()
 
 	results := make(map[decide.AllocationKey]error, len(out.Releases))
@@ -480,10 +493,7 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 		logger.Error("recording release outcomes", "error", err)
 	}
 
-	var sliceErrs map[decide.SliceRef]error
-	if len(out.SliceDeletes) > 0 {
-		sliceErrs = make(map[decide.SliceRef]error, len(out.SliceDeletes))
-	}
+	done := deletions{slices: make(map[decide.SliceRef]error, len(out.SliceDeletes)), pools: make(map[string]error, len(out.PoolDeletes))}
 	for _, ref := range out.SliceDeletes {
 		err := r.mayWrite(ctx)
 		if err == nil {
@@ -491,14 +501,46 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 			err = r.view.DeleteSlice(cctx, ref)
 			cancel()
 		}
-		sliceErrs[ref] = err
+		done.slices[ref] = err
 		if err != nil {
 			logger.Warn("orphaned slice not deleted", "namespace", ref.Namespace, "name", ref.Name, "error", err)
 		} else {
 			logger.Info("deleted orphaned slice", "namespace", ref.Namespace, "name", ref.Name, "service", ref.ServiceName)
 		}
 	}
-	return sliceErrs
+	for _, del := range out.PoolDeletes {
+		if r.mayWrite(ctx) != nil {
+			break
+		}
+		n, err := r.finishDeletion(ctx, del)
+		done.pools[del.Pool] = err
+		switch {
+		case errors.Is(err, errDeletionGoesOn):
+			logger.Info("resumed a stalled pool deletion; the allocator goes on with it", "pool", del.Pool, "etag", del.Etag)
+		case err != nil:
+			logger.Warn("stalled pool deletion not finished", "pool", del.Pool, "etag", del.Etag, "error", err)
+		default:
+			logger.Info("finished a stalled pool deletion", "pool", del.Pool, "etag", del.Etag, "released", n)
+		}
+	}
+	return done
+}
+
+// finishDeletion deletes a pool whose deletion stalled, with force, guarded
+// by the etag the pass saw, and returns how many allocations went with it.
+// The allocator goes on with a deletion in chunks when the call's deadline
+// passes first; the next pass sees the pool shrink, or gone.
+func (r *Runner) finishDeletion(ctx context.Context, del decide.PoolDelete) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := r.alloc.DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: del.Pool, Etag: del.Etag, Force: true})
+	if timedOut(err) && ctx.Err() != nil {
+		return 0, fmt.Errorf("delete pool %s: %w", del.Pool, errDeletionGoesOn)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("delete pool %s: %s", del.Pool, errorText(err))
+	}
+	return resp.GetReleased(), nil
 }
 
 // mayWrite tells whether a write may be sent now.

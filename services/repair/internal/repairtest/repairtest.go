@@ -21,6 +21,7 @@ import (
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
+	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 	"github.com/plexusnet/plexus/services/repair/decide"
 )
@@ -39,8 +40,14 @@ type Allocator struct {
 // the test ends or on Stop.
 func StartAllocator(t testing.TB) *Allocator {
 	t.Helper()
+	return StartAllocatorOn(t, memory.New())
+}
+
+// StartAllocatorOn starts an allocator on st, with what a test wrote there
+// before; st is closed with it.
+func StartAllocatorOn(t testing.TB, st store.Store) *Allocator {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st := memory.New()
 	svc, err := allocation.New(ctx, st)
 	if err != nil {
 		cancel()
