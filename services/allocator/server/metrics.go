@@ -54,6 +54,8 @@ var (
 	allocatedDesc  = prometheus.NewDesc("plexus_allocator_pool_allocated", "Addresses allocated in a pool.", []string{"pool"}, nil)
 	freeDesc       = prometheus.NewDesc("plexus_allocator_pool_free", "Addresses a pool can still hand out.", []string{"pool"}, nil)
 	outOfRangeDesc = prometheus.NewDesc("plexus_allocator_pool_out_of_range", "Allocations outside their pool's CIDRs.", []string{"pool"}, nil)
+	deletingDesc   = prometheus.NewDesc("plexus_allocator_pool_deleting",
+		"1 while a pool is marked deleting (a forced deletion releasing its allocations in chunks, or one cut short: repair finishes that one), 0 otherwise.", []string{"pool"}, nil)
 
 	conflictsDesc = prometheus.NewDesc("plexus_allocator_store_conflicts_total",
 		"Store commits that lost their transaction to a concurrent writer (another replica, or a concurrent request); the request was tried again or answered ABORTED.", nil, nil)
@@ -75,6 +77,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- allocatedDesc
 	ch <- freeDesc
 	ch <- outOfRangeDesc
+	ch <- deletingDesc
 	ch <- conflictsDesc
 	ch <- watchRestartsDesc
 	ch <- rebuildsDesc
@@ -98,5 +101,10 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(v.Stats.Allocated), id)
 		ch <- prometheus.MustNewConstMetric(freeDesc, prometheus.GaugeValue, free, id)
 		ch <- prometheus.MustNewConstMetric(outOfRangeDesc, prometheus.GaugeValue, float64(v.Stats.OutOfRange), id)
+		deleting := 0.0
+		if v.Deleting {
+			deleting = 1
+		}
+		ch <- prometheus.MustNewConstMetric(deletingDesc, prometheus.GaugeValue, deleting, id)
 	}
 }
