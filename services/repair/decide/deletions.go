@@ -42,6 +42,10 @@ func (p *pass) judgeDeletions() {
 		case !p.in.Synced:
 			f.Action = ActionReported
 			f.Message = fmt.Sprintf("%s; not acted on: view incomplete: %s", what, p.out.Reason)
+		case pool.Etag == "":
+			// Without it the deletion could not be guarded.
+			f.Action = ActionReported
+			f.Message = what + "; not acted on: the allocator gave no etag for the pool"
 		case f.Strikes < p.in.Config.LeakStrikes:
 			f.Action = ActionWaitingStrikes
 			f.Message = fmt.Sprintf("%s; stalled in %d of %d consecutive passes", what, f.Strikes, p.in.Config.LeakStrikes)

@@ -118,8 +118,9 @@ func TestDeletionUnderWayIsNoFinding(t *testing.T) {
 }
 
 // TestStalledDeletionRules: the grace since the pool was marked deleting,
-// dry runs (nothing remembered), an incomplete view (nothing done), and a
-// drained pool whose own deletion was cut short.
+// dry runs (nothing remembered), an incomplete view (nothing done), a
+// drained pool whose own deletion was cut short, and a pool without an
+// etag (nothing done).
 func TestStalledDeletionRules(t *testing.T) {
 	after := func(n int, in decide.Input) decide.Output {
 		t.Helper()
@@ -160,6 +161,12 @@ func TestStalledDeletionRules(t *testing.T) {
 	in.Synced = true
 	out = after(1, in)
 	require.Equal(t, decide.ActionDelete, out.Findings[0].Action, "dry runs and an incomplete view kept the count")
+
+	unguarded := deletionInput(deleting("", old), 2)
+	out = after(4, unguarded)
+	require.Equal(t, decide.ActionReported, out.Findings[0].Action)
+	require.Contains(t, out.Findings[0].Message, "no etag")
+	require.Empty(t, out.PoolDeletes, "a deletion that cannot be guarded by an etag")
 }
 
 // TestDeletingPoolIsNoOtherPoolsDuplicate: a pool being deleted that

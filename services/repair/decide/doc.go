@@ -74,8 +74,9 @@
 //     Config.LeakStrikes consecutive passes (the first pass to see a pool
 //     being deleted cannot tell, so it counts none) AND the pool was marked
 //     deleting longer ago than Config.LeakGrace. The adapter deletes the
-//     pool with force, guarded by the pool's etag the pass saw. A pool that
-//     shrank since the pass before, or changed etag, starts from zero.
+//     pool with force, guarded by the pool's etag the pass saw; a pool
+//     listed without one is only reported. A pool that shrank since the
+//     pass before, or changed etag, starts from zero.
 //
 // # What the guard relies on
 //
