@@ -595,28 +595,54 @@ func (p *pass) judgeSlices() {
 		if p.advancing {
 			p.next.orphans[s.UID] = f.Strikes
 		}
-		what := fmt.Sprintf("EndpointSlice %s/%s: ServiceImport and Service %q are gone", s.Namespace, s.Name, s.ServiceName)
-		age := p.in.Now.Sub(s.CreateTime)
-		switch {
-		case !p.in.Synced:
-			f.Action = ActionReported
-			f.Message = fmt.Sprintf("%s; not acted on: view incomplete: %s", what, p.out.Reason)
-		case f.Strikes < p.in.Config.LeakStrikes:
-			f.Action = ActionWaitingStrikes
-			f.Message = fmt.Sprintf("%s; seen in %d of %d consecutive passes", what, f.Strikes, p.in.Config.LeakStrikes)
-		case age <= p.in.Config.LeakGrace:
-			f.Action = ActionWaitingGrace
-			f.Message = fmt.Sprintf("%s; slice is %s old, grace is %s", what, age.Round(time.Second), p.in.Config.LeakGrace)
-		case p.in.DryRun:
-			f.Action = ActionDryRun
-			f.Message = what + "; would be deleted (dry run)"
-		default:
-			f.Action = ActionDelete
-			f.Message = what + "; deleting"
+		if p.deletion(&f, deletionSteps{
+			what: fmt.Sprintf("EndpointSlice %s/%s: ServiceImport and Service %q are gone", s.Namespace, s.Name, s.ServiceName),
+			seen: "seen in", age: p.in.Now.Sub(s.CreateTime), aged: "slice is %s old",
+			doing: "deleting", wouldDo: "would be deleted",
+		}) {
 			p.out.SliceDeletes = append(p.out.SliceDeletes, ref)
 		}
 		p.add(f)
 	}
+}
+
+// deletionSteps says how a finding that leads to a deletion reads at each
+// of the rules it waits for.
+type deletionSteps struct {
+	what string // the finding
+	seen string // the strikes: "<seen> 2 of 3 consecutive passes"
+	// age is what the grace is held against, and aged says it in words,
+	// with a %s for it ("slice is %s old").
+	age  time.Duration
+	aged string
+	// doing is what a pass does when the rules are met, wouldDo what a
+	// dry run would.
+	doing, wouldDo string
+}
+
+// deletion applies to f the rules a deletion waits for: a complete view,
+// Config.LeakStrikes strikes, Config.LeakGrace, not a dry run; it sets
+// f's action and message, and reports whether to delete now.
+func (p *pass) deletion(f *Finding, s deletionSteps) bool {
+	switch {
+	case !p.in.Synced:
+		f.Action = ActionReported
+		f.Message = fmt.Sprintf("%s; not acted on: view incomplete: %s", s.what, p.out.Reason)
+	case f.Strikes < p.in.Config.LeakStrikes:
+		f.Action = ActionWaitingStrikes
+		f.Message = fmt.Sprintf("%s; %s %d of %d consecutive passes", s.what, s.seen, f.Strikes, p.in.Config.LeakStrikes)
+	case s.age <= p.in.Config.LeakGrace:
+		f.Action = ActionWaitingGrace
+		f.Message = fmt.Sprintf("%s; "+s.aged+", grace is %s", s.what, s.age.Round(time.Second), p.in.Config.LeakGrace)
+	case p.in.DryRun:
+		f.Action = ActionDryRun
+		f.Message = s.what + "; " + s.wouldDo + " (dry run)"
+	default:
+		f.Action = ActionDelete
+		f.Message = s.what + "; " + s.doing
+		return true
+	}
+	return false
 }
 
 func kindRank(k Kind) int {

@@ -1,9 +1,6 @@
 package decide
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // judgeDeletions follows the pools being deleted. The allocator releases a
 // large pool's allocations in chunks before it deletes the pool; a replica
@@ -37,27 +34,14 @@ func (p *pass) judgeDeletions() {
 		f := Finding{Kind: KindStalledDeletion, Pool: pool.ID, Etag: pool.Etag, Strikes: watch.stalls}
 		f.FirstSeen = p.firstSeen(&f)
 		what := fmt.Sprintf("pool %s is being deleted and still holds %d allocations, as many as in the pass before", pool.ID, remaining)
-		age := p.in.Now.Sub(pool.UpdateTime)
-		switch {
-		case !p.in.Synced:
-			f.Action = ActionReported
-			f.Message = fmt.Sprintf("%s; not acted on: view incomplete: %s", what, p.out.Reason)
-		case pool.Etag == "":
+		if pool.Etag == "" {
 			// Without it the deletion could not be guarded.
 			f.Action = ActionReported
 			f.Message = what + "; not acted on: the allocator gave no etag for the pool"
-		case f.Strikes < p.in.Config.LeakStrikes:
-			f.Action = ActionWaitingStrikes
-			f.Message = fmt.Sprintf("%s; stalled in %d of %d consecutive passes", what, f.Strikes, p.in.Config.LeakStrikes)
-		case age <= p.in.Config.LeakGrace:
-			f.Action = ActionWaitingGrace
-			f.Message = fmt.Sprintf("%s; marked deleting %s ago, grace is %s", what, age.Round(time.Second), p.in.Config.LeakGrace)
-		case p.in.DryRun:
-			f.Action = ActionDryRun
-			f.Message = what + "; its deletion would be finished (dry run)"
-		default:
-			f.Action = ActionDelete
-			f.Message = what + "; finishing its deletion"
+		} else if p.deletion(&f, deletionSteps{
+			what: what, seen: "stalled in", age: p.in.Now.Sub(pool.UpdateTime), aged: "marked deleting %s ago",
+			doing: "finishing its deletion", wouldDo: "its deletion would be finished",
+		}) {
 			p.out.PoolDeletes = append(p.out.PoolDeletes, PoolDelete{Pool: pool.ID, Etag: pool.Etag})
 		}
 		p.add(f)
