@@ -70,7 +70,7 @@ func TestForcedDeletionCutShortByAKill(t *testing.T) {
 	require.Positive(t, remaining)
 	require.Less(t, remaining, uint64(total), "no chunk was durable")
 	require.LessOrEqual(t, remaining, left, "a committed chunk came back")
-	require.Equal(t, 1.0, scrape(t, a.httpAddr)[`plexus_allocator_pool_deleting{pool="big"}`])
+	require.Equal(t, 1.0, scrape(t, a.httpAddr)[`plexus_allocator_pools_deleting`])
 	t.Logf("killed with %d of %d allocations seen left; %d after the restart", left, total, remaining)
 	list, err := listAll(ctx, c, "big")
 	require.NoError(t, err)

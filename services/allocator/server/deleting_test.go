@@ -74,8 +74,7 @@ func TestPoolBeingDeleted(t *testing.T) {
 	require.True(t, list.GetPools()[1].GetDeleting(), list.GetPools()[1].GetName())
 	require.False(t, list.GetPools()[0].GetDeleting())
 	m := httpGet(t, "http://"+e.httpAddr+"/metrics")
-	require.Equal(t, 1.0, sample(t, m, `plexus_allocator_pool_deleting{pool="p"}`))
-	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_pool_deleting{pool="other"}`))
+	require.Equal(t, 1.0, sample(t, m, `plexus_allocator_pools_deleting`))
 
 	_, err = e.client.Allocate(ctx(t), &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: pod("ns", "new")})
 	requireStatus(t, err, codes.FailedPrecondition, "POOL_DELETING", "")

@@ -54,8 +54,8 @@ var (
 	allocatedDesc  = prometheus.NewDesc("plexus_allocator_pool_allocated", "Addresses allocated in a pool.", []string{"pool"}, nil)
 	freeDesc       = prometheus.NewDesc("plexus_allocator_pool_free", "Addresses a pool can still hand out.", []string{"pool"}, nil)
 	outOfRangeDesc = prometheus.NewDesc("plexus_allocator_pool_out_of_range", "Allocations outside their pool's CIDRs.", []string{"pool"}, nil)
-	deletingDesc   = prometheus.NewDesc("plexus_allocator_pool_deleting",
-		"1 while a pool is marked deleting (a forced deletion releasing its allocations in chunks, or one cut short: repair finishes that one), 0 otherwise.", []string{"pool"}, nil)
+	deletingDesc   = prometheus.NewDesc("plexus_allocator_pools_deleting",
+		"Pools marked deleting: a forced deletion releasing their allocations in chunks, or one cut short (repair finishes those; plexusctl pool list shows which).", nil, nil)
 
 	conflictsDesc = prometheus.NewDesc("plexus_allocator_store_conflicts_total",
 		"Store commits that lost their transaction to a concurrent writer (another replica, or a concurrent request); the request was tried again or answered ABORTED.", nil, nil)
@@ -90,6 +90,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(watchRestartsDesc, prometheus.CounterValue, float64(n.WatchRestarts))
 	ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(n.Rebuilds))
 	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(n.Revision))
+	deleting := 0
 	for _, id := range c.svc.Pools() {
 		v, err := c.svc.GetPool(id)
 		if err != nil {
@@ -101,10 +102,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(v.Stats.Allocated), id)
 		ch <- prometheus.MustNewConstMetric(freeDesc, prometheus.GaugeValue, free, id)
 		ch <- prometheus.MustNewConstMetric(outOfRangeDesc, prometheus.GaugeValue, float64(v.Stats.OutOfRange), id)
-		deleting := 0.0
 		if v.Deleting {
-			deleting = 1
+			deleting++
 		}
-		ch <- prometheus.MustNewConstMetric(deletingDesc, prometheus.GaugeValue, deleting, id)
 	}
+	ch <- prometheus.MustNewConstMetric(deletingDesc, prometheus.GaugeValue, float64(deleting))
 }

@@ -49,7 +49,7 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 6.0, sample(t, m, `plexus_allocator_pool_allocated{pool="small"}`))
 	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_pool_free{pool="small"}`))
 	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_pool_out_of_range{pool="small"}`))
-	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_pool_deleting{pool="small"}`))
+	require.Equal(t, 0.0, sample(t, m, `plexus_allocator_pools_deleting`))
 	require.Equal(t, float64(uint64(1)<<63)*2, sample(t, m, `plexus_allocator_pool_capacity{pool="v6"}`))
 	require.Equal(t, 1.0, sample(t, m, `plexus_allocator_pool_allocated{pool="v6"}`))
 
