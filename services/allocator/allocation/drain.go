@@ -65,6 +65,12 @@ func (s *Allocator) finishDeletion(ctx context.Context, id string, ps *poolState
 		ps.mu.Unlock()
 		s.mu.Unlock()
 	}
+	if errors.Is(err, ErrEtagMismatch) && s.deletedMeanwhile(ctx, ps) {
+		// Another replica finished the same deletion first (an operator
+		// and repair each finishing one cut short): a chunk or the
+		// pool's deletion lost to its deletion of the pool.
+		err = nil
+	}
 	if err != nil {
 		s.logger.Error("forced deletion of a pool stopped; DeletePool with force goes on with it", "pool", id, "released", released, "err", err)
 	}
@@ -73,6 +79,18 @@ func (s *Allocator) finishDeletion(ctx context.Context, id string, ps *poolState
 	ps.deletion = nil
 	ps.mu.Unlock()
 	close(d.done)
+}
+
+// deletedMeanwhile reports whether pool ps, a commit of whose deletion
+// lost its guard, is gone from the store: once this replica holds every
+// commit the store held, it has applied the deletion if there was one.
+func (s *Allocator) deletedMeanwhile(ctx context.Context, ps *poolState) bool {
+	if err := s.Sync(ctx); err != nil {
+		return false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.deleted
 }
 
 // markDeleting commits ps as being deleted (store.Pool.Deleting), unless

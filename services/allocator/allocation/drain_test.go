@@ -366,3 +366,56 @@ func TestDeletionOutlivesItsRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// TestReplicasFinishOneDeletionTogether: a deletion cut short is finished
+// by a forced DeletePool through two replicas at once (an operator and
+// repair, say), of a pool released in chunks and of one deleted in one
+// commit. They release the same chunks, and the one whose deletion of the
+// pool loses to the other's finds the pool gone: both succeed.
+func TestReplicasFinishOneDeletionTogether(t *testing.T) {
+	ctx := context.Background()
+	rs, stores := replicasOf(t, 2, nil, allocation.WithDeleteChunk(32))
+	for _, c := range []struct {
+		pool, cidr string
+		n          int
+	}{{"chunks", "10.0.0.0/16", 1000}, {"one-commit", "10.1.0.0/16", 20}} {
+		_, err := rs[0].CreatePool(ctx, c.pool, allocation.PoolSpec{CIDRs: []string{c.cidr}})
+		require.NoError(t, err)
+		fill(t, rs[0], c.pool, c.n)
+		// What a replica that stopped after marking the pool leaves.
+		v, err := rs[0].GetPool(c.pool)
+		require.NoError(t, err)
+		marked := v.Pool
+		marked.Deleting = true
+		_, err = stores[0].Commit(ctx, store.Txn{
+			Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: c.pool, Revision: marked.Revision}},
+			Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &marked}},
+		})
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.NoError(t, r.Sync(ctx))
+			v, err = r.GetPool(c.pool)
+			require.NoError(t, err)
+			require.True(t, v.Deleting)
+			require.EqualValues(t, c.n, v.Stats.Allocated)
+		}
+
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, r := range rs {
+			wg.Go(func() { _, errs[i] = r.DeletePool(ctx, c.pool, allocation.Etag(v.Revision), true, false) })
+		}
+		wg.Wait()
+		require.NoError(t, errs[0], "%s through the first replica", c.pool)
+		require.NoError(t, errs[1], "%s through the second replica", c.pool)
+		for _, r := range rs {
+			require.NoError(t, r.Sync(ctx))
+			_, err := r.GetPool(c.pool)
+			require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+		}
+	}
+	snap, err := stores[1].Snapshot(ctx)
+	require.NoError(t, err)
+	require.Empty(t, snap.Pools)
+	require.Empty(t, snap.Allocations)
+}

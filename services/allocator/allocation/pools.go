@@ -584,9 +584,14 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 			return 0, fmt.Errorf("delete pool %s: the deletion goes on after this call, the pool marked deleting until it is done: %w", id, ctx.Err())
 		}
 	}
-	defer s.mu.Unlock()
-	defer ps.mu.Unlock()
-	return s.deleteLocked(ctx, id, ps, force)
+	n, err = s.deleteLocked(ctx, id, ps, force)
+	deleting := ps.rec.Deleting
+	ps.mu.Unlock()
+	s.mu.Unlock()
+	if errors.Is(err, ErrEtagMismatch) && deleting && s.deletedMeanwhile(ctx, ps) {
+		return 0, nil // another replica finished the deletion first
+	}
+	return n, err
 }
 
 // deleteLocked commits the deletion of pool id (ps) and returns how many
