@@ -27,7 +27,9 @@ import (
 	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/internal/testing/proctest"
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
 	"github.com/plexusnet/plexus/services/repair/decide"
+	"github.com/plexusnet/plexus/services/repair/internal/repairtest"
 )
 
 const (
@@ -36,6 +38,7 @@ const (
 	outOfRange    = repairv1.FindingKind_FINDING_KIND_OUT_OF_RANGE
 	orphanedSlice = repairv1.FindingKind_FINDING_KIND_ORPHANED_SLICE
 	duplicate     = repairv1.FindingKind_FINDING_KIND_DUPLICATE
+	stalled       = repairv1.FindingKind_FINDING_KIND_STALLED_DELETION
 )
 
 // TestRepair runs the scenarios against one real kube-apiserver; each has
@@ -49,6 +52,7 @@ func TestRepair(t *testing.T) {
 	t.Run("owner recreated", func(t *testing.T) { testRecreated(t, e) })
 	t.Run("unsynced", func(t *testing.T) { testUnsynced(t, e) })
 	t.Run("pool shrink", func(t *testing.T) { testShrink(t, e) })
+	t.Run("stalled deletion", func(t *testing.T) { testStalledDeletion(t, e) })
 	t.Run("orphaned slices", func(t *testing.T) { testSlices(t, e) })
 	t.Run("duplicates", func(t *testing.T) { testDuplicates(t, e) })
 	t.Run("leader election", func(t *testing.T) { testLeaderElection(t, e) })
@@ -465,6 +469,47 @@ func testShrink(t *testing.T, e *kubeEnv) {
 		require.NoError(t, err)
 		return len(evs.Items) > 0 && evs.Items[0].Reason == "AddressOutOfRange"
 	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// testStalledDeletion: a pool left deleting by a forced deletion cut short
+// holds allocations whose Pods are gone; they are not judged as leaks. The
+// first pass cannot tell a stall from a deletion under way; the next
+// --leak-strikes passes see the pool hold as many, and the last of them
+// finishes the deletion through the allocator.
+func testStalledDeletion(t *testing.T, e *kubeEnv) {
+	ns := e.namespace(t)
+	st := memory.New()
+	repairtest.StalledDeletion(t, st, "stalled", "10.29.0.0/24", memberCluster, ns, 50)
+	a := repairtest.StartAllocatorOn(t, st)
+	alloc := &allocator{addr: a.Addr, client: a.Client}
+	r := startRepair(t, e, alloc.addr, testOptions())
+	require.Eventually(t, func() bool {
+		rep, _ := r.run(t, true)
+		return rep.GetState() == repairv1.PassState_PASS_STATE_COMPLETE
+	}, 20*time.Second, 50*time.Millisecond, "the view never synced")
+
+	rep, fs := r.run(t, false)
+	require.EqualValues(t, 50, rep.GetAllocations())
+	require.Empty(t, fs, "the first pass: no stall seen yet, and a deleting pool's allocations are no leaks")
+	for pass := 1; pass <= decide.DefaultLeakStrikes; pass++ {
+		rep, fs = r.run(t, false)
+		require.Len(t, fs, 1, "pass %d", pass+1)
+		f := fs[0]
+		require.Equal(t, stalled, f.GetKind())
+		require.Equal(t, "pools/stalled", f.GetPool())
+		require.EqualValues(t, pass, f.GetStrikes())
+		if pass < decide.DefaultLeakStrikes {
+			require.Equal(t, repairv1.Action_ACTION_WAITING_STRIKES, f.GetAction(), f.GetMessage())
+			continue
+		}
+		require.Equal(t, repairv1.Action_ACTION_DELETED, f.GetAction(), f.GetMessage())
+		require.EqualValues(t, 1, rep.GetPoolsDeleted())
+	}
+	_, err := alloc.client.GetPool(context.Background(), &allocatorv1.GetPoolRequest{Name: "pools/stalled"})
+	require.Equal(t, "POOL_NOT_FOUND", apierr.Reason(err))
+	rep, fs = r.run(t, false)
+	require.Empty(t, fs)
+	require.Zero(t, rep.GetAllocations())
 }
 
 // testSlices: an importer slice whose ServiceImport and derived Service

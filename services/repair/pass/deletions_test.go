@@ -2,10 +2,7 @@ package pass_test
 
 import (
 	"context"
-	"fmt"
-	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -13,7 +10,6 @@ import (
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
-	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 	"github.com/plexusnet/plexus/services/repair/decide"
 	"github.com/plexusnet/plexus/services/repair/internal/repairtest"
@@ -21,22 +17,11 @@ import (
 )
 
 // startWithStalledDeletion starts an allocator on a store that holds pool
-// "d" marked deleting an hour ago with n allocations, whose owners are
-// gone: what a forced deletion in chunks leaves when its replica stops
-// half way.
+// "d" (10.5.0.0/24) left deleting with n allocations whose owners are gone.
 func startWithStalledDeletion(t *testing.T, n int) *repairtest.Allocator {
 	t.Helper()
 	st := memory.New()
-	marked := time.Now().Add(-time.Hour).UTC()
-	txn := store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{
-		ID: "d", CIDRs: []string{"10.5.0.0/24"}, Deleting: true, CreateTime: marked, UpdateTime: marked}}}}
-	for i := range n {
-		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
-			Pool: "d", Address: netip.AddrFrom4([4]byte{10, 5, 0, byte(i + 1)}), CreateTime: marked,
-			Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("gone-%d", i), UID: "u"}}})
-	}
-	_, err := st.Commit(context.Background(), txn)
-	require.NoError(t, err)
+	repairtest.StalledDeletion(t, st, "d", "10.5.0.0/24", "c", "ns", n)
 	return repairtest.StartAllocatorOn(t, st)
 }
 

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -76,6 +78,28 @@ func StartAllocatorOn(t testing.TB, st store.Store) *Allocator {
 	}
 	t.Cleanup(a.Stop)
 	return a
+}
+
+// StalledDeletion writes to st pool id (cidr) marked deleting an hour ago,
+// holding n allocations from the first address of cidr on, to Pods
+// cluster/ns/gone-0 .. gone-(n-1): what a forced deletion in chunks leaves
+// when the replica doing it stops half way. Start an allocator on st
+// after it.
+func StalledDeletion(t testing.TB, st store.Store, id, cidr, cluster, ns string, n int) {
+	t.Helper()
+	marked := time.Now().Add(-time.Hour).UTC()
+	txn := store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{
+		ID: id, CIDRs: []string{cidr}, Deleting: true, CreateTime: marked, UpdateTime: marked}}}}
+	addr := netip.MustParsePrefix(cidr).Addr()
+	for i := range n {
+		addr = addr.Next()
+		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
+			Pool: id, Address: addr, CreateTime: marked,
+			Owner: store.Owner{Cluster: cluster, Kind: "Pod", Namespace: ns, Name: "gone-" + strconv.Itoa(i), UID: "uid-gone-" + strconv.Itoa(i)}}})
+	}
+	if _, err := st.Commit(context.Background(), txn); err != nil {
+		t.Fatalf("write a stalled deletion of pool %s: %v", id, err)
+	}
 }
 
 // Stop stops the server; calls made afterwards fail with UNAVAILABLE.
