@@ -125,9 +125,13 @@ const (
 	Action_ACTION_DELETED Action = 9
 	// Deleting the orphaned slice failed, or the slice changed since the pass
 	// read it (its uid or resourceVersion precondition no longer held); or
-	// the pool's deletion did not finish within the call (the allocator goes
-	// on with it) or was refused. It is judged again by the next pass.
+	// the pool's deletion was refused or failed. It is judged again by the
+	// next pass.
 	Action_ACTION_DELETE_FAILED Action = 10
+	// The stalled deletion of the pool was resumed and did not finish within
+	// the call: the allocator goes on with it, and the next pass sees the
+	// pool shrink, or gone.
+	Action_ACTION_RESUMED Action = 11
 )
 
 // Enum value maps for Action.
@@ -144,6 +148,7 @@ var (
 		8:  "ACTION_DRY_RUN",
 		9:  "ACTION_DELETED",
 		10: "ACTION_DELETE_FAILED",
+		11: "ACTION_RESUMED",
 	}
 	Action_value = map[string]int32{
 		"ACTION_UNSPECIFIED":     0,
@@ -157,6 +162,7 @@ var (
 		"ACTION_DRY_RUN":         8,
 		"ACTION_DELETED":         9,
 		"ACTION_DELETE_FAILED":   10,
+		"ACTION_RESUMED":         11,
 	}
 )
 
@@ -926,7 +932,7 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\x19FINDING_KIND_OUT_OF_RANGE\x10\x03\x12\x1f\n" +
 	"\x1bFINDING_KIND_ORPHANED_SLICE\x10\x04\x12\x1f\n" +
 	"\x1bFINDING_KIND_OWNER_MISMATCH\x10\x05\x12!\n" +
-	"\x1dFINDING_KIND_STALLED_DELETION\x10\x06*\x8d\x02\n" +
+	"\x1dFINDING_KIND_STALLED_DELETION\x10\x06*\xa1\x02\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fACTION_REPORTED\x10\x01\x12\x1a\n" +
@@ -939,7 +945,8 @@ const file_plexus_repair_v1_repair_proto_rawDesc = "" +
 	"\x0eACTION_DRY_RUN\x10\b\x12\x12\n" +
 	"\x0eACTION_DELETED\x10\t\x12\x18\n" +
 	"\x14ACTION_DELETE_FAILED\x10\n" +
-	"*p\n" +
+	"\x12\x12\n" +
+	"\x0eACTION_RESUMED\x10\v*p\n" +
 	"\tPassState\x12\x1a\n" +
 	"\x16PASS_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PASS_STATE_COMPLETE\x10\x01\x12\x17\n" +

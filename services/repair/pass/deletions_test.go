@@ -3,9 +3,12 @@ package pass_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
@@ -107,4 +110,32 @@ func TestStalledDeletionGuardedByEtag(t *testing.T) {
 
 	res = run(t, r, false)
 	require.Nil(t, stalledFinding(res), "the pool is not being deleted any more")
+}
+
+// slowDeletes is an allocator whose DeletePool does not answer within the
+// call, as one does while it releases a large pool in chunks.
+type slowDeletes struct{ pass.Allocator }
+
+func (s slowDeletes) DeletePool(ctx context.Context, _ *allocatorv1.DeletePoolRequest, _ ...grpc.CallOption) (*allocatorv1.DeletePoolResponse, error) {
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// TestStalledDeletionResumedPastTheCall: a deletion that the allocator
+// does not finish within the call is RESUMED (it goes on there), not
+// failed, and not counted as a deleted pool.
+func TestStalledDeletionResumedPastTheCall(t *testing.T) {
+	alloc := startWithStalledDeletion(t, 5)
+	reg := prometheus.NewRegistry()
+	r, err := pass.New(quickConfig(), slowDeletes{alloc.Client}, repairtest.NewView(),
+		pass.WithRegisterer(reg), pass.WithCallTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	require.Empty(t, run(t, r, false).Findings)
+	res := run(t, r, false)
+	f := stalledFinding(res)
+	require.NotNil(t, f)
+	require.Equal(t, repairv1.Action_ACTION_RESUMED, f.GetAction(), f.GetMessage())
+	require.Contains(t, f.GetMessage(), "the allocator goes on with it")
+	require.Zero(t, res.Report.GetPoolsDeleted())
+	require.Equal(t, 1.0, metricValue(t, reg, "plexus_repair_actions_total", "RESUMED"))
 }

@@ -1,6 +1,7 @@
 package pass
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -129,6 +130,11 @@ func findingProto(f *decide.Finding, done deletions) *repairv1.Finding {
 		p.Pool = f.Pool
 		if f.Action == decide.ActionDelete {
 			err, tried := done.pools[f.Pool]
+			if errors.Is(err, errDeletionGoesOn) {
+				p.Action = repairv1.Action_ACTION_RESUMED
+				p.Message += "; resumed: " + err.Error()
+				return p
+			}
 			deletionOutcome(p, err, tried, "the pool is deleted")
 		}
 		return p

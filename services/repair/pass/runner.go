@@ -39,8 +39,9 @@ const (
 	DefaultPageSize = 1000
 	// DefaultReleaseWorkers bounds the concurrent guarded releases.
 	DefaultReleaseWorkers = 8
-	// callTimeout bounds one allocator or Kubernetes call of a pass.
-	callTimeout = 30 * time.Second
+	// DefaultCallTimeout bounds one allocator or Kubernetes call of a
+	// pass.
+	DefaultCallTimeout = 30 * time.Second
 )
 
 // View is the owners' side of a pass; owners.View implements it.
@@ -100,6 +101,9 @@ func WithGuard(g func() error) Option { return func(r *Runner) { r.guard = g } }
 // WithPageSize sets the page size of the allocator lists.
 func WithPageSize(n int32) Option { return func(r *Runner) { r.pageSize = n } }
 
+// WithCallTimeout sets the bound of one allocator or Kubernetes call.
+func WithCallTimeout(d time.Duration) Option { return func(r *Runner) { r.callTimeout = d } }
+
 // WithReleaseWorkers sets how many guarded releases run at once.
 func WithReleaseWorkers(n int) Option { return func(r *Runner) { r.releaseWorkers = n } }
 
@@ -139,6 +143,7 @@ type Runner struct {
 	guard          func() error
 	pageSize       int32
 	releaseWorkers int
+	callTimeout    time.Duration
 
 	// sem holds the right to run a pass; the fields below it are only
 	// touched by its holder.
@@ -164,6 +169,7 @@ func New(cfg decide.Config, alloc Allocator, view View, opts ...Option) (*Runner
 		view:           view,
 		pageSize:       DefaultPageSize,
 		releaseWorkers: DefaultReleaseWorkers,
+		callTimeout:    DefaultCallTimeout,
 		sem:            make(chan struct{}, 1),
 		guard:          func() error { return nil },
 	}
@@ -177,8 +183,8 @@ func New(cfg decide.Config, alloc Allocator, view View, opts ...Option) (*Runner
 		r.tracerProvider = otel.GetTracerProvider()
 	}
 	r.tracer = r.tracerProvider.Tracer("github.com/plexusnet/plexus/services/repair/pass")
-	if r.pageSize <= 0 || r.releaseWorkers <= 0 {
-		return nil, errors.New("pass: page size and release workers must be positive")
+	if r.pageSize <= 0 || r.releaseWorkers <= 0 || r.callTimeout <= 0 {
+		return nil, errors.New("pass: page size, release workers and call timeout must be positive")
 	}
 	m, err := newMetrics(r.registerer)
 	if err != nil {
@@ -361,7 +367,7 @@ func (r *Runner) list(ctx context.Context) ([]decide.Pool, []decide.Allocation, 
 	defer span.End()
 	var pools []decide.Pool
 	for token := ""; ; {
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 		resp, err := r.alloc.ListPools(cctx, &allocatorv1.ListPoolsRequest{PageSize: r.pageSize, PageToken: token})
 		cancel()
 		if err != nil {
@@ -387,7 +393,7 @@ func (r *Runner) list(ctx context.Context) ([]decide.Pool, []decide.Allocation, 
 	var allocs []decide.Allocation
 	pages := 0
 	for token := ""; ; {
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 		resp, err := r.alloc.ListAllocations(cctx, &allocatorv1.ListAllocationsRequest{Pool: "pools/-", PageSize: r.pageSize, PageToken: token})
 		cancel()
 		if err != nil {
@@ -497,7 +503,7 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 	for _, ref := range out.SliceDeletes {
 		err := r.mayWrite(ctx)
 		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 			err = r.view.DeleteSlice(cctx, ref)
 			cancel()
 		}
@@ -531,7 +537,7 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 // The allocator goes on with a deletion in chunks when the call's deadline
 // passes first; the next pass sees the pool shrink, or gone.
 func (r *Runner) finishDeletion(ctx context.Context, del decide.PoolDelete) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 	defer cancel()
 	resp, err := r.alloc.DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: del.Pool, Etag: del.Etag, Force: true})
 	if timedOut(err) && ctx.Err() != nil {
@@ -558,7 +564,7 @@ func (r *Runner) releaseOne(ctx context.Context, rel decide.Release) error {
 	if err := r.mayWrite(ctx); err != nil {
 		return fmt.Errorf("release %s not sent: %w", name, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 	defer cancel()
 	_, err := r.alloc.Release(ctx, &allocatorv1.ReleaseRequest{Name: name, Etag: rel.Etag, OwnerUid: rel.OwnerUID})
 	if err == nil {
