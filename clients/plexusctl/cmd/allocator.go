@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	"github.com/plexusnet/plexus/internal/apierr"
 )
 
 func poolName(id string) string {
@@ -154,22 +158,44 @@ func poolCmd(g *globals) *cobra.Command {
 		Use: "delete POOL", Short: "Delete a pool", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
-				resp, err := allocatorv1.NewAllocatorServiceClient(cc).DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: poolName(args[0]), Force: spec.force, Etag: spec.etag})
+				client := allocatorv1.NewAllocatorServiceClient(cc)
+				resp, err := client.DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: poolName(args[0]), Force: spec.force, Etag: spec.etag})
+				released := ""
+				if spec.force && status.Code(err) == codes.DeadlineExceeded {
+					// Gone just after the deadline: how many went is not known.
+					resp, released, err = &allocatorv1.DeletePoolResponse{}, "?", stillDeleting(cmd.Context(), client, args[0], g.timeout, err)
+				}
 				if err != nil {
 					return err
 				}
 				return render(g.out, g.output, resp, func() *table {
 					t := &table{header: []string{"DELETED", "RELEASED"}}
-					t.add(args[0], fmt.Sprint(resp.GetReleased()))
+					t.add(args[0], cmp.Or(released, fmt.Sprint(resp.GetReleased())))
 					return t
 				})
 			})
 		},
 	}
-	del.Flags().BoolVar(&spec.force, "force", false, "delete even though allocations exist; they are released (over 4,096 in chunks, the pool marked deleting meanwhile: run it again to finish a deletion cut short)")
+	del.Flags().BoolVar(&spec.force, "force", false, "delete even though allocations exist; they are released (over 4,096 in chunks, the pool marked deleting meanwhile: the deletion goes on past --timeout, and running this again finishes one cut short)")
 	del.Flags().StringVar(&spec.etag, "etag", "", "delete only this version of the pool")
 	c.AddCommand(create, get, list, update, del)
 	return c
+}
+
+// stillDeleting explains a forced deletion that outlasted the call (err):
+// the allocator goes on with a large pool's, which the pool's state shows.
+func stillDeleting(ctx context.Context, client allocatorv1.AllocatorServiceClient, pool string, timeout time.Duration, err error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	got, gerr := client.GetPool(ctx, &allocatorv1.GetPoolRequest{Name: poolName(pool)})
+	switch {
+	case apierr.Reason(gerr) == "POOL_NOT_FOUND":
+		return nil // done just after the deadline
+	case gerr != nil || !got.GetPool().GetDeleting():
+		return err
+	}
+	return fmt.Errorf("pool %s is still being deleted, %d allocations left: the allocator goes on with it after this command's --timeout (%s); `plexusctl pool get %s` shows how far it got, and the pool is gone once that says POOL_NOT_FOUND",
+		pool, got.GetPool().GetStats().GetAllocated(), timeout, pool)
 }
 
 type ownerFlags struct{ cluster, kind, namespace, name, uid string }

@@ -19,8 +19,10 @@ import (
 // while a forced DeletePool releases a large pool in chunks. Started again
 // on the same bolt file, it shows the pool deleting with the allocations
 // the finished chunks left, listed and counted alike; it refuses to
-// allocate there; DeletePool with force finishes the deletion and releases
-// exactly the rest; and the addresses are free for a pool created again.
+// allocate there; plexusctl pool delete --force resumes the deletion and,
+// its deadline passed, says it goes on; a DeletePool meanwhile waits for
+// it and releases exactly the rest; and the addresses are free for a pool
+// created again.
 func TestForcedDeletionCutShortByAKill(t *testing.T) {
 	const total = 200_000 // about a second of chunks on bolt
 	db := filepath.Join(t.TempDir(), "allocator.db")
@@ -81,6 +83,13 @@ func TestForcedDeletionCutShortByAKill(t *testing.T) {
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	require.Equal(t, "POOL_DELETING", apierr.Reason(err))
 
+	// plexusctl's deadline passes first: it says the deletion goes on.
+	_, errOut, err := tryCmd(t, bins.plexusctl, "--allocator-addr", a.grpcAddr, "--timeout", "150ms", "pool", "delete", "big", "--force")
+	require.Error(t, err, "the rest of the deletion took less than plexusctl's 150 ms")
+	t.Logf("plexusctl: %s", errOut)
+	require.Contains(t, errOut, "pool big is still being deleted")
+	require.Contains(t, errOut, "the allocator goes on with it")
+	// A DeletePool meanwhile waits for that deletion, and answers for it.
 	resp, err := c.DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: "pools/big", Etag: p.GetPool().GetEtag(), Force: true})
 	require.NoError(t, err)
 	require.Equal(t, remaining, resp.GetReleased())
