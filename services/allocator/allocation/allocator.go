@@ -100,7 +100,7 @@ func (ps *poolState) usable() error {
 	case ps.deleted:
 		return fmt.Errorf("pool %q: %w", ps.rec.ID, ErrPoolNotFound)
 	case ps.rec.Deleting:
-		return fmt.Errorf("pool %q is being deleted: it is gone once its allocations are released (a deletion cut short is finished by DeletePool with force): %w", ps.rec.ID, ErrPoolDeleting)
+		return fmt.Errorf("pool %q is being deleted: it is gone once its allocations are released (a deletion cut short is finished by DeletePool with force, or by repair): %w", ps.rec.ID, ErrPoolDeleting)
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func (s *Allocator) finishDeletion(ctx context.Context, id string, ps *poolState
 		err = nil
 	}
 	if err != nil {
-		s.logger.Error("forced deletion of a pool stopped; DeletePool with force goes on with it", "pool", id, "released", released, "err", err)
+		s.logger.Error("forced deletion of a pool stopped; DeletePool with force goes on with it, and repair does once it sees it stalled", "pool", id, "released", released, "err", err)
 	}
 	d.released, d.err = released, err
 	ps.mu.Lock()
