@@ -64,6 +64,11 @@ type Server struct {
 	startDrain context.CancelFunc
 	draining   atomic.Bool
 
+	// calls runs unary calls (callPool); stopCalls ends it once the gRPC
+	// server has stopped.
+	calls     *callPool
+	stopCalls chan struct{}
+
 	// failed receives the first error of Fail.
 	failed chan error
 
@@ -147,6 +152,8 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 		s.registerer = observedRegisterer{Registerer: s.registry, observe: o.metricsObserver}
 	}
 	s.drainCtx, s.startDrain = context.WithCancel(context.Background())
+	s.stopCalls = make(chan struct{})
+	s.calls = newCallPool(int(streamWorkers()) / 2)
 
 	s.metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 		grpcprom.WithHistogramBuckets([]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
@@ -240,7 +247,9 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 	v := validator{byType: o.validators, decode: newDecodeCodec()}
 
 	unary := append([]grpc.UnaryServerInterceptor{
-		// First: a unary request is decoded before any interceptor, and
+		// Before all: the rest runs on a long-lived goroutine.
+		s.calls.unary,
+		// Then: a unary request is decoded before any interceptor, and
 		// one that failed must be answered (and forgotten) even when a
 		// later interceptor would refuse the call for another reason.
 		v.decode.unary,
@@ -255,6 +264,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		v.unary,
 	}, o.unary...)
 	stream := append([]grpc.StreamServerInterceptor{
+		s.calls.stream,
 		s.metrics.StreamServerInterceptor(exemplar),
 		selector.StreamServerInterceptor(accessLogStream, notHealth),
 		canceledStream,
@@ -270,12 +280,9 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgSize),
 		grpc.MaxConcurrentStreams(s.cfg.MaxConcurrentStreams),
-		// A fixed pool of stream workers avoids a new goroutine (and its
-		// stack growth) per call under load. Most calls wait on a commit
-		// or another service, so the pool is sized for calls in flight,
-		// not for cores: with one worker per core, 64 clients waiting on
-		// group commits ran nearly every call on a fresh goroutine, and
-		// growing their stacks was 7 % of the allocator's CPU.
+		// A fixed pool of stream workers avoids a new goroutine per
+		// stream under load; a long-lived stream holds its worker, so
+		// unary calls have a pool of their own (callPool).
 		grpc.NumStreamWorkers(streamWorkers()),
 		// Clients of package dial ping every 30s on idle connections; allow
 		// it instead of answering with GOAWAY too_many_pings.
@@ -368,6 +375,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stopSignals()
 
 	s.metrics.InitializeMetrics(s.grpc)
+	s.calls.start(callWorkers(), s.stopCalls)
 	s.startServing()
 
 	checksCtx, stopChecks := context.WithCancel(context.Background())
@@ -446,6 +454,7 @@ func (s *Server) drain() {
 		s.grpc.Stop()
 		<-stopped
 	}
+	close(s.stopCalls)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := s.httpSrv.Shutdown(ctx); err != nil {
@@ -457,3 +466,10 @@ func (s *Server) drain() {
 func streamWorkers() uint32 {
 	return uint32(max(128, 4*runtime.GOMAXPROCS(0)))
 }
+
+// callWorkers is the size of the pool of unary calls. Most calls wait on
+// a commit or another service, so it is sized for calls in flight, not
+// for cores: with one goroutine per core, 64 clients waiting on group
+// commits ran nearly every call on a fresh goroutine, and growing their
+// stacks was 7 % of the allocator's CPU.
+func callWorkers() int { return max(128, 4*runtime.GOMAXPROCS(0)) }

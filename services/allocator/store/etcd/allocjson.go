@@ -17,6 +17,58 @@ import (
 // then reports ok=false, and it never accepts a value that encoding/json
 // would read differently or refuse (FuzzParseAllocValue checks both).
 
+// Every commit encodes the allocations it writes, and encoding/json's
+// reflection was the deepest and costliest part of it. appendAllocValue
+// writes the same bytes directly for the values that are plain
+// (FuzzEncodeAlloc checks it against encoding/json); anything else is left
+// to encoding/json.
+
+// appendAllocValue appends the JSON encoding/json writes for a's
+// allocValue, or reports false when a string needs escaping or the time
+// is one encoding/json would refuse.
+func appendAllocValue(b []byte, a *store.Allocation) ([]byte, bool) {
+	created := a.CreateTime.UTC()
+	if y := created.Year(); y < 0 || y > 9999 {
+		return nil, false
+	}
+	ok := true
+	str := func(key, v string, omitEmpty bool) {
+		if !ok || omitEmpty && v == "" {
+			return
+		}
+		b = append(b, key...)
+		b = append(b, '"')
+		for i := range len(v) {
+			if c := v[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				ok = false
+				return
+			}
+		}
+		b = append(b, v...)
+		b = append(b, '"')
+	}
+	str(`{"pool":`, a.Pool, false)
+	b = append(b, `,"address":"`...)
+	b = a.Address.AppendTo(b)
+	b = append(b, `","owner":{`...)
+	mark := len(b)
+	o := a.Owner
+	for _, f := range [...]struct{ key, v string }{
+		{`"cluster":`, o.Cluster}, {`"kind":`, o.Kind}, {`"namespace":`, o.Namespace}, {`"name":`, o.Name}, {`"uid":`, o.UID},
+	} {
+		if f.v != "" && len(b) > mark {
+			b = append(b, ',')
+		}
+		str(f.key, f.v, true)
+	}
+	b = append(b, `},"create_time":"`...)
+	b = created.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	str(`,"request_id":`, a.RequestID, true)
+	b = append(b, '}')
+	return b, ok
+}
+
 // allocFields and ownerFields are the fields in the order encodeAlloc
 // writes them; a field may be missing (omitempty), not moved.
 var (

@@ -177,3 +177,45 @@ func BenchmarkDecodeAlloc(b *testing.B) {
 		}
 	})
 }
+
+// FuzzEncodeAlloc: the direct encoder writes exactly what encoding/json
+// writes for the same allocation, or declines; and what it writes is read
+// back by the direct parser.
+func FuzzEncodeAlloc(f *testing.F) {
+	for _, a := range sampleAllocs() {
+		f.Add(a.Pool, a.Address.AsSlice(), a.Owner.Cluster, a.Owner.Kind, a.Owner.Namespace, a.Owner.Name, a.Owner.UID, a.CreateTime.UnixNano(), a.RequestID)
+	}
+	f.Add("p<", []byte{}, "", "", "", "é", "\x00", int64(-62135596800000000), "")
+	f.Add("p", []byte{10, 0, 0, 1}, "c", "", "ns", "", "u", int64(253402300800000000), "r\"")
+	f.Fuzz(func(t *testing.T, pool string, addr []byte, cluster, kind, namespace, name, uid string, nanos int64, requestID string) {
+		ip, _ := netip.AddrFromSlice(addr)
+		a := store.Allocation{Pool: pool, Address: ip, CreateTime: time.Unix(0, nanos).In(time.FixedZone("x", 3600)), RequestID: requestID,
+			Owner: store.Owner{Cluster: cluster, Kind: kind, Namespace: namespace, Name: name, UID: uid}}
+		want, err := json.Marshal(allocValueOf(&a))
+		got, ok := appendAllocValue(nil, &a)
+		if !ok {
+			return
+		}
+		require.NoError(t, err, "encoded what encoding/json refuses: %+v", a)
+		require.Equal(t, string(want), string(got))
+		require.Equal(t, string(want), encodeAlloc(&a))
+		back, ok := parseAllocValue(got)
+		require.True(t, ok, "the direct parser declines the direct encoder's %s", got)
+		require.Equal(t, a.Owner, store.Owner{Cluster: back.Owner.Cluster, Kind: back.Owner.Kind, Namespace: back.Owner.Namespace, Name: back.Owner.Name, UID: back.Owner.UID})
+		require.True(t, a.CreateTime.Equal(back.CreateTime))
+	})
+}
+
+// TestEncodeAllocDirect: the allocations a cluster makes take the direct
+// path; one that needs escaping is left to encoding/json, the same bytes.
+func TestEncodeAllocDirect(t *testing.T) {
+	for _, a := range sampleAllocs() {
+		_, ok := appendAllocValue(nil, &a)
+		require.True(t, ok, "%+v", a)
+	}
+	a := sampleAllocs()[0]
+	a.Owner.Name = "web<1>"
+	_, ok := appendAllocValue(nil, &a)
+	require.False(t, ok)
+	require.JSONEq(t, `{"pool":"scale","address":"10.1.2.3","owner":{"cluster":"east","kind":"Service","namespace":"shop","name":"web\u003c1\u003e","uid":"4f6c"},"create_time":"2026-11-23T16:30:01.123456789Z","request_id":"req-1"}`, encodeAlloc(&a))
+}

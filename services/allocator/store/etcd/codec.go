@@ -68,12 +68,21 @@ func decodePool(v []byte, rev int64) (store.Pool, error) {
 	}, nil
 }
 
+// encodeAlloc returns the value of a: what encoding/json writes for its
+// allocValue, written without reflection when it can be (appendAllocValue).
 func encodeAlloc(a *store.Allocation) string {
+	if b, ok := appendAllocValue(make([]byte, 0, 256), a); ok {
+		return string(b)
+	}
+	return mustJSON(allocValueOf(a))
+}
+
+func allocValueOf(a *store.Allocation) allocValue {
 	o := a.Owner
-	return mustJSON(allocValue{
+	return allocValue{
 		Pool: a.Pool, Address: a.Address, CreateTime: a.CreateTime.UTC(), RequestID: a.RequestID,
 		Owner: ownerValue{Cluster: o.Cluster, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID},
-	})
+	}
 }
 
 func decodeAlloc(v []byte, rev int64) (store.Allocation, error) { return decodeAllocWith(v, rev, nil) }
