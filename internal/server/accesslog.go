@@ -29,8 +29,9 @@ type callLog struct{ principal string }
 type callLogKey struct{}
 
 // accessLogLevel is the level of a call's line: successful calls at debug,
-// UNAVAILABLE at info, the rest as go-grpc-middleware's server default
-// has them.
+// UNAVAILABLE and the answers about the state a call found at info, the
+// rest as go-grpc-middleware's server default has them (a warning for
+// limits, deadlines and denied callers, an error for internal faults).
 func accessLogLevel(c codes.Code) slog.Level {
 	switch c {
 	case codes.OK, codes.Canceled:
@@ -42,6 +43,13 @@ func accessLogLevel(c codes.Code) slog.Level {
 		// or waiting for its store. Each of those is reported once by
 		// what knows about it (a readiness check, the store's own
 		// errors); a warning per call would only repeat it.
+		return slog.LevelInfo
+	case codes.FailedPrecondition, codes.OutOfRange, codes.Aborted:
+		// The answer to what the call found, like NOT_FOUND: an etag
+		// that changed meanwhile (repair's guarded releases race
+		// workloads by design), a pool not empty, a watch resuming from
+		// a compacted revision, two writers at once. Nothing is wrong
+		// with the server; a warning per call would be noise.
 		return slog.LevelInfo
 	}
 	return slog.Level(logging.DefaultServerCodeToLevel(c))

@@ -9,13 +9,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 
 	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/config"
@@ -29,6 +32,7 @@ import (
 //	"panic"        panics
 //	"sleep:<dur>"  sleeps (ends early when the call is canceled)
 //	"block"        waits for the release channel
+//	"code:<NAME>"  fails with that gRPC code (FAILED_PRECONDITION, ...)
 //
 // and fills the caller's principal in when asked to.
 type testService struct {
@@ -61,6 +65,12 @@ func (s *testService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) 
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	case strings.HasPrefix(body, "code:"):
+		var c codes.Code
+		if err := c.UnmarshalJSON([]byte(strconv.Quote(strings.TrimPrefix(body, "code:")))); err != nil {
+			return nil, err
+		}
+		return nil, status.Error(c, "asked to fail")
 	case body == "block":
 		s.started <- body
 		select {

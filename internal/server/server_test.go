@@ -572,6 +572,52 @@ func TestAccessLogLevelsAndPrincipal(t *testing.T) {
 	require.Contains(t, l, "peer.address")
 }
 
+// TestAnswersAboutStateAreNoWarning: a call refused for the state it found
+// (FAILED_PRECONDITION, OUT_OF_RANGE, ABORTED: an etag that changed, a
+// compacted revision, a concurrent change) is logged at info; limits,
+// deadlines and denied callers stay warnings, internal faults errors.
+func TestAnswersAboutStateAreNoWarning(t *testing.T) {
+	var out servertest.Buffer
+	logger, err := telemetry.NewLogger(&out, "info", "json")
+	require.NoError(t, err)
+	r := start(t, testConfig(), server.WithLogger(logger))
+	client := connect(t, r.srv.GRPCAddr())
+	want := map[string]string{
+		"FAILED_PRECONDITION": "INFO",
+		"OUT_OF_RANGE":        "INFO",
+		"ABORTED":             "INFO",
+		"NOT_FOUND":           "INFO",
+		"RESOURCE_EXHAUSTED":  "WARN",
+		"PERMISSION_DENIED":   "WARN",
+		"DEADLINE_EXCEEDED":   "WARN",
+		"INTERNAL":            "ERROR",
+	}
+	for name := range want {
+		_, err := client.UnaryCall(callCtx(t), &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("code:" + name)}})
+		require.Error(t, err)
+	}
+	got := map[string]string{}
+	for _, l := range jsonLines(&out) {
+		if l["msg"] == "finished call" && l["grpc.method"] == "UnaryCall" {
+			got[strings.ToUpper(camelToSnake(l["grpc.code"].(string)))] = l["level"].(string)
+		}
+	}
+	require.Equal(t, want, got)
+}
+
+// camelToSnake turns a code's String ("FailedPrecondition") into its
+// JSON name's spelling ("failed_precondition").
+func camelToSnake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToLower(b.String())
+}
+
 // TestClientCancellationIsNoError: a watch the client cancels (Ctrl-C on
 // `alloc watch`) ends with code Canceled, logged at debug; before, the
 // handler's context error was logged as ERROR with code Unknown.
