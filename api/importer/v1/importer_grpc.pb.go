@@ -38,6 +38,12 @@ const (
 //
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: IMPORT_NOT_FOUND, NOT_LEADER, NOT_SYNCED, INVALID_ARGUMENT.
+// Any call may also end with a reason of the runtime every Plexus service
+// shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
+// ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and
+// INFLIGHT_LIMIT_EXCEEDED (RESOURCE_EXHAUSTED), SERVER_DRAINING
+// (UNAVAILABLE), UNDECODABLE_REQUEST and INVALID_REQUEST (INVALID_ARGUMENT),
+// CANCELED, DEADLINE_EXCEEDED and INTERNAL.
 type ImporterServiceClient interface {
 	// GetServiceImport returns one imported service with its per-cluster
 	// status and conditions.
@@ -132,6 +138,12 @@ func (c *importerServiceClient) ListSources(ctx context.Context, in *ListSources
 //
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: IMPORT_NOT_FOUND, NOT_LEADER, NOT_SYNCED, INVALID_ARGUMENT.
+// Any call may also end with a reason of the runtime every Plexus service
+// shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
+// ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and
+// INFLIGHT_LIMIT_EXCEEDED (RESOURCE_EXHAUSTED), SERVER_DRAINING
+// (UNAVAILABLE), UNDECODABLE_REQUEST and INVALID_REQUEST (INVALID_ARGUMENT),
+// CANCELED, DEADLINE_EXCEEDED and INTERNAL.
 type ImporterServiceServer interface {
 	// GetServiceImport returns one imported service with its per-cluster
 	// status and conditions.

@@ -47,8 +47,15 @@ const (
 // ALLOCATOR_UNAVAILABLE, ETAG_MISMATCH, NOT_SYNCED, INVALID_ARGUMENT,
 // WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL,
 // NAMESPACE_NOT_FOUND (a registration into a namespace that does not
-// exist). Bad
-// input also carries google.rpc.BadRequest field violations.
+// exist). Bad input also carries google.rpc.BadRequest field violations. A
+// registration's other refusals by the allocator (POOL_EXHAUSTED,
+// ADDRESS_OUT_OF_RANGE, ...) are passed on as the allocator gave them.
+// Any call may also end with a reason of the runtime every Plexus service
+// shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
+// ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and
+// INFLIGHT_LIMIT_EXCEEDED (RESOURCE_EXHAUSTED), SERVER_DRAINING
+// (UNAVAILABLE), UNDECODABLE_REQUEST and INVALID_REQUEST (INVALID_ARGUMENT),
+// CANCELED, DEADLINE_EXCEEDED and INTERNAL.
 type MembershipServiceClient interface {
 	// GetWorkload returns one external workload.
 	GetWorkload(ctx context.Context, in *GetWorkloadRequest, opts ...grpc.CallOption) (*GetWorkloadResponse, error)
@@ -203,8 +210,15 @@ type MembershipService_WatchServicesClient = grpc.ServerStreamingClient[WatchSer
 // ALLOCATOR_UNAVAILABLE, ETAG_MISMATCH, NOT_SYNCED, INVALID_ARGUMENT,
 // WATCH_TOO_SLOW, CONCURRENT_CHANGE, ADDRESS_IN_USE, ADDRESS_IN_POOL,
 // NAMESPACE_NOT_FOUND (a registration into a namespace that does not
-// exist). Bad
-// input also carries google.rpc.BadRequest field violations.
+// exist). Bad input also carries google.rpc.BadRequest field violations. A
+// registration's other refusals by the allocator (POOL_EXHAUSTED,
+// ADDRESS_OUT_OF_RANGE, ...) are passed on as the allocator gave them.
+// Any call may also end with a reason of the runtime every Plexus service
+// shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
+// ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and
+// INFLIGHT_LIMIT_EXCEEDED (RESOURCE_EXHAUSTED), SERVER_DRAINING
+// (UNAVAILABLE), UNDECODABLE_REQUEST and INVALID_REQUEST (INVALID_ARGUMENT),
+// CANCELED, DEADLINE_EXCEEDED and INTERNAL.
 type MembershipServiceServer interface {
 	// GetWorkload returns one external workload.
 	GetWorkload(context.Context, *GetWorkloadRequest) (*GetWorkloadResponse, error)

@@ -35,6 +35,12 @@ const (
 //
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: NO_REPORT, NOT_LEADER, PASS_IN_PROGRESS, INVALID_ARGUMENT.
+// Any call may also end with a reason of the runtime every Plexus service
+// shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
+// ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and
+// INFLIGHT_LIMIT_EXCEEDED (RESOURCE_EXHAUSTED), SERVER_DRAINING
+// (UNAVAILABLE), UNDECODABLE_REQUEST and INVALID_REQUEST (INVALID_ARGUMENT),
+// CANCELED, DEADLINE_EXCEEDED and INTERNAL.
 type RepairServiceClient interface {
 	// RunRepair runs one pass now and returns its report. With dry_run the
 	// pass reports without acting and does not count towards strikes. Only
@@ -102,6 +108,12 @@ func (c *repairServiceClient) ListFindings(ctx context.Context, in *ListFindings
 //
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
 // one of: NO_REPORT, NOT_LEADER, PASS_IN_PROGRESS, INVALID_ARGUMENT.
+// Any call may also end with a reason of the runtime every Plexus service
+// shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
+// ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and
+// INFLIGHT_LIMIT_EXCEEDED (RESOURCE_EXHAUSTED), SERVER_DRAINING
+// (UNAVAILABLE), UNDECODABLE_REQUEST and INVALID_REQUEST (INVALID_ARGUMENT),
+// CANCELED, DEADLINE_EXCEEDED and INTERNAL.
 type RepairServiceServer interface {
 	// RunRepair runs one pass now and returns its report. With dry_run the
 	// pass reports without acting and does not count towards strikes. Only
