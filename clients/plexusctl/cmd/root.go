@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/plexusnet/plexus/internal/server"
 	"io"
 	"os"
 	"os/signal"
@@ -14,9 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/dial"
+	"github.com/plexusnet/plexus/internal/server"
 )
 
 // globals are the flags every command shares.
@@ -98,7 +100,32 @@ func (g *globals) call(cmd *cobra.Command, svc string, fn func(ctx context.Conte
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
-	return fn(ctx, cc)
+	return g.unreachable(svc, fn(ctx, cc))
+}
+
+// unreachableError is a call that never reached svc: it says where
+// plexusctl looked and how to point it elsewhere, and keeps the call's
+// status for errors.As and status.Code.
+type unreachableError struct {
+	svc, addr string
+	err       error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach the %s at %s (%s); is it running there? --%s-addr, %s or a config context (plexusctl config) name another address",
+		e.svc, e.addr, status.Convert(e.err).Message(), e.svc, addrEnv(e.svc))
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// unreachable turns err into an unreachableError when the call never
+// reached svc: UNAVAILABLE without a reason, which every Plexus service
+// gives its own UNAVAILABLE answers (a replica behind, a server draining).
+func (g *globals) unreachable(svc string, err error) error {
+	if err == nil || status.Code(err) != codes.Unavailable || apierr.Reason(err) != "" {
+		return err
+	}
+	return &unreachableError{svc: svc, addr: *g.addrs[svc], err: err}
 }
 
 // Execute runs plexusctl and returns the process exit code.
