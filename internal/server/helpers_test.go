@@ -24,6 +24,8 @@ import (
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/telemetry"
+	"github.com/plexusnet/plexus/internal/testing/servertest"
 )
 
 // testService is the payload service of these tests. UnaryCall obeys its
@@ -215,4 +217,14 @@ func metricValue(exposition, series string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("series %s not found", series)
+}
+
+// jsonLog returns a buffer and the option that makes a server log into it,
+// as JSON lines, at level.
+func jsonLog(t *testing.T, level string) (*servertest.Buffer, server.Option) {
+	t.Helper()
+	out := &servertest.Buffer{}
+	logger, err := telemetry.NewLogger(out, level, "json")
+	require.NoError(t, err)
+	return out, server.WithLogger(logger)
 }

@@ -489,15 +489,13 @@ func jsonLines(out *servertest.Buffer) []map[string]any {
 }
 
 func TestAccessLogCarriesTraceID(t *testing.T) {
-	var out servertest.Buffer
 	// Successful calls are logged at debug.
-	logger, err := telemetry.NewLogger(&out, "debug", "json")
-	require.NoError(t, err)
+	out, withLog := jsonLog(t, "debug")
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	r := start(t, testConfig(), server.WithLogger(logger), server.WithTracerProvider(tp))
+	r := start(t, testConfig(), withLog, server.WithTracerProvider(tp))
 
-	_, err = connect(t, r.srv.GRPCAddr(), dial.WithBearerToken("ignored-without-tokens-file")).EmptyCall(callCtx(t), &testpb.Empty{})
+	_, err := connect(t, r.srv.GRPCAddr(), dial.WithBearerToken("ignored-without-tokens-file")).EmptyCall(callCtx(t), &testpb.Empty{})
 	require.NoError(t, err)
 
 	var traceID string
@@ -512,7 +510,7 @@ func TestAccessLogCarriesTraceID(t *testing.T) {
 	}, 3*time.Second, 10*time.Millisecond)
 
 	var access map[string]any
-	for _, l := range jsonLines(&out) {
+	for _, l := range jsonLines(out) {
 		if l["msg"] == "finished call" && l["grpc.method"] == "EmptyCall" {
 			access = l
 		}
@@ -540,22 +538,20 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 }
 
 func TestAccessLogLevelsAndPrincipal(t *testing.T) {
-	var out servertest.Buffer
-	logger, err := telemetry.NewLogger(&out, "info", "json")
-	require.NoError(t, err)
+	out, withLog := jsonLog(t, "info")
 	cfg := testConfig()
 	cfg.AuthTokens = writeFile(t, "tokens", "repair-token,repair\n")
-	r := start(t, cfg, server.WithLogger(logger))
+	r := start(t, cfg, withLog)
 
 	client := connect(t, r.srv.GRPCAddr(), dial.WithBearerToken("repair-token"))
-	_, err = client.EmptyCall(callCtx(t), &testpb.Empty{})
+	_, err := client.EmptyCall(callCtx(t), &testpb.Empty{})
 	require.NoError(t, err)
 	// A body the handler cannot parse fails the call (code Unknown).
 	_, err = client.UnaryCall(callCtx(t), &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("sleep:boom")}})
 	require.Error(t, err)
 
 	var lines []map[string]any
-	for _, l := range jsonLines(&out) {
+	for _, l := range jsonLines(out) {
 		if l["msg"] == "finished call" {
 			lines = append(lines, l)
 		}
@@ -577,10 +573,8 @@ func TestAccessLogLevelsAndPrincipal(t *testing.T) {
 // compacted revision, a concurrent change) is logged at info; limits,
 // deadlines and denied callers stay warnings, internal faults errors.
 func TestAnswersAboutStateAreNoWarning(t *testing.T) {
-	var out servertest.Buffer
-	logger, err := telemetry.NewLogger(&out, "info", "json")
-	require.NoError(t, err)
-	r := start(t, testConfig(), server.WithLogger(logger))
+	out, withLog := jsonLog(t, "info")
+	r := start(t, testConfig(), withLog)
 	client := connect(t, r.srv.GRPCAddr())
 	want := map[string]string{
 		"FAILED_PRECONDITION": "INFO",
@@ -597,7 +591,7 @@ func TestAnswersAboutStateAreNoWarning(t *testing.T) {
 		require.Error(t, err)
 	}
 	got := map[string]string{}
-	for _, l := range jsonLines(&out) {
+	for _, l := range jsonLines(out) {
 		if l["msg"] == "finished call" && l["grpc.method"] == "UnaryCall" {
 			got[strings.ToUpper(camelToSnake(l["grpc.code"].(string)))] = l["level"].(string)
 		}
@@ -622,10 +616,8 @@ func camelToSnake(s string) string {
 // `alloc watch`) ends with code Canceled, logged at debug; before, the
 // handler's context error was logged as ERROR with code Unknown.
 func TestClientCancellationIsNoError(t *testing.T) {
-	var out servertest.Buffer
-	logger, err := telemetry.NewLogger(&out, "debug", "json")
-	require.NoError(t, err)
-	r := start(t, testConfig(), server.WithLogger(logger))
+	out, withLog := jsonLog(t, "debug")
+	r := start(t, testConfig(), withLog)
 	client := connect(t, r.srv.GRPCAddr())
 
 	ctx, cancel := context.WithCancel(callCtx(t))
@@ -636,7 +628,7 @@ func TestClientCancellationIsNoError(t *testing.T) {
 	cancel()
 
 	require.Eventually(t, func() bool {
-		for _, l := range jsonLines(&out) {
+		for _, l := range jsonLines(out) {
 			if l["msg"] == "finished streaming call" || (l["msg"] == "finished call" && l["grpc.method"] == "StreamingOutputCall") {
 				return l["grpc.code"] == "Canceled" && l["level"] == "DEBUG"
 			}
@@ -649,10 +641,8 @@ func TestClientCancellationIsNoError(t *testing.T) {
 // ("retry shortly": draining here, or not synced yet) is logged at info,
 // not as a warning per call.
 func TestUnavailableIsNoWarning(t *testing.T) {
-	var out servertest.Buffer
-	logger, err := telemetry.NewLogger(&out, "info", "json")
-	require.NoError(t, err)
-	r := start(t, testConfig(), server.WithLogger(logger))
+	out, withLog := jsonLog(t, "info")
+	r := start(t, testConfig(), withLog)
 	client := connect(t, r.srv.GRPCAddr())
 	stream, err := client.StreamingOutputCall(callCtx(t), &testpb.StreamingOutputCallRequest{})
 	require.NoError(t, err)
@@ -663,7 +653,7 @@ func TestUnavailableIsNoWarning(t *testing.T) {
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 
 	var found bool
-	for _, l := range jsonLines(&out) {
+	for _, l := range jsonLines(out) {
 		if l["msg"] == "finished streaming call" || (l["msg"] == "finished call" && l["grpc.method"] == "StreamingOutputCall") {
 			found = true
 			require.Equal(t, "Unavailable", l["grpc.code"])
