@@ -119,8 +119,8 @@ func (e *unreachableError) Error() string {
 func (e *unreachableError) Unwrap() error { return e.err }
 
 // unreachable turns err into an unreachableError when the call never
-// reached svc: UNAVAILABLE without a reason, which every Plexus service
-// gives its own UNAVAILABLE answers (a replica behind, a server draining).
+// reached svc: UNAVAILABLE without a reason (every Plexus service gives its
+// own UNAVAILABLE answers one: a replica behind, a server draining).
 func (g *globals) unreachable(svc string, err error) error {
 	if err == nil || status.Code(err) != codes.Unavailable || apierr.Reason(err) != "" {
 		return err
