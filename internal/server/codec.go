@@ -62,6 +62,10 @@ func Encode(m protoapi.Message) (*Encoded, error) {
 	return &Encoded{b: b}, nil
 }
 
+// EncodedBytes wraps b, a message its caller encoded itself in protobuf's
+// wire format, for sending as it is. b must not change afterwards.
+func EncodedBytes(b []byte) *Encoded { return &Encoded{b: b} }
+
 // Len is the encoded size.
 func (e *Encoded) Len() int { return len(e.b) }
 

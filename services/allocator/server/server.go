@@ -168,6 +168,11 @@ func ownerTo(o store.Owner) *allocatorv1.Owner {
 }
 
 func (s *Server) allocationTo(a store.Allocation) *allocatorv1.Allocation {
+	return allocationMsg(a, !s.svc.InRange(a.Pool, a.Address))
+}
+
+// allocationMsg is the API's message of a.
+func allocationMsg(a store.Allocation, outOfRange bool) *allocatorv1.Allocation {
 	return &allocatorv1.Allocation{
 		Name:       "pools/" + a.Pool + "/allocations/" + a.Address.String(),
 		Pool:       "pools/" + a.Pool,
@@ -176,7 +181,7 @@ func (s *Server) allocationTo(a store.Allocation) *allocatorv1.Allocation {
 		Etag:       allocation.Etag(a.Revision),
 		CreateTime: timestamppb.New(a.CreateTime),
 		Revision:   a.Revision,
-		OutOfRange: !s.svc.InRange(a.Pool, a.Address),
+		OutOfRange: outOfRange,
 	}
 }
 
@@ -707,6 +712,41 @@ func (s *Server) encodeAhead(ctx context.Context, w *allocation.Watcher, batch b
 }
 
 func (s *Server) encodeChunk(as []store.Allocation, batch bool) encodedChunk {
+	if out, ok := s.encodeChunkWire(as, batch); ok {
+		return out
+	}
+	return s.encodeChunkMessages(as, batch)
+}
+
+// encodeChunkWire is encodeChunk through a wireEncoder: the same bytes,
+// without building the messages. ok is false for a chunk it leaves to
+// encodeChunkMessages (a string that is not UTF-8).
+func (s *Server) encodeChunkWire(as []store.Allocation, batch bool) (out encodedChunk, ok bool) {
+	var e wireEncoder
+	outOfRange := func(a *store.Allocation) bool { return !s.svc.InRange(a.Pool, a.Address) }
+	if batch {
+		b, ok := e.appendSnapshot(make([]byte, 0, len(as)*wireSizeHint), as, outOfRange)
+		if !ok {
+			return out, false
+		}
+		return encodedChunk{msgs: []*rt.Encoded{rt.EncodedBytes(b)}}, true
+	}
+	out.msgs = make([]*rt.Encoded, len(as))
+	for i := range as {
+		b, ok := e.appendAdded(make([]byte, 0, wireSizeHint), &as[i], outOfRange(&as[i]))
+		if !ok {
+			return encodedChunk{}, false
+		}
+		out.msgs[i] = rt.EncodedBytes(b)
+	}
+	return out, true
+}
+
+// wireSizeHint is about the encoded size of one allocation's message.
+const wireSizeHint = 160
+
+// encodeChunkMessages is encodeChunk through the generated messages.
+func (s *Server) encodeChunkMessages(as []store.Allocation, batch bool) encodedChunk {
 	var out encodedChunk
 	if batch {
 		resp := &allocatorv1.WatchAllocationsResponse{Type: allocatorv1.EventType_EVENT_TYPE_ADDED, Snapshot: make([]*allocatorv1.Allocation, len(as))}
