@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,13 +19,79 @@ import (
 	"github.com/plexusnet/plexus/services/importer/sourcetest"
 )
 
-// freeUDPPort returns a loopback UDP port nobody uses right now.
-func freeUDPPort(t *testing.T) int {
+// freeDNSPort returns a port that nobody uses right now for UDP or TCP:
+// CoreDNS listens on both, on every address (this build of it has no bind
+// plugin), and is only asked on loopback.
+func freeDNSPort(t *testing.T) int {
 	t.Helper()
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
+	for {
+		c, err := net.ListenPacket("udp", ":0")
+		require.NoError(t, err)
+		port := c.LocalAddr().(*net.UDPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		_ = c.Close()
+		if err == nil {
+			_ = l.Close()
+			return port
+		}
+	}
+}
+
+// startCoreDNS runs CoreDNS with the Corefile that corefile writes for a
+// port and returns the port once it answers over TCP on loopback. A
+// free port can be taken between its choice and CoreDNS's bind (the
+// ephemeral ports of the other tests' connections): CoreDNS then exits
+// with "address already in use", and another port is tried.
+func startCoreDNS(t *testing.T, bin string, corefile func(port int) string) int {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		port := freeDNSPort(t)
+		path := filepath.Join(t.TempDir(), "Corefile")
+		require.NoError(t, os.WriteFile(path, []byte(corefile(port)), 0o600))
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := exec.CommandContext(ctx, bin, "-conf", path, "-dns.port", fmt.Sprint(port))
+		logPath := filepath.Join(t.TempDir(), "coredns.log")
+		logFile, err := os.Create(logPath)
+		require.NoError(t, err)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		require.NoError(t, cmd.Start())
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		stop := func() {
+			cancel()
+			<-exited
+			_ = logFile.Close()
+		}
+		serving := false
+		for deadline := time.Now().Add(waitFor); !serving && time.Now().Before(deadline); {
+			select {
+			case <-exited:
+				deadline = time.Time{}
+				continue
+			case <-time.After(50 * time.Millisecond):
+			}
+			if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+				_ = c.Close()
+				serving = true
+			}
+		}
+		if serving {
+			t.Cleanup(func() {
+				stop()
+				if t.Failed() {
+					out, _ := os.ReadFile(logPath)
+					t.Logf("CoreDNS log:\n%s", out)
+				}
+			})
+			return port
+		}
+		stop()
+		out, _ := os.ReadFile(logPath)
+		if !strings.Contains(string(out), "address already in use") || attempt == 4 {
+			t.Fatalf("CoreDNS did not serve on 127.0.0.1:%d:\n%s", port, out)
+		}
+		t.Logf("CoreDNS lost port %d to another process; another port", port)
+	}
 }
 
 // TestClusterSetDNSThroughCoreDNS: a real CoreDNS, its kubernetes plugin
@@ -56,31 +123,15 @@ func TestClusterSetDNSThroughCoreDNS(t *testing.T) {
 		return len(e.slicesOf(t, "shop", "db")) > 0
 	}, waitFor, tick)
 
-	port := freeUDPPort(t)
-	corefile := filepath.Join(t.TempDir(), "Corefile")
-	require.NoError(t, os.WriteFile(corefile, fmt.Appendf(nil, `.:%d {
+	port := startCoreDNS(t, bin, func(port int) string {
+		return fmt.Sprintf(`.:%d {
     errors
     kubernetes cluster.local clusterset.local {
         kubeconfig %s %s
         multicluster clusterset.local
     }
 }
-`, port, e.cluster.Kubeconfig, e.cluster.Name), 0o600))
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-conf", corefile, "-dns.port", fmt.Sprint(port))
-	logPath := filepath.Join(t.TempDir(), "coredns.log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("CoreDNS log:\n%s", out)
-		}
+`, port, e.cluster.Kubeconfig, e.cluster.Name)
 	})
 
 	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
