@@ -43,8 +43,8 @@ demo-tools:
 		cd tools && ../hack/gobuild.sh grpcurl -o $(BIN)/grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl; }
 
 .PHONY: kube-binaries
-kube-binaries: ## Build and cache kube-apiserver, kube-controller-manager and etcd (first run takes minutes).
-	@echo "==> kube-apiserver, kube-controller-manager and etcd (cached after the first build, which takes 10-30 minutes)"
+kube-binaries: ## Build and cache kube-apiserver, kube-controller-manager, kube-proxy and etcd (first run takes minutes).
+	@echo "==> kube-apiserver, kube-controller-manager, kube-proxy and etcd (cached after the first build, which takes 10-30 minutes)"
 	@hack/kube-binaries.sh >/dev/null
 
 .PHONY: coredns

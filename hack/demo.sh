@@ -42,6 +42,8 @@ cleanup() {
     wait "${pids[i]}" 2>/dev/null || true
   done
   rm -f "$DEMO/demo.pid"
+  # The files the seeded Pods' readiness probes test (demokube set-ready).
+  rm -f /tmp/unready-cart-* 2>/dev/null || true
   if ((stopping)); then
     echo
     echo "demo stopped: every process it started is gone (logs stay in $LOGS)"
@@ -107,15 +109,23 @@ if [[ -n "$SECURE" ]]; then
   run plexusctl certs --dir "$CERTS"
 fi
 
-step "Starting two local Kubernetes clusters (a and b) on one etcd, each with kube-controller-manager"
-localkube --clusters a,b --controllers --run-pods --dir "$DEMO/kube" >"$LOGS/localkube.out" 2>"$LOGS/localkube.log" &
+step "Starting two local Kubernetes clusters (a and b) on one etcd, with kube-controller-manager and a data plane"
+localkube --clusters a,b --data-plane --dir "$DEMO/kube" >"$LOGS/localkube.out" 2>"$LOGS/localkube.log" &
 pids+=($!)
 for _ in $(seq 1 300); do [[ -s "$DEMO/kube/env" ]] && break; sleep 0.2; done
 [[ -s "$DEMO/kube/env" ]] || { echo "local clusters did not start; see $LOGS/localkube.log" >&2; exit 1; }
 # shellcheck disable=SC1091
 source "$DEMO/kube/env"
+export LOCALKUBE_DATA_PLANE="${LOCALKUBE_DATA_PLANE:-}"
 say "cluster a: $KUBECONFIG_A"
 say "cluster b: $KUBECONFIG_B"
+if [[ -n "$LOCALKUBE_DATA_PLANE" ]]; then
+  say "each cluster has a node (a network namespace) running kube-proxy in nftables mode and CoreDNS;"
+  say "every Pod's command runs as a process in a network namespace of its own (CNI ptp), Pod ranges"
+  say "10.128.0.0/16 (a) and 10.129.0.0/16 (b) on one flat network"
+else
+  say "NO DATA PLANE: $(sed -n 's/^# localkube: //p' "$LOGS/localkube.out" | head -1); Pods are only reported Running, and the traffic steps are left out"
+fi
 
 # Every process logs here; the services use these addresses.
 ALLOC=127.0.0.1:7401 MEMBERS=127.0.0.1:7402 IMPORTER=127.0.0.1:7403 REPAIR=127.0.0.1:7404
@@ -169,18 +179,24 @@ if [[ "$ALLOCATOR_STORE" == etcd ]]; then
   done
 fi
 
-step "Starting membership for cluster a, an importer in each cluster, and repair"
+step "Starting a membership and an importer in each cluster, and repair"
 say "every cluster imports, the exporting one too, as the MCS API wants the ServiceImport everywhere"
 service_env membership
 env "${SERVICE_ENV[@]}" plexus-membership --cluster-name a --kubeconfig "$KUBECONFIG_A" >"$LOGS/membership.log" 2>&1 &
 pids+=($!)
+# Cluster b's membership sends no spans, so the trace below is a's.
+MEMBERS_B=127.0.0.1:7412
+env "${SERVICE_ENV[@]}" OTEL_TRACES_EXPORTER=none plexus-membership --cluster-name b --kubeconfig "$KUBECONFIG_B" \
+  --grpc-addr "$MEMBERS_B" --http-addr 127.0.0.1:9412 >"$LOGS/membership-b.log" 2>&1 &
+pids+=($!)
 service_env importer
-env "${SERVICE_ENV[@]}" plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" --source "a=$MEMBERS" --vip-pool vips >"$LOGS/importer.log" 2>&1 &
+env "${SERVICE_ENV[@]}" plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" --source "a=$MEMBERS" --source "b=$MEMBERS_B" \
+  --vip-pool vips >"$LOGS/importer.log" 2>&1 &
 pids+=($!)
 # Cluster a's importer sends no spans, so the trace below is cluster b's.
 IMPORTER_A=127.0.0.1:7413
 env "${SERVICE_ENV[@]}" OTEL_TRACES_EXPORTER=none plexus-importer --cluster-name a --kubeconfig "$KUBECONFIG_A" --source "a=$MEMBERS" \
-  --vip-pool vips --grpc-addr "$IMPORTER_A" --http-addr 127.0.0.1:9413 >"$LOGS/importer-a.log" 2>&1 &
+  --source "b=$MEMBERS_B" --vip-pool vips --grpc-addr "$IMPORTER_A" --http-addr 127.0.0.1:9413 >"$LOGS/importer-a.log" 2>&1 &
 pids+=($!)
 # CoreDNS for cluster b: its kubernetes plugin serves clusterset.local from
 # the ServiceImports and EndpointSlices the importer writes.
@@ -202,6 +218,7 @@ env "${SERVICE_ENV[@]}" plexus-repair --cluster-name a --kubeconfig "$KUBECONFIG
   --interval 2s --leak-grace 4s >"$LOGS/repair.log" 2>&1 &
 pids+=($!)
 wait_healthy membership "$MEMBERS"
+wait_healthy membership "$MEMBERS_B"
 wait_healthy importer "$IMPORTER"
 wait_healthy importer "$IMPORTER_A"
 wait_healthy repair "$REPAIR"
@@ -230,9 +247,14 @@ if [[ -n "$SECURE" ]]; then
 fi
 
 step "Cluster a exports shop/cart: a Deployment of 3 Pods, its Service and its ServiceExport"
-say "(kube-controller-manager makes the Pods; there is no container runtime: localkube stands in for"
-say "the scheduler and the kubelets, binding each Pod and reporting it Running with an address)"
-run demokube seed --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --replicas 3
+if [[ -n "$LOCALKUBE_DATA_PLANE" ]]; then
+  say "(kube-controller-manager makes the Pods; localkube binds them, as the scheduler would, and runs"
+  say "each one's command, as a kubelet would: socat answering on 8080 with the Pod's name and cluster)"
+else
+  say "(kube-controller-manager makes the Pods; there is no container runtime: localkube stands in for"
+  say "the scheduler and the kubelets, binding each Pod and reporting it Running with an address)"
+fi
+run demokube seed --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --replicas 3 --cluster a
 say "the importer never creates namespaces: the member cluster b has its own shop namespace"
 run demokube namespace --kubeconfig "$KUBECONFIG_B" --namespace shop
 
@@ -265,7 +287,11 @@ step "DNS: CoreDNS of cluster b answers the clusterset name with the VIP, and SR
 run demokube dns --server 127.0.0.1:1053 cart.shop.svc.clusterset.local _http._tcp.cart.shop.svc.clusterset.local
 
 step "A Pod in cluster a stops being ready; the slice in cluster b follows"
-say "(as a failing readiness probe would: its Ready condition is set through the status subresource)"
+if [[ -n "$LOCALKUBE_DATA_PLANE" ]]; then
+  say "(its readiness probe starts failing: an exec in the Pod, through kube-apiserver, makes the file it tests)"
+else
+  say "(as a failing readiness probe would: its Ready condition is set through the status subresource)"
+fi
 FLIP_AT=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
 run demokube set-ready --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --ready=false
 run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 3
@@ -309,6 +335,30 @@ run plexusctl repair report
 say "vm-1 keeps its address; vm-2's is free again:"
 run plexusctl alloc list workloads
 
+TRAFFIC=""
+if [[ -n "$LOCALKUBE_DATA_PLANE" ]]; then
+  step "Traffic: a Pod in cluster b connects to cart.shop.svc.clusterset.local; Pods in cluster a answer"
+  say "CoreDNS in b resolves the name to the VIP; kube-proxy in b (nftables) forwards each connection to"
+  say "an endpoint of the importer's EndpointSlices, across the flat network to cluster a. vm-1 has no"
+  say "host behind it here, so it leaves first:"
+  run plexusctl workload deregister vm-1 -n shop
+  run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 3
+  run demokube request --kubeconfig "$KUBECONFIG_B" --namespace shop --target cart.shop.svc.clusterset.local:80 --count 8 --expect-from a
+
+  step "Cluster a's Deployment scales to 0: the request fails cleanly"
+  run demokube scale --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --replicas 0
+  run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 0 --ready-endpoints 0
+  say "no endpoint is left: kube-proxy refuses the connection at once instead of letting it hang"
+  run demokube request --kubeconfig "$KUBECONFIG_B" --namespace shop --target cart.shop.svc.clusterset.local:80 --count 3 --expect-fail
+
+  step "Both clusters export shop/cart: answers come from both"
+  run demokube seed --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --replicas 2 --cluster b
+  run demokube scale --kubeconfig "$KUBECONFIG_A" --namespace shop --service cart --replicas 2
+  run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 4
+  run demokube request --kubeconfig "$KUBECONFIG_B" --namespace shop --target cart.shop.svc.clusterset.local:80 --count 12 --expect-from a,b
+  TRAFFIC=1
+fi
+
 step "Summary"
 say "verified:"
 say "  - 4 services healthy; grpcurl works through reflection"
@@ -325,6 +375,13 @@ say "    made by kube-controller-manager, + 1 external workload)"
 say "  - a Pod going not-ready was followed by the slice (4 endpoints, 3 ready), and the Deployment"
 say "    scaling to 4 by the slices (5 endpoints, 4 ready)"
 say "  - a leaked external-workload address was found and released by repair after its strikes"
+if [[ -n "$TRAFFIC" ]]; then
+  say "  - packets: a Pod in cluster b reached Pods in cluster a through the clusterset name and VIP"
+  say "    (CoreDNS, kube-proxy in nftables mode, the importer's slices); with a at 0 replicas the"
+  say "    connection was refused; with both clusters exporting, both answered"
+else
+  say "  - (no packets: without root the local clusters have no data plane; see the note at the start)"
+fi
 say "  - the flow from the Pod change to the EndpointSlice write, traced across processes:"
 say "    membership's trace $TRACE_ID, linked from the importer's reconcile"
 if [[ -n "${OWN_TRACEDUMP:-}" ]]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and etcd at pinned versions
+# Builds kube-apiserver, kube-controller-manager, kube-proxy and etcd at pinned versions
 # from the Go module proxy and caches them. Tests and the demo find them in $PLEXUS_KUBE_BIN (printed
 # on the last line). A second run with the binaries present does nothing.
 set -euo pipefail
@@ -18,9 +18,11 @@ GOBUILD="$HACK/gobuild.sh" PROGRESS="$HACK/progress.sh"
 etcd_ok() { "$BIN/etcd" --version 2>/dev/null | grep -q "etcd Version: ${ETCD_VERSION#v}"; }
 kube_ok() { "$BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; }
 kcm_ok() { "$BIN/kube-controller-manager" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; }
+proxy_ok() { "$BIN/kube-proxy" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; }
+all_ok() { etcd_ok && kube_ok && kcm_ok && proxy_ok; }
 
 mkdir -p "$BIN"
-if etcd_ok && kube_ok && kcm_ok; then
+if all_ok; then
   echo "$BIN"
   exit 0
 fi
@@ -33,7 +35,7 @@ if command -v flock >/dev/null; then
     log "another build is running; waiting for it"
     flock 9
   fi
-  if etcd_ok && kube_ok && kcm_ok; then
+  if all_ok; then
     echo "$BIN"
     exit 0
   fi
@@ -65,7 +67,7 @@ GO
   etcd_ok || { log "built etcd does not report version $ETCD_VERSION"; exit 1; }
 fi
 
-if ! kube_ok || ! kcm_ok; then
+if ! kube_ok || ! kcm_ok || ! proxy_ok; then
   log "resolving k8s.io/kubernetes $KUBE_VERSION and its staging modules (about a minute)"
   mkdir -p "$work/kube" && cd "$work/kube"
   go mod init plexus.local/kubebuild >/dev/null 2>&1
@@ -81,6 +83,7 @@ if ! kube_ok || ! kcm_ok; then
   echo 'package main' > tools.go
   echo 'import _ "k8s.io/kubernetes/cmd/kube-apiserver"' >> tools.go
   echo 'import _ "k8s.io/kubernetes/cmd/kube-controller-manager"' >> tools.go
+  echo 'import _ "k8s.io/kubernetes/cmd/kube-proxy"' >> tools.go
   "$PROGRESS" "kube modules" env GOFLAGS=-mod=mod go mod tidy ||
     log "go mod tidy reported the errors above; building anyway (go build resolves what it needs)"
   # Without the version stamp the server reports v0.0.0-master, which
@@ -101,6 +104,13 @@ if ! kube_ok || ! kcm_ok; then
     CGO_ENABLED=0 GOFLAGS=-mod=mod "$GOBUILD" kube-controller-manager -trimpath -ldflags "$ldflags" -o "$BIN/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
     mv "$BIN/kube-controller-manager.tmp" "$BIN/kube-controller-manager"
     kcm_ok || { log "built kube-controller-manager does not report version $KUBE_VERSION"; exit 1; }
+  fi
+  if ! proxy_ok; then
+    # The data plane of the local clusters (make demo, make conformance).
+    log "building kube-proxy $KUBE_VERSION (about 1-3 minutes more)"
+    CGO_ENABLED=0 GOFLAGS=-mod=mod "$GOBUILD" kube-proxy -trimpath -ldflags "$ldflags" -o "$BIN/kube-proxy.tmp" k8s.io/kubernetes/cmd/kube-proxy
+    mv "$BIN/kube-proxy.tmp" "$BIN/kube-proxy"
+    proxy_ok || { log "built kube-proxy does not report version $KUBE_VERSION"; exit 1; }
   fi
 fi
 

@@ -1,16 +1,23 @@
 // Command demokube is the demo's hands on the Kubernetes API: it seeds the
 // exporting cluster with a Deployment, its Service and ServiceExport (the
-// cluster's kube-controller-manager makes the Pods, localkube's pod runner
-// runs them), scales the Deployment, flips a Pod's readiness (there is no
-// kubelet to probe it), shows what the importer wrote in the member
-// cluster, and waits for it. kubectl is not needed.
+// cluster's kube-controller-manager makes the Pods, localkube runs them),
+// scales the Deployment, flips a Pod's readiness, shows what the importer
+// wrote in the member cluster, waits for it, and sends requests from a Pod
+// through kube-apiserver's exec. kubectl is not needed.
 //
-//	demokube seed      --kubeconfig A --namespace shop --service cart --replicas 3
+// With localkube's data plane (LOCALKUBE_DATA_PLANE=1 in its env file) the
+// Pods are real: each answers on 8080 with its name and cluster, its
+// readiness probe fails while the file /tmp/unready-<pod> exists (set-ready
+// execs into the Pod to make or remove it), and request connects from a
+// client Pod. Without it, set-ready writes the Ready condition itself.
+//
+//	demokube seed      --kubeconfig A --namespace shop --service cart --replicas 3 --cluster a
 //	demokube set-ready --kubeconfig A --namespace shop --service cart --ready=false
 //	demokube scale     --kubeconfig A --namespace shop --service cart --replicas 4
 //	demokube show      --kubeconfig B --namespace shop --service cart
 //	demokube wait      --kubeconfig B --namespace shop --service cart --endpoints 4 --ready 3
 //	demokube delete-workload --kubeconfig A --namespace shop --name vm-1
+//	demokube request   --kubeconfig B --namespace shop --target cart.shop.svc.clusterset.local:80 --count 6
 package main
 
 import (
@@ -39,11 +46,12 @@ import (
 
 	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/mcsnames"
+	"github.com/plexusnet/plexus/internal/testing/dataplane"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demokube seed|namespace|set-ready|scale|show|wait|export|dns|delete-workload [flags]")
+		fmt.Fprintln(os.Stderr, "usage: demokube seed|namespace|set-ready|scale|show|wait|export|dns|delete-workload|request [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -58,6 +66,11 @@ func main() {
 	name := fs.String("name", "", "object name (delete-workload)")
 	timeout := fs.Duration("timeout", 60*time.Second, "how long to wait")
 	server := fs.String("server", "127.0.0.1:1053", "DNS server to ask (dns)")
+	cluster := fs.String("cluster", "", "the cluster's name, which its Pods answer with (seed)")
+	target := fs.String("target", "", "host:port to connect to from the client Pod (request)")
+	count := fs.Int("count", 6, "connections to open (request)")
+	expectFail := fs.Bool("expect-fail", false, "succeed only when every connection fails (request)")
+	expectFrom := fs.String("expect-from", "", "comma-separated clusters that must each answer at least once (request)")
 	_ = fs.Parse(os.Args[2:])
 	if os.Args[1] == "dns" {
 		if err := dig(*server, fs.Args(), *timeout); err != nil {
@@ -76,9 +89,12 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	d.dataPlane = os.Getenv("LOCALKUBE_DATA_PLANE") == "1"
 	switch os.Args[1] {
 	case "seed":
-		err = d.seed(ctx, *ns, *service, *replicas)
+		err = d.seed(ctx, *ns, *service, *replicas, *cluster)
+	case "request":
+		err = d.request(ctx, *ns, *target, *count, *expectFail, *expectFrom)
 	case "namespace":
 		err = d.namespace(ctx, *ns)
 	case "set-ready":
@@ -107,8 +123,11 @@ func fail(err error) {
 }
 
 type driver struct {
+	cfg  *rest.Config
 	kube kubernetes.Interface
 	mcs  mcsclient.Interface
+	// dataPlane: the Pods run (localkube --data-plane).
+	dataPlane bool
 }
 
 func newDriver(cfg *rest.Config) (*driver, error) {
@@ -120,7 +139,7 @@ func newDriver(cfg *rest.Config) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &driver{kube: kube, mcs: mcs}, nil
+	return &driver{cfg: cfg, kube: kube, mcs: mcs}, nil
 }
 
 func (d *driver) namespace(ctx context.Context, ns string) error {
@@ -134,7 +153,7 @@ func (d *driver) namespace(ctx context.Context, ns string) error {
 // seed creates the namespace, a Deployment of replicas Pods labelled
 // app=<service>, a Service selecting them and its ServiceExport, and waits
 // until the Pods are ready.
-func (d *driver) seed(ctx context.Context, ns, service string, replicas int) error {
+func (d *driver) seed(ctx context.Context, ns, service string, replicas int, cluster string) error {
 	if err := d.namespace(ctx, ns); err != nil {
 		return err
 	}
@@ -148,7 +167,14 @@ func (d *driver) seed(ctx context.Context, ns, service string, replicas int) err
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name: "app", Image: "registry.example/cart:1",
+					// With the data plane this runs: a line naming the Pod
+					// and its cluster, on every connection.
+					Command: []string{"sh", "-c", helloServer},
+					Env: []corev1.EnvVar{{Name: "CLUSTER", Value: cluster},
+						{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+						Command: []string{"sh", "-c", "test ! -e " + unreadyFile}}}, PeriodSeconds: 1, FailureThreshold: 1},
 				}}},
 			},
 		},
@@ -175,6 +201,14 @@ func (d *driver) seed(ctx context.Context, ns, service string, replicas int) err
 	fmt.Printf("namespace %s: Deployment %s (%d replicas), Service %s (port 80 -> http), ServiceExport %s\n", ns, service, replicas, service, service)
 	return d.waitPods(ctx, ns, service, replicas)
 }
+
+// helloServer answers each connection on 8080 with a line naming the Pod
+// and its cluster.
+const helloServer = `exec socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:'echo "hello from pod $POD_NAME in cluster $CLUSTER"'`
+
+// unreadyFile makes the seeded Pods' readiness probe fail while it exists
+// ($HOSTNAME is the Pod's name; the Pods share the host's /tmp).
+const unreadyFile = "/tmp/unready-$HOSTNAME"
 
 // scale sets the replicas of the service's Deployment through its scale
 // subresource and waits until that many Pods are ready.
@@ -249,9 +283,11 @@ func (d *driver) waitPods(ctx context.Context, ns, service string, want int) err
 	}
 }
 
-// setReady sets a Pod's Ready condition, as a failing readiness probe
-// would: the named Pod, or the first of the service's Pods whose
-// readiness differs.
+// setReady flips a Pod's readiness: the named Pod, or the first of the
+// service's Pods whose readiness differs. With the data plane its
+// readiness probe decides, so setReady makes the probe fail or pass; with
+// none it sets the Ready condition through the status subresource, as a
+// failing probe would.
 func (d *driver) setReady(ctx context.Context, ns, service, pod string, ready bool) error {
 	var p *corev1.Pod
 	if pod != "" {
@@ -274,6 +310,9 @@ func (d *driver) setReady(ctx context.Context, ns, service, pod string, ready bo
 		if p == nil {
 			return fmt.Errorf("no Pod of %s/%s has ready=%v to flip", ns, service, !ready)
 		}
+	}
+	if d.dataPlane {
+		return d.probeReady(ctx, ns, p.Name, ready)
 	}
 	status := corev1.ConditionFalse
 	if ready {
@@ -464,4 +503,133 @@ func ask(r *net.Resolver, name string) ([]string, error) {
 		answer = append(answer, fmt.Sprintf("%s.\tIN A %s", name, a))
 	}
 	return answer, err
+}
+
+// probeReady makes the Pod's readiness probe pass or fail, by exec in the
+// Pod (removing or making the file it tests), and waits until its kubelet
+// reports the Pod so.
+func (d *driver) probeReady(ctx context.Context, ns, pod string, ready bool) error {
+	cmd := "touch " + unreadyFile
+	if ready {
+		cmd = "rm -f " + unreadyFile
+	}
+	if _, stderr, err := dataplane.Exec(ctx, d.cfg, ns, pod, "", []string{"sh", "-c", cmd}, dataplane.WebSocket); err != nil {
+		return fmt.Errorf("exec in %s/%s: %w %s", ns, pod, err, stderr)
+	}
+	fmt.Printf("exec in pod %s/%s: %s (its readiness probe tests that file)\n", ns, pod, cmd)
+	for {
+		p, err := d.kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if podReady(p) == ready {
+			fmt.Printf("pod %s/%s ready=%v (reported by localkube's kubelet after its probe)\n", ns, pod, ready)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s/%s did not become ready=%v: %w", ns, pod, ready, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// request opens count connections to target from a client Pod of the
+// namespace (made when missing), each through exec in that Pod, and prints
+// who answered: the Pods' name and cluster, or the error.
+func (d *driver) request(ctx context.Context, ns, target string, count int, expectFail bool, expectFrom string) error {
+	if !d.dataPlane {
+		return errors.New("no data plane: Pods do not run (localkube --data-plane needs root)")
+	}
+	host, port, err := net.SplitHostPort(target)
+	if err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	if err := d.clientPod(ctx, ns); err != nil {
+		return err
+	}
+	script := fmt.Sprintf("echo hi | nc -v -w 2 %s %s 2>&1 | tail -n 1", host, port)
+	connect := func() (string, bool) {
+		out, _, err := dataplane.Exec(ctx, d.cfg, ns, "client", "", []string{"sh", "-c", script}, dataplane.WebSocket)
+		out = strings.TrimSpace(out)
+		if err != nil || !strings.HasPrefix(out, "hello from") {
+			if out == "" {
+				out = "no answer"
+			}
+			return "failed: " + out, false
+		}
+		return out, true
+	}
+	// kube-proxy programs a change of the slices within about a second
+	// (its --min-sync-period): the count starts with the first connection
+	// that behaves as the new slices say.
+	start := time.Now()
+	for {
+		// No endpoints: kube-proxy rejects (Connection refused); a failure
+		// of another kind is a connection sent to an endpoint now gone.
+		if out, ok := connect(); ok != expectFail && (!expectFail || strings.Contains(out, "refused")) {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			return fmt.Errorf("connections to %s still do not behave as the slices say after %s", target, time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Printf("from pod %s/client: %d connections to %s (kube-proxy had programmed the slices within %s)\n", ns, count, target, time.Since(start).Round(100*time.Millisecond))
+	answers, failed := map[string]int{}, 0
+	for range count {
+		out, ok := connect()
+		if !ok {
+			failed++
+		}
+		answers[out]++
+	}
+	keys := make([]string, 0, len(answers))
+	for k := range answers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Printf("  %dx %s\n", answers[k], k)
+	}
+	switch {
+	case expectFail && failed < count:
+		return fmt.Errorf("%d of %d connections were answered; none should have been", count-failed, count)
+	case !expectFail && failed > 0:
+		return fmt.Errorf("%d of %d connections failed", failed, count)
+	}
+	for _, c := range strings.Split(expectFrom, ",") {
+		found := false
+		for k := range answers {
+			found = found || c != "" && strings.HasSuffix(k, " in cluster "+c)
+		}
+		if c != "" && !found {
+			return fmt.Errorf("no answer came from cluster %s", c)
+		}
+	}
+	return nil
+}
+
+// clientPod makes the Pod "client" in ns, a shell that only waits, and
+// waits until it runs.
+func (d *driver) clientPod(ctx context.Context, ns string) error {
+	_, err := d.kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "client", Image: "nicolaka/netshoot",
+			Command: []string{"sh", "-c", "while :; do sleep 5; done"}}}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the client pod: %w", err)
+	}
+	for {
+		p, err := d.kube.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the client pod does not run: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

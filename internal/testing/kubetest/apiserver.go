@@ -3,11 +3,13 @@ package kubetest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -103,6 +105,28 @@ type Cluster struct {
 	proc *process
 }
 
+// KubeletTLS is the TLS configuration of a kubelet API this API server
+// calls: a serving certificate of the cluster's CA for the loopback
+// address, and only client certificates of that CA (the API server's)
+// accepted.
+func (c *Cluster) KubeletTLS() (*tls.Config, error) {
+	if c.ca == nil {
+		return nil, fmt.Errorf("cluster %s: no CA to issue a kubelet certificate", c.Name)
+	}
+	certPEM, keyPEM, err := c.ca.issue("localkube-kubelet-"+c.Name, nil, x509.ExtKeyUsageServerAuth,
+		[]net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"})
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.ca.CertPEM)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
 // LogPath is the file that holds the API server's output.
 func (c *Cluster) LogPath() string { return c.proc.logPath }
 
@@ -190,6 +214,11 @@ func launchAPIServerOnce(ctx context.Context, cfg APIServerConfig, pki *apiServe
 		"--tls-cert-file=" + pki.servingCert,
 		"--tls-private-key-file=" + pki.servingKey,
 		"--client-ca-file=" + pki.caFile,
+		// A node's kubelet API (the data plane's, for exec and logs)
+		// serves a certificate of the cluster's CA and asks for this one.
+		"--kubelet-certificate-authority=" + pki.caFile,
+		"--kubelet-client-certificate=" + pki.kubeletClientCert,
+		"--kubelet-client-key=" + pki.kubeletClientKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + pki.serviceAccountPub,
 		"--service-account-signing-key-file=" + pki.serviceAccountKey,

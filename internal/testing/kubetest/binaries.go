@@ -73,6 +73,25 @@ func cacheDir() (string, error) {
 // CoreDNSVersion is the CoreDNS hack/coredns.sh builds.
 const CoreDNSVersion = "v1.15.0"
 
+// FindCoreDNS returns the CoreDNS binary hack/coredns.sh built
+// ($PLEXUS_COREDNS, else the cache), or an error naming the command that
+// builds it.
+func FindCoreDNS() (string, error) {
+	path := os.Getenv("PLEXUS_COREDNS")
+	if path == "" {
+		cache, err := cacheDir()
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(cache, "coredns-"+CoreDNSVersion, "coredns")
+	}
+	info, err := os.Stat(path)
+	if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("CoreDNS not built at %s: run make coredns", path)
+	}
+	return path, nil
+}
+
 // RequireCoreDNS returns the CoreDNS binary hack/coredns.sh built
 // ($PLEXUS_COREDNS, else the cache). Like RequireBinaries, a missing binary
 // skips the test on a developer machine and fails it in CI (CI set; make

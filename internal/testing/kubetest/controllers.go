@@ -13,12 +13,12 @@ import (
 )
 
 // Controllers are the kube-controller-manager controllers a local cluster
-// runs: what turns Deployments into Pods, Services into EndpointSlices,
-// and deletes what owners and namespaces leave behind. With the PodRunner
+// runs: what turns Deployments and StatefulSets into Pods, Services into
+// EndpointSlices, and deletes what owners and namespaces leave behind. With the PodRunner
 // standing in for the scheduler and kubelets, a Deployment gets Running
 // Pods and its Service real EndpointSlices.
 var Controllers = []string{
-	"deployment-controller", "replicaset-controller", "endpointslice-controller",
+	"deployment-controller", "replicaset-controller", "statefulset-controller", "endpointslice-controller",
 	"endpointslice-mirroring-controller", "garbage-collector-controller", "namespace-controller",
 }
 
@@ -75,10 +75,7 @@ func LaunchControllerManager(b Binaries, c *Cluster, dir string) (*ControllerMan
 // The binary is required like kube-apiserver (RequireBinaries).
 func StartControllers(t testing.TB, c *Cluster, podCIDR netip.Prefix) {
 	t.Helper()
-	m, err := LaunchControllerManager(RequireBinaries(t), c, t.TempDir())
-	if err != nil {
-		t.Fatalf("start kube-controller-manager: %v", err)
-	}
+	StartControllerManager(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	r := NewPodRunner(c.Clientset, c.Name+"-node", podCIDR, slog.New(slog.DiscardHandler))
@@ -88,8 +85,31 @@ func StartControllers(t testing.TB, c *Cluster, podCIDR netip.Prefix) {
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("pod runner of %s: %v", c.Name, err)
 		}
+	})
+}
+
+// StartControllerManager runs kube-controller-manager with the Controllers
+// against c until the test ends; what runs the Pods is the caller's (the
+// data plane's runtime, or StartControllers' runner).
+func StartControllerManager(t testing.TB, c *Cluster) {
+	t.Helper()
+	m, err := LaunchControllerManager(RequireBinaries(t), c, t.TempDir())
+	if err != nil {
+		t.Fatalf("start kube-controller-manager: %v", err)
+	}
+	t.Cleanup(func() {
 		if err := m.Stop(); err != nil {
 			t.Errorf("stop kube-controller-manager of %s: %v", c.Name, err)
 		}
 	})
+}
+
+// KubeProxy is the path of the kube-proxy executable (the data plane's).
+func (b Binaries) KubeProxy() string { return filepath.Join(b.Dir, "kube-proxy") }
+
+// HasKubeProxy reports whether kube-proxy was built (a cache from before
+// hack/kube-binaries.sh built it lacks it).
+func (b Binaries) HasKubeProxy() bool {
+	info, err := os.Stat(b.KubeProxy())
+	return err == nil && !info.IsDir() && info.Mode()&0o111 != 0
 }

@@ -47,12 +47,16 @@ func (a *authority) issue(cn string, orgs []string, usage x509.ExtKeyUsage, ips 
 
 // apiServerPKI is everything on disk the API server is started with.
 type apiServerPKI struct {
-	ca                  *authority
-	caFile              string
-	servingCert         string
-	servingKey          string
-	serviceAccountKey   string
-	serviceAccountPub   string
+	ca                *authority
+	caFile            string
+	servingCert       string
+	servingKey        string
+	serviceAccountKey string
+	serviceAccountPub string
+	// kubeletClientCert and kubeletClientKey are what the API server
+	// shows a kubelet API (the data plane's exec and logs) it calls.
+	kubeletClientCert   string
+	kubeletClientKey    string
 	adminCert, adminKey []byte
 }
 
@@ -74,6 +78,8 @@ func writeAPIServerPKI(dir, name string) (*apiServerPKI, error) {
 		servingKey:        filepath.Join(dir, "apiserver.key"),
 		serviceAccountKey: filepath.Join(dir, "sa.key"),
 		serviceAccountPub: filepath.Join(dir, "sa.pub"),
+		kubeletClientCert: filepath.Join(dir, "kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "kubelet-client.key"),
 	}
 	servingCert, servingKey, err := ca.issue("kube-apiserver", nil, x509.ExtKeyUsageServerAuth,
 		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
@@ -82,6 +88,10 @@ func writeAPIServerPKI(dir, name string) (*apiServerPKI, error) {
 		return nil, err
 	}
 	p.adminCert, p.adminKey, err = ca.issue("plexus-admin", []string{"system:masters"}, x509.ExtKeyUsageClientAuth, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	kubeletCert, kubeletKey, err := ca.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, x509.ExtKeyUsageClientAuth, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +116,8 @@ func writeAPIServerPKI(dir, name string) (*apiServerPKI, error) {
 		{p.servingKey, servingKey},
 		{p.serviceAccountKey, saKeyPEM},
 		{p.serviceAccountPub, pki.Encode("PUBLIC KEY", saPubDER)},
+		{p.kubeletClientCert, kubeletCert},
+		{p.kubeletClientKey, kubeletKey},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {

@@ -157,3 +157,33 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Process is a long-running child started for a test cluster (a data plane
+// component: kube-proxy, CoreDNS), its output in a log file; the kernel
+// kills it when the starting process dies.
+type Process struct{ p *process }
+
+// StartProcess runs bin with args, its output appended to logPath.
+func StartProcess(name, bin string, args []string, logPath string) (*Process, error) {
+	p, err := startProcess(name, bin, args, logPath)
+	if err != nil {
+		return nil, err
+	}
+	return &Process{p: p}, nil
+}
+
+// Stop terminates it (SIGTERM, SIGKILL after DefaultStopGrace) and returns
+// once it is gone.
+func (p *Process) Stop() error { return p.p.stop(DefaultStopGrace) }
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.p.done }
+
+// LogPath is the file its output goes to.
+func (p *Process) LogPath() string { return p.p.logPath }
+
+// WaitReady polls ready until it returns nil, the process exits (an error
+// with the end of its log), or ctx ends.
+func (p *Process) WaitReady(ctx context.Context, ready func(context.Context) error) error {
+	return p.p.waitReady(ctx, ready)
+}

@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -388,6 +390,17 @@ func (c *Controller) orphan(s *discovery.EndpointSlice) orphanVerdict {
 	return orphanDelete
 }
 
+// namespaceTerminating reports whether err, wrapped or not, is the API
+// server refusing to create in a namespace being deleted.
+func namespaceTerminating(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && apierrors.HasStatusCause(status.(error), corev1.NamespaceTerminatingCause)
+}
+
+// namespaceTerminatingRetry is how long a service waits for its
+// terminating namespace to go before it is reconciled again.
+const namespaceTerminatingRetry = 2 * time.Second
+
 func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingInterface[exports.Key]) {
 	for {
 		key, shutdown := q.Get()
@@ -402,6 +415,14 @@ func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 			switch {
 			case err != nil && ctx.Err() != nil:
 				result = "canceled"
+			case err != nil && namespaceTerminating(err):
+				// Nothing is wrong: the namespace goes, and with it what
+				// the importer would write; once it is gone the service is
+				// reconciled as one whose namespace does not exist.
+				result = "requeued"
+				c.logger.Debug("namespace terminating; waiting for it to go", "service", key)
+				q.Forget(key)
+				q.AddAfter(key, namespaceTerminatingRetry)
 			case err != nil:
 				result = "error"
 				c.logger.Warn("reconcile failed; retrying", "service", key, "error", err, "retries", q.NumRequeues(key))

@@ -129,6 +129,16 @@ func TestImportWrittenOnlyWhenItDiffers(t *testing.T) {
 	v.Import = created
 	require.Nil(t, Import(v, d, vips), "unchanged: no write")
 
+	headless := export("east", time.Hour, 80)
+	headless.Properties.Type, headless.Properties.IPFamilies = mcsv1beta1.Headless, []corev1.IPFamily{corev1.IPv4Protocol}
+	hv := view(headless)
+	hi := Import(hv, Decide(hv), VIPs{})
+	require.Empty(t, hi.Spec.IPs)
+	require.Equal(t, []corev1.IPFamily{corev1.IPv4Protocol}, hi.Spec.IPFamilies, "a headless import's families are its exports'")
+	pending := view(export("east", time.Hour, 80))
+	pending.Exports[0].Properties.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	require.Empty(t, Import(pending, Decide(pending), VIPs{}).Spec.IPFamilies, "a ClusterSetIP import's families are its VIPs'")
+
 	v2 := view(export("east", time.Hour, 81))
 	v2.Import = created
 	upd := Import(v2, Decide(v2), vips)
@@ -214,6 +224,36 @@ func TestPlanSlices(t *testing.T) {
 	require.Len(t, plans["gone"].Plan.Delete, 1, "a final cluster's slices go")
 	require.Error(t, plans["north"].Skipped, "unusable endpoints leave the slices as they are")
 	require.True(t, plans["north"].Plan.Empty())
+}
+
+// TestPlanSlicesPortConflict: two clusters export a port under one name
+// with other numbers; the import carries the oldest's, so the other
+// cluster's slices leave that port out (its endpoints get none of its
+// traffic) and keep the rest.
+func TestPlanSlicesPortConflict(t *testing.T) {
+	p, err := islices.New()
+	require.NoError(t, err)
+	east := export("east", 2*time.Hour, 42, endpoints(0, 1)...)
+	west := export("west", time.Hour, 4242, endpoints(10, 11)...)
+	metrics, proto, port := "metrics", corev1.ProtocolTCP, int32(9090)
+	west.Properties.Ports = append(west.Properties.Ports, mcsv1beta1.ServicePort{Name: metrics, Protocol: proto, Port: port})
+	west.Groups[0].Ports = append(west.Groups[0].Ports, discovery.EndpointPort{Name: &metrics, Protocol: &proto, Port: &port})
+	derived := derivedObj()
+	derived.Spec.Ports = []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 42}, {Name: metrics, Protocol: proto, Port: port}}
+	plans := map[string]ClusterPlan{}
+	for _, cp := range PlanSlices(p, view(east, west), derived, func(string) bool { return true }) {
+		plans[cp.Cluster] = cp
+	}
+	portNames := func(cp ClusterPlan) []string {
+		var names []string
+		for _, p := range cp.Plan.Create[0].Ports {
+			names = append(names, *p.Name)
+		}
+		return names
+	}
+	require.Equal(t, []string{"http"}, portNames(plans["east"]), "the winner keeps its port")
+	require.Equal(t, []string{metrics}, portNames(plans["west"]), "the loser's http port is left out, its other port kept")
+	require.Len(t, west.Groups[0].Ports, 2, "the export itself is not changed")
 }
 
 // A cluster the caller marks unchanged is not planned: its export's

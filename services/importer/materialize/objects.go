@@ -70,8 +70,12 @@ func importSpec(d Decision, vips []string) mcsv1beta1.ServiceImportSpec {
 		SessionAffinityConfig: d.Merged.SessionAffinityConfig.DeepCopy(),
 		InternalTrafficPolicy: d.Merged.InternalTrafficPolicy, TrafficDistribution: d.Merged.TrafficDistribution,
 	}
-	if len(vips) > 0 {
+	switch {
+	case len(vips) > 0:
 		spec.IPs, spec.IPFamilies = slices.Clone(vips), Families(vips)
+	case d.Merged.Type == mcsv1beta1.Headless:
+		// A headless import has no VIPs; its families are the exports'.
+		spec.IPFamilies = slices.Clone(d.Merged.IPFamilies)
 	}
 	return spec
 }

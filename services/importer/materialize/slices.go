@@ -58,7 +58,7 @@ func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, final func(c
 		default:
 			var desired []islices.Group
 			if has {
-				desired = e.Groups
+				desired = carriedPorts(e.Groups, e.Properties.Ports, derived.Spec.Ports)
 				cp.Exported = e.Endpoints
 			}
 			tmpl := islices.ImportTemplate(v.Namespace, derived.Name, derived.UID, v.Name, cl)
@@ -66,6 +66,35 @@ func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, final func(c
 			cp.Plan, cp.Skipped = plan, err
 		}
 		out = append(out, cp)
+	}
+	return out
+}
+
+// carriedPorts drops from groups the ports that the derived Service gives
+// another port or protocol under the same name: another cluster's port of
+// that name won the conflict. kube-proxy matches a slice's ports to the
+// Service's by name, so a port left in would send the winner's traffic to
+// this cluster's endpoints; without it they get none of that port's
+// traffic, as the MCS API's port conflict resolution asks. groups is
+// returned as it is when nothing is dropped.
+func carriedPorts(groups []islices.Group, exported []mcsv1beta1.ServicePort, derived []corev1.ServicePort) []islices.Group {
+	lost := map[string]bool{}
+	for _, p := range exported {
+		for _, d := range derived {
+			if d.Name == p.Name && (d.Port != p.Port || d.Protocol != p.Protocol) {
+				lost[p.Name] = true
+			}
+		}
+	}
+	if len(lost) == 0 {
+		return groups
+	}
+	out := make([]islices.Group, len(groups))
+	for i, g := range groups {
+		out[i] = g
+		out[i].Ports = slices.DeleteFunc(slices.Clone(g.Ports), func(p discovery.EndpointPort) bool {
+			return p.Name != nil && lost[*p.Name] || p.Name == nil && lost[""]
+		})
 	}
 	return out
 }

@@ -115,6 +115,10 @@ type Result struct {
 	// Labels and Annotations are the oldest export's exported labels and
 	// annotations, which the ServiceImport carries.
 	Labels, Annotations map[string]string
+	// IPFamilies are the families of the oldest export that names any:
+	// what a headless import, which has no VIPs to take them from,
+	// reports as its own.
+	IPFamilies []corev1.IPFamily
 	// Clusters are the exporting clusters sorted by name, for
 	// status.clusters.
 	Clusters []string
@@ -216,6 +220,12 @@ func (r *Result) mergeMetadata(ordered []Export) {
 		r.TrafficDistribution = &v
 	}
 	r.Labels, r.Annotations = maps.Clone(oldest.Labels), maps.Clone(oldest.Annotations)
+	for i := range ordered {
+		if len(ordered[i].IPFamilies) > 0 {
+			r.IPFamilies = slices.Clone(ordered[i].IPFamilies)
+			break
+		}
+	}
 	for _, d := range []struct {
 		property, reason string
 		value            func(*Export) string

@@ -381,6 +381,7 @@ func TestMergeIPFamilies(t *testing.T) {
 	r, err := Merge([]Export{a, b, c})
 	require.NoError(t, err)
 	require.Empty(t, r.Conflicts, "same set, other order; c unknown")
+	require.Equal(t, []corev1.IPFamily{v4, v6}, r.IPFamilies, "the oldest export's families")
 
 	b.IPFamilies = []corev1.IPFamily{v4}
 	c.IPFamilies = []corev1.IPFamily{v4}
@@ -396,4 +397,5 @@ func TestMergeIPFamilies(t *testing.T) {
 	r, err = Merge([]Export{a, b, c})
 	require.NoError(t, err)
 	require.Empty(t, r.Conflicts, "a's families are unknown")
+	require.Equal(t, []corev1.IPFamily{v4}, r.IPFamilies, "the oldest export that names any")
 }

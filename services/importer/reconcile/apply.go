@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -78,6 +79,17 @@ type planStamp struct {
 	derived types.UID
 	// slices names the cluster's slices and their resourceVersions.
 	slices string
+	// ports are the derived Service's ports.
+	ports string
+}
+
+// portsStamp names ports by name, protocol and number.
+func portsStamp(ports []corev1.ServicePort) string {
+	var b strings.Builder
+	for _, p := range ports {
+		fmt.Fprintf(&b, "%s/%s/%d,", p.Name, p.Protocol, p.Port)
+	}
+	return b.String()
 }
 
 // unchanged marks in v the clusters planned before from the same inputs
@@ -96,7 +108,9 @@ func (r *run) unchanged(v *materialize.View, derived *corev1.Service) map[string
 		}
 		st := planStamp{export: raw.Endpoints, slices: sliceStamp(v.Slices[e.Cluster])}
 		if derived != nil {
-			st.derived = derived.UID
+			// The derived Service's ports decide which of the cluster's
+			// ports its slices carry.
+			st.derived, st.ports = derived.UID, portsStamp(derived.Spec.Ports)
 		}
 		stamps[e.Cluster] = st
 		if prev, ok := before[e.Cluster]; ok && prev == st {

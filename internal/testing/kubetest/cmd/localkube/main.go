@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,6 +31,7 @@ import (
 	"time"
 
 	"github.com/plexusnet/plexus/internal/atomicfile"
+	"github.com/plexusnet/plexus/internal/testing/dataplane"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 
@@ -67,6 +67,9 @@ type options struct {
 	runPods  bool
 	// controllers runs kube-controller-manager in each cluster.
 	controllers bool
+	// dataPlane runs Pods as processes in network namespaces, with
+	// kube-proxy and CoreDNS in each cluster.
+	dataPlane bool
 }
 
 func parseFlags(args []string) (options, error) { return parseFlagsTo(os.Stderr, args) }
@@ -85,13 +88,14 @@ func parseFlagsTo(out io.Writer, args []string) (options, error) {
 	crds := fs.Bool("crds", true, "install the ServiceExport, ServiceImport and ExternalWorkload CRDs")
 	controllers := fs.Bool("controllers", false, "run kube-controller-manager in each cluster ("+strings.Join(kubetest.Controllers, ", ")+"); needs the binary (make kube-binaries)")
 	runPods := fs.Bool("run-pods", false, "stand in for the scheduler and kubelets: bind every Pod to a node of its cluster and report it Running and Ready with an address of the cluster's pod range (10.128+N.0.0/16, the N-th cluster); nothing runs in it")
+	dataPlane := fs.Bool("data-plane", false, "give the clusters a data plane of real parts (needs root): every Pod's command runs as a process in a network namespace of its own (CNI ptp), with exec and logs through kube-apiserver, and each cluster gets a node namespace with kube-proxy (nftables) and CoreDNS behind kube-dns; implies -run-pods and -controllers. Where it cannot run, localkube says why in one line and runs Pods without it")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o := options{dir: *dir, kubeBin: *kubeBin, crds: *crds, runPods: *runPods, controllers: *controllers}
+	o := options{dir: *dir, kubeBin: *kubeBin, crds: *crds, runPods: *runPods || *dataPlane, controllers: *controllers || *dataPlane, dataPlane: *dataPlane}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(*clusters, ",") {
 		name = strings.TrimSpace(name)
@@ -180,7 +184,16 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 		return launchErr
 	}
 	log.Info("control plane ready", "clusters", len(clusters), "elapsed", time.Since(start).Round(time.Millisecond))
-	if o.runPods {
+	var coredns string
+	if o.dataPlane {
+		if coredns, err = dataplane.Ready(bins); err != nil {
+			// One line, on stdout too: scripts and people both see it.
+			fmt.Fprintf(stdout, "# localkube: %v; Pods are reported Running but nothing runs in them\n", err)
+			log.Warn("no data plane", "reason", err)
+			o.dataPlane = false
+		}
+	}
+	if o.runPods && !o.dataPlane {
 		runPods(ctx, clusters, log)
 	}
 	if o.controllers {
@@ -197,15 +210,25 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 		}
 		log.Info("controllers running", "controllers", kubetest.Controllers)
 	}
+	var procs []*kubetest.Process
+	if o.dataPlane {
+		p, err := startDataPlane(ctx, bins, coredns, dir, clusters, log)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, p.Stop()) }()
+		procs = p.Processes()
+		log.Info("data plane ready", "elapsed", time.Since(start).Round(time.Millisecond))
+	}
 
-	env := envLines(dir, etcd, clusters)
+	env := envLines(dir, etcd, clusters, o.dataPlane)
 	if err := atomicfile.Write(envPath, []byte(env), 0o600); err != nil {
 		return err
 	}
 	if _, err := io.WriteString(stdout, env); err != nil {
 		return fmt.Errorf("write to stdout: %w", err)
 	}
-	return waitForEnd(ctx, etcd, clusters, log)
+	return waitForEnd(ctx, etcd, clusters, procs, log)
 }
 
 func binaries(dir string) (kubetest.Binaries, error) {
@@ -247,7 +270,7 @@ func launchClusters(ctx context.Context, bins kubetest.Binaries, dir string, etc
 				Name:          name,
 				EtcdEndpoints: etcd.Endpoints(),
 				// Separate ranges, as separate real clusters would have.
-				ServiceClusterIPRange: fmt.Sprintf("10.%d.0.0/16", 96+i),
+				ServiceClusterIPRange: serviceCIDR(i),
 			})
 			if err != nil {
 				errs[i] = err
@@ -277,7 +300,7 @@ func launchClusters(ctx context.Context, bins kubetest.Binaries, dir string, etc
 // own, until ctx ends.
 func runPods(ctx context.Context, clusters []*kubetest.Cluster, log *slog.Logger) {
 	for i, c := range clusters {
-		r := kubetest.NewPodRunner(c.Clientset, "localkube-"+c.Name, netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", 128+i)), log.With("cluster", c.Name))
+		r := kubetest.NewPodRunner(c.Clientset, nodeName(c.Name), podCIDR(i), log.With("cluster", c.Name))
 		go func() {
 			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("pod runner stopped", "cluster", c.Name, "error", err)
@@ -286,9 +309,13 @@ func runPods(ctx context.Context, clusters []*kubetest.Cluster, log *slog.Logger
 	}
 }
 
-func envLines(dir string, etcd *kubetest.Etcd, clusters []*kubetest.Cluster) string {
+func envLines(dir string, etcd *kubetest.Etcd, clusters []*kubetest.Cluster, dataPlane bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "LOCALKUBE_DIR=%s\n", shellQuote(dir))
+	if dataPlane {
+		// Scripts test it to know whether Pods are real endpoints.
+		fmt.Fprintf(&b, "LOCALKUBE_DATA_PLANE=1\n")
+	}
 	fmt.Fprintf(&b, "ETCD_ENDPOINT=%s\n", shellQuote(etcd.Endpoint()))
 	for _, c := range clusters {
 		fmt.Fprintf(&b, "KUBECONFIG_%s=%s\n", envName(c.Name), shellQuote(c.Kubeconfig))
@@ -308,8 +335,8 @@ func shellQuote(s string) string {
 
 // waitForEnd blocks until ctx ends (a clean stop) or a component exits on
 // its own (an error: the control plane is no longer whole).
-func waitForEnd(ctx context.Context, etcd *kubetest.Etcd, clusters []*kubetest.Cluster, log *slog.Logger) error {
-	died := make(chan string, len(clusters)+1)
+func waitForEnd(ctx context.Context, etcd *kubetest.Etcd, clusters []*kubetest.Cluster, procs []*kubetest.Process, log *slog.Logger) error {
+	died := make(chan string, len(clusters)+len(procs)+1)
 	watch := func(name string, exited <-chan struct{}) {
 		select {
 		case <-exited:
@@ -320,6 +347,9 @@ func waitForEnd(ctx context.Context, etcd *kubetest.Etcd, clusters []*kubetest.C
 	go watch("etcd ("+etcd.LogPath()+")", etcd.Exited())
 	for _, c := range clusters {
 		go watch("kube-apiserver "+c.Name+" ("+c.LogPath()+")", c.Exited())
+	}
+	for _, p := range procs {
+		go watch(p.LogPath(), p.Exited())
 	}
 	select {
 	case <-ctx.Done():

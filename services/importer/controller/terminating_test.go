@@ -1,0 +1,25 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The API server's refusal to create in a terminating namespace is told
+// apart through the wrapping the reconciler adds, and nothing else is
+// taken for it.
+func TestNamespaceTerminating(t *testing.T) {
+	gr := schema.GroupResource{Group: "multicluster.x-k8s.io", Resource: "serviceimports"}
+	refused := apierrors.NewForbidden(gr, "hello", errors.New("unable to create new content in namespace shop because it is being terminated"))
+	refused.ErrStatus.Details.Causes = append(refused.ErrStatus.Details.Causes, metav1.StatusCause{Type: corev1.NamespaceTerminatingCause, Field: "metadata.namespace"})
+	require.True(t, namespaceTerminating(fmt.Errorf("create ServiceImport shop/hello: %w", refused)))
+	require.False(t, namespaceTerminating(fmt.Errorf("create ServiceImport shop/hello: %w", apierrors.NewForbidden(gr, "hello", errors.New("RBAC")))))
+	require.False(t, namespaceTerminating(errors.New("connection refused")))
+}
