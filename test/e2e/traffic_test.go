@@ -37,46 +37,13 @@ const helloScript = `exec socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:'echo "hel
 // the answer names that Pod. Exec goes through kube-apiserver over SPDY and
 // WebSocket both. With a's Deployment at 0 the connection fails cleanly.
 func TestTrafficThroughClustersetVIP(t *testing.T) {
-	etcd := kubetest.StartEtcd(t)
-	a := kubetest.StartAPIServer(t, etcd, kubetest.WithName("a"), kubetest.WithServiceClusterIPRange("10.96.0.0/16"))
-	b := kubetest.StartAPIServer(t, etcd, kubetest.WithName("b"), kubetest.WithServiceClusterIPRange("10.97.0.0/16"))
-	kubetest.InstallCRDs(t, a.Config, b.Config)
-	kubetest.StartControllerManager(t, a)
-	kubetest.StartControllerManager(t, b)
-	dataplane.StartForTest(t, []dataplane.ClusterNet{
-		dataplane.ClusterNetFor(a, 0, netip.MustParsePrefix("10.96.0.0/16")),
-		dataplane.ClusterNetFor(b, 1, netip.MustParsePrefix("10.97.0.0/16")),
-	})
+	cs := startClusterset(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-
-	alloc := proctest.Start(t, proctest.Build(t, "./services/allocator"), []string{"--store", "memory"})
-	conn, err := dial.New(alloc.GRPCAddr)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	_, err = allocatorv1.NewAllocatorServiceClient(conn).CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "vips", Pool: &allocatorv1.Pool{Cidrs: []string{"10.250.0.0/24"}}})
-	require.NoError(t, err)
-	members := map[string]*proctest.Proc{}
-	for _, c := range []*kubetest.Cluster{a, b} {
-		members[c.Name] = proctest.Start(t, proctest.Build(t, "./services/membership"),
-			[]string{"--cluster-name=" + c.Name, "--kubeconfig=" + c.Kubeconfig, "--allocator-addr=" + alloc.GRPCAddr})
-	}
-	for _, c := range []*kubetest.Cluster{a, b} {
-		proctest.Start(t, proctest.Build(t, "./services/importer"),
-			[]string{"--cluster-name=" + c.Name, "--kubeconfig=" + c.Kubeconfig, "--allocator-addr=" + alloc.GRPCAddr,
-				"--source=a=" + members["a"].GRPCAddr, "--source=b=" + members["b"].GRPCAddr, "--vip-pool=vips", "--leader-elect=false"})
-	}
-
-	kubeA, kubeB := kubernetes.NewForConfigOrDie(a.Config), kubernetes.NewForConfigOrDie(b.Config)
-	for _, k := range []kubernetes.Interface{kubeA, kubeB} {
-		_, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
-	deployHello(ctx, t, kubeA, "a", 1)
-	_, err = mcsclient.NewForConfigOrDie(a.Config).MulticlusterV1beta1().ServiceExports("shop").Create(ctx,
-		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	startClientPod(ctx, t, kubeB)
+	a, b, kubeA := cs.a, cs.b, cs.kubeA
+	deployHello(ctx, t, kubeA, "a", 1, nil)
+	cs.export(ctx, t, a, nil)
+	startClientPod(ctx, t, cs.kubeB)
 
 	var podName, podIP string
 	require.Eventually(t, func() bool {
@@ -118,16 +85,74 @@ func TestTrafficThroughClustersetVIP(t *testing.T) {
 	}, time.Minute, 500*time.Millisecond, "with no Pod in a the connection fails cleanly")
 }
 
+// clusterset is two clusters with the data plane (a: Pods 10.128.0.0/16,
+// Services 10.96.0.0/16; b: 10.129.0.0/16, 10.97.0.0/16), the allocator
+// with a VIP pool outside both Service ranges, and a membership and an
+// importer per cluster whose sources are both memberships; namespace
+// shop exists in both.
+type clusterset struct {
+	a, b         *kubetest.Cluster
+	kubeA, kubeB kubernetes.Interface
+	members      map[string]*proctest.Proc
+}
+
+func startClusterset(t testing.TB) *clusterset {
+	etcd := kubetest.StartEtcd(t)
+	a := kubetest.StartAPIServer(t, etcd, kubetest.WithName("a"), kubetest.WithServiceClusterIPRange("10.96.0.0/16"))
+	b := kubetest.StartAPIServer(t, etcd, kubetest.WithName("b"), kubetest.WithServiceClusterIPRange("10.97.0.0/16"))
+	kubetest.InstallCRDs(t, a.Config, b.Config)
+	kubetest.StartControllerManager(t, a)
+	kubetest.StartControllerManager(t, b)
+	dataplane.StartForTest(t, []dataplane.ClusterNet{
+		dataplane.ClusterNetFor(a, 0, netip.MustParsePrefix("10.96.0.0/16")),
+		dataplane.ClusterNetFor(b, 1, netip.MustParsePrefix("10.97.0.0/16")),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alloc := proctest.Start(t, proctest.Build(t, "./services/allocator"), []string{"--store", "memory"})
+	conn, err := dial.New(alloc.GRPCAddr)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = allocatorv1.NewAllocatorServiceClient(conn).CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "vips", Pool: &allocatorv1.Pool{Cidrs: []string{"10.250.0.0/24"}}})
+	require.NoError(t, err)
+	cs := &clusterset{a: a, b: b, kubeA: kubernetes.NewForConfigOrDie(a.Config), kubeB: kubernetes.NewForConfigOrDie(b.Config), members: map[string]*proctest.Proc{}}
+	for _, c := range []*kubetest.Cluster{a, b} {
+		cs.members[c.Name] = proctest.Start(t, proctest.Build(t, "./services/membership"),
+			[]string{"--cluster-name=" + c.Name, "--kubeconfig=" + c.Kubeconfig, "--allocator-addr=" + alloc.GRPCAddr})
+	}
+	for _, c := range []*kubetest.Cluster{a, b} {
+		proctest.Start(t, proctest.Build(t, "./services/importer"),
+			[]string{"--cluster-name=" + c.Name, "--kubeconfig=" + c.Kubeconfig, "--allocator-addr=" + alloc.GRPCAddr,
+				"--source=a=" + cs.members["a"].GRPCAddr, "--source=b=" + cs.members["b"].GRPCAddr, "--vip-pool=vips", "--leader-elect=false"})
+	}
+	for _, k := range []kubernetes.Interface{cs.kubeA, cs.kubeB} {
+		_, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	return cs
+}
+
+// export makes the ServiceExport of shop/hello in c, with exported
+// annotations.
+func (cs *clusterset) export(ctx context.Context, t testing.TB, c *kubetest.Cluster, annotations map[string]string) {
+	t.Helper()
+	_, err := mcsclient.NewForConfigOrDie(c.Config).MulticlusterV1beta1().ServiceExports("shop").Create(ctx,
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop"},
+			Spec: mcsv1beta1.ServiceExportSpec{ExportedAnnotations: annotations}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
 // deployHello makes the hello Deployment (replicas Pods answering on 8080)
 // and its Service (port 80) in namespace shop.
-func deployHello(ctx context.Context, t *testing.T, kube kubernetes.Interface, cluster string, replicas int32) {
+// probe, when set, is each Pod's readiness probe.
+func deployHello(ctx context.Context, t testing.TB, kube kubernetes.Interface, cluster string, replicas int32, probe *corev1.Probe) {
 	t.Helper()
 	labels := map[string]string{"app": "hello"}
 	_, err := kube.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop"},
 		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "hello", Image: "alpine/socat", Command: []string{"sh", "-c", helloScript},
+				Name: "hello", Image: "alpine/socat", Command: []string{"sh", "-c", helloScript}, ReadinessProbe: probe,
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
 				Env: []corev1.EnvVar{{Name: "CLUSTER", Value: cluster},
 					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -142,7 +167,7 @@ func deployHello(ctx context.Context, t *testing.T, kube kubernetes.Interface, c
 	require.NoError(t, err)
 }
 
-func scaleHello(ctx context.Context, t *testing.T, kube kubernetes.Interface, replicas int32) {
+func scaleHello(ctx context.Context, t testing.TB, kube kubernetes.Interface, replicas int32) {
 	t.Helper()
 	sc, err := kube.AppsV1().Deployments("shop").GetScale(ctx, "hello", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -152,7 +177,7 @@ func scaleHello(ctx context.Context, t *testing.T, kube kubernetes.Interface, re
 }
 
 // startClientPod runs a Pod "client" in shop that only waits, to exec into.
-func startClientPod(ctx context.Context, t *testing.T, kube kubernetes.Interface) {
+func startClientPod(ctx context.Context, t testing.TB, kube kubernetes.Interface) {
 	t.Helper()
 	_, err := kube.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: "shop"},

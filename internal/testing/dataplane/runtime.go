@@ -99,7 +99,8 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 
 // Node implements kubetest.PodRuntime.
 func (r *Runtime) Node() kubetest.RuntimeNode {
-	return kubetest.RuntimeNode{InternalIP: r.cfg.Node.IP.String(), KubeletAddress: "127.0.0.1", KubeletPort: r.cfg.KubeletPort}
+	return kubetest.RuntimeNode{InternalIP: r.cfg.Node.IP.String(), KubeletAddress: "127.0.0.1", KubeletPort: r.cfg.KubeletPort,
+		Zone: "localkube-" + r.cfg.Node.Cluster}
 }
 
 // Sync implements kubetest.PodRuntime: the first call makes the Pod's

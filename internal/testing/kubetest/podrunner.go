@@ -73,6 +73,9 @@ type RuntimeNode struct {
 	// and its kubelet endpoint.
 	KubeletAddress string
 	KubeletPort    int32
+	// Zone is the node's topology.kubernetes.io/zone label, what
+	// kube-proxy matches topology hints against.
+	Zone string
 }
 
 // PodState is what a PodRuntime reports of one Pod.
@@ -187,6 +190,9 @@ func (r *PodRunner) ensureNode(ctx context.Context) error {
 		// kube-proxy takes the InternalIP as the node's.
 		addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: rn.InternalIP}, {Type: corev1.NodeHostName, Address: rn.KubeletAddress}}
 		node.Status.DaemonEndpoints.KubeletEndpoint.Port = rn.KubeletPort
+		if rn.Zone != "" {
+			node.Labels[corev1.LabelTopologyZone] = rn.Zone
+		}
 		message = "pods run in network namespaces of localkube's data plane"
 	}
 	created, err := r.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})

@@ -132,11 +132,16 @@ func (e Export) Core() materialize.Export {
 // Summary is Core without the endpoints themselves: what a status read
 // needs, without converting every endpoint on each read.
 func (e Export) Summary() materialize.Export {
-	n := 0
+	n, ready := 0, 0
 	for _, g := range e.Endpoints.GetGroups() {
 		n += len(g.GetEndpoints())
+		for _, ep := range g.GetEndpoints() {
+			if ep.GetConditions().GetReady() {
+				ready++
+			}
+		}
 	}
-	return materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e), Endpoints: n}
+	return materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e), Endpoints: n, Ready: ready}
 }
 
 // mcsExport converts one cluster's export for the merge.

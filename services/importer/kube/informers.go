@@ -48,6 +48,8 @@ type Informers struct {
 	// exports are this cluster's ServiceExports, whose Conflict condition
 	// the importer writes.
 	exports cache.SharedIndexInformer
+	// nodes hold the nodes' zone labels only (local first's hints).
+	nodes   cache.SharedIndexInformer
 	tracker *Tracker
 }
 
@@ -67,7 +69,23 @@ func NewInformers(kube kubernetes.Interface, mcs mcsclient.Interface, tracker *T
 		imports:    mcsFactory.Multicluster().V1beta1().ServiceImports().Informer(),
 		namespaces: plainFactory.Core().V1().Namespaces().Informer(),
 		exports:    mcsFactory.Multicluster().V1beta1().ServiceExports().Informer(),
+		nodes:      plainFactory.Core().V1().Nodes().Informer(),
 		tracker:    tracker,
+	}
+	// A node is its name and zone here: the rest of its status (images,
+	// conditions renewed every few seconds) is never read.
+	if err := i.nodes.SetTransform(func(obj any) (any, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return obj, nil
+		}
+		slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
+		if z, ok := n.Labels[corev1.LabelTopologyZone]; ok {
+			slim.Labels = map[string]string{corev1.LabelTopologyZone: z}
+		}
+		return slim, nil
+	}); err != nil {
+		return nil, fmt.Errorf("node transform: %w", err)
 	}
 	if err := i.slices.AddIndexers(cache.Indexers{indexService: func(obj any) ([]string, error) {
 		s, ok := obj.(*discovery.EndpointSlice)
@@ -184,7 +202,23 @@ func (i *Informers) WaitForSync(ctx context.Context) bool {
 
 // HasSynced reports whether every cache is synced.
 func (i *Informers) HasSynced() bool {
-	return i.slices.HasSynced() && i.services.HasSynced() && i.imports.HasSynced() && i.namespaces.HasSynced() && i.exports.HasSynced()
+	return i.slices.HasSynced() && i.services.HasSynced() && i.imports.HasSynced() && i.namespaces.HasSynced() && i.exports.HasSynced() &&
+		i.nodes.HasSynced()
+}
+
+// NodeZones returns the zones of the cluster's nodes (their
+// topology.kubernetes.io/zone labels), sorted; nodes without one add none.
+func (i *Informers) NodeZones() []string {
+	var zones []string
+	for _, o := range i.nodes.GetStore().List() {
+		if n, ok := o.(*corev1.Node); ok {
+			if z := n.Labels[corev1.LabelTopologyZone]; z != "" && !slices.Contains(zones, z) {
+				zones = append(zones, z)
+			}
+		}
+	}
+	slices.Sort(zones)
+	return zones
 }
 
 // SlicesOf returns the importer's cached slices of a service.

@@ -19,8 +19,9 @@ type Export struct {
 	Cluster string
 	// Properties are what the merge compares (type, ports, affinity).
 	Properties mcs.Export
-	// Endpoints counts the endpoints the cluster exports.
-	Endpoints int
+	// Endpoints counts the endpoints the cluster exports, Ready those
+	// of them that are ready.
+	Endpoints, Ready int
 	// Groups are the endpoints, by address type and port set; a view
 	// read only to report status may leave them out.
 	Groups []islices.Group

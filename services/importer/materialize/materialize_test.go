@@ -36,9 +36,16 @@ func endpoints(from, to int) []discovery.Endpoint {
 
 func export(cluster string, age time.Duration, port int32, eps ...discovery.Endpoint) Export {
 	name, proto := "http", corev1.ProtocolTCP
+	ready := 0
+	for _, ep := range eps {
+		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			ready++
+		}
+	}
 	return Export{
 		Cluster:   cluster,
 		Endpoints: len(eps),
+		Ready:     ready,
 		Properties: mcs.Export{Created: t0.Add(-age), Type: mcsv1beta1.ClusterSetIP, SessionAffinity: corev1.ServiceAffinityNone,
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: port}}},
 		Groups: []islices.Group{{AddressType: discovery.AddressTypeIPv4,
@@ -212,7 +219,7 @@ func TestPlanSlices(t *testing.T) {
 	final := func(cluster string) bool { return cluster == "gone" }
 
 	plans := map[string]ClusterPlan{}
-	for _, cp := range PlanSlices(p, v, derivedObj(), final) {
+	for _, cp := range PlanSlices(p, v, derivedObj(), Steering{}, final) {
 		plans[cp.Cluster] = cp
 	}
 	require.Len(t, plans, 4)
@@ -241,7 +248,7 @@ func TestPlanSlicesPortConflict(t *testing.T) {
 	derived := derivedObj()
 	derived.Spec.Ports = []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 42}, {Name: metrics, Protocol: proto, Port: port}}
 	plans := map[string]ClusterPlan{}
-	for _, cp := range PlanSlices(p, view(east, west), derived, func(string) bool { return true }) {
+	for _, cp := range PlanSlices(p, view(east, west), derived, Steering{}, func(string) bool { return true }) {
 		plans[cp.Cluster] = cp
 	}
 	portNames := func(cp ClusterPlan) []string {
@@ -269,7 +276,7 @@ func TestPlanSlicesUnchanged(t *testing.T) {
 	v.Slices["west"] = []*discovery.EndpointSlice{slice("w1", "west", endpoints(10, 12)...)}
 	v.Unchanged = map[string]bool{"west": true}
 	plans := map[string]ClusterPlan{}
-	for _, cp := range PlanSlices(p, v, derivedObj(), func(string) bool { return true }) {
+	for _, cp := range PlanSlices(p, v, derivedObj(), Steering{}, func(string) bool { return true }) {
 		plans[cp.Cluster] = cp
 	}
 	require.True(t, plans["west"].Plan.Empty(), "without the mark, no groups would delete west's slice")
@@ -278,7 +285,7 @@ func TestPlanSlicesUnchanged(t *testing.T) {
 
 	v.Unchanged = nil
 	plans = map[string]ClusterPlan{}
-	for _, cp := range PlanSlices(p, v, derivedObj(), func(string) bool { return true }) {
+	for _, cp := range PlanSlices(p, v, derivedObj(), Steering{}, func(string) bool { return true }) {
 		plans[cp.Cluster] = cp
 	}
 	require.False(t, plans["west"].Plan.Empty(), "the same view unmarked is planned")

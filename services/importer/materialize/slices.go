@@ -41,9 +41,10 @@ func clusters(v View) []string {
 }
 
 // PlanSlices plans every source cluster's slices of a materialised import,
-// owned by derived (as written). final reports whether a cluster's silence
-// about the service is its last word, so that its slices may go.
-func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, final func(cluster string) bool) []ClusterPlan {
+// owned by derived (as written), with the hints steer asks for. final
+// reports whether a cluster's silence about the service is its last word,
+// so that its slices may go.
+func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, steer Steering, final func(cluster string) bool) []ClusterPlan {
 	var out []ClusterPlan
 	for _, cl := range clusters(v) {
 		cp := ClusterPlan{Cluster: cl}
@@ -58,7 +59,7 @@ func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, final func(c
 		default:
 			var desired []islices.Group
 			if has {
-				desired = carriedPorts(e.Groups, e.Properties.Ports, derived.Spec.Ports)
+				desired = steered(carriedPorts(e.Groups, e.Properties.Ports, derived.Spec.Ports), cl, v.LocalCluster, steer)
 				cp.Exported = e.Endpoints
 			}
 			tmpl := islices.ImportTemplate(v.Namespace, derived.Name, derived.UID, v.Name, cl)

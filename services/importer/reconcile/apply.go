@@ -24,13 +24,13 @@ import (
 // the slices each cluster holds after the writes, and an error to retry
 // when a failure may pass (a conflict, an unavailable API server); a write
 // the API server refuses as invalid waits for the next change instead.
-func (r *run) writeSlices(ctx context.Context, v materialize.View, o *materialize.Outcome) (map[string][]*discovery.EndpointSlice, error) {
+func (r *run) writeSlices(ctx context.Context, v materialize.View, o *materialize.Outcome, steer materialize.Steering) (map[string][]*discovery.EndpointSlice, error) {
 	after := map[string][]*discovery.EndpointSlice{}
 	var retry []error
-	stamps := r.unchanged(&v, o.Derived)
+	stamps := r.unchanged(&v, o.Derived, steer)
 	planned := map[string]planStamp{}
 	defer r.setLocal(func(l *local) { l.planned = planned })
-	for _, cp := range materialize.PlanSlices(r.c.cfg.Packer, v, o.Derived, r.authoritative) {
+	for _, cp := range materialize.PlanSlices(r.c.cfg.Packer, v, o.Derived, steer, r.authoritative) {
 		cl, existing := cp.Cluster, v.Slices[cp.Cluster]
 		after[cl] = existing
 		if cp.Waiting {
@@ -81,6 +81,8 @@ type planStamp struct {
 	slices string
 	// ports are the derived Service's ports.
 	ports string
+	// hints are the local zones local first hints for (none: off).
+	hints string
 }
 
 // portsStamp names ports by name, protocol and number.
@@ -96,7 +98,7 @@ func portsStamp(ports []corev1.ServicePort) string {
 // with nothing to write, which need no planning now, and converts the
 // endpoints of the others for the packer. It returns every exporting
 // cluster's inputs, to remember those whose plan is empty again.
-func (r *run) unchanged(v *materialize.View, derived *corev1.Service) map[string]planStamp {
+func (r *run) unchanged(v *materialize.View, derived *corev1.Service, steer materialize.Steering) map[string]planStamp {
 	var before map[string]planStamp
 	r.setLocal(func(l *local) { before = l.planned })
 	stamps := make(map[string]planStamp, len(v.Exports))
@@ -106,7 +108,7 @@ func (r *run) unchanged(v *materialize.View, derived *corev1.Service) map[string
 		if !ok {
 			continue
 		}
-		st := planStamp{export: raw.Endpoints, slices: sliceStamp(v.Slices[e.Cluster])}
+		st := planStamp{export: raw.Endpoints, slices: sliceStamp(v.Slices[e.Cluster]), hints: strings.Join(steer.Zones, ",")}
 		if derived != nil {
 			// The derived Service's ports decide which of the cluster's
 			// ports its slices carry.

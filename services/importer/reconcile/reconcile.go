@@ -184,8 +184,25 @@ func (r *run) sync(ctx context.Context) (time.Duration, error) {
 		}
 		return 0, err
 	}
-	after, werr := r.writeSlices(ctx, v, o)
+	steer := materialize.Steer(v, d, c.cfg.Informers.NodeZones())
+	r.noteSteering(steer)
+	after, werr := r.writeSlices(ctx, v, o, steer)
 	return 0, errors.Join(werr, r.finish(ctx, v, d, imp, after, o))
+}
+
+// noteSteering logs and counts the moments local first starts or stops
+// keeping the cluster's traffic on its own endpoints.
+func (r *run) noteSteering(s materialize.Steering) {
+	var was bool
+	r.setLocal(func(l *local) { was, l.localFirst = l.localFirst, s.Local() })
+	switch {
+	case s.Local() && !was:
+		r.c.metrics.localFirst.WithLabelValues("local").Inc()
+		r.c.logger.Info("local first: traffic stays on this cluster's endpoints", "service", r.key, "readyLocal", s.Ready, "min", s.Min, "zones", s.Zones)
+	case !s.Local() && was:
+		r.c.metrics.localFirst.WithLabelValues("failover").Inc()
+		r.c.logger.Info("local first: too few ready local endpoints; failing over to every cluster's", "service", r.key, "readyLocal", s.Ready, "min", s.Min)
+	}
 }
 
 // hold records a problem that keeps the service from being materialised,

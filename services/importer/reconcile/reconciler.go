@@ -106,6 +106,8 @@ type local struct {
 	// planned are the clusters whose last plan asked for no writes, and
 	// what it was planned from: the same inputs plan nothing again.
 	planned map[string]planStamp
+	// localFirst: the last reconcile kept traffic on local endpoints.
+	localFirst bool
 }
 
 // New returns a Reconciler.
@@ -137,6 +139,7 @@ type metrics struct {
 	dropped         *prometheus.CounterVec
 	clusterFailures *prometheus.CounterVec
 	plansSkipped    prometheus.Counter
+	localFirst      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, error) {
@@ -163,6 +166,10 @@ func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, err
 			Name: "plexus_importer_cluster_plans_skipped_total",
 			Help: "Source clusters' slices not planned again in a reconcile because their export, derived Service and slices were those of a plan with nothing to write.",
 		}),
+		localFirst: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_importer_local_first_transitions_total",
+			Help: "Imports with local first whose traffic moved to this cluster's own endpoints (to=local) or, with fewer ready local endpoints than asked, to every cluster's (to=failover).",
+		}, []string{"to"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -171,7 +178,7 @@ func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, err
 		Name: "plexus_importer_unobserved_writes",
 		Help: "The importer's writes not yet seen in its informer caches.",
 	}, func() float64 { return float64(tracker.Len()) })
-	for _, col := range []prometheus.Collector{m.latency, m.stale, m.dropped, m.clusterFailures, m.plansSkipped, pending} {
+	for _, col := range []prometheus.Collector{m.latency, m.stale, m.dropped, m.clusterFailures, m.plansSkipped, m.localFirst, pending} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register reconcile metrics: %w", err)
 		}
