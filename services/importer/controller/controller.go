@@ -397,6 +397,20 @@ func namespaceTerminating(err error) bool {
 	return errors.As(err, &status) && apierrors.HasStatusCause(status.(error), corev1.NamespaceTerminatingCause)
 }
 
+// conflict reports whether err, wrapped or not, and alone, is the API
+// server refusing a write made against an older resourceVersion.
+func conflict(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && apierrors.IsConflict(status.(error)) && !multiple(err)
+}
+
+// multiple reports whether err joins several errors, of which a conflict
+// would be only one.
+func multiple(err error) bool {
+	j, ok := err.(interface{ Unwrap() []error })
+	return ok && len(j.Unwrap()) > 1
+}
+
 // namespaceTerminatingRetry is how long a service waits for its
 // terminating namespace to go before it is reconciled again.
 const namespaceTerminatingRetry = 2 * time.Second
@@ -423,6 +437,12 @@ func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 				c.logger.Debug("namespace terminating; waiting for it to go", "service", key)
 				q.Forget(key)
 				q.AddAfter(key, namespaceTerminatingRetry)
+			case err != nil && conflict(err):
+				// Another writer (membership on a ServiceExport's status)
+				// changed the object first: the retry reads it again.
+				result = "error"
+				c.logger.Debug("write conflicted with another writer; retrying", "service", key, "error", err)
+				q.AddRateLimited(key)
 			case err != nil:
 				result = "error"
 				c.logger.Warn("reconcile failed; retrying", "service", key, "error", err, "retries", q.NumRequeues(key))

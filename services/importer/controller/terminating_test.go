@@ -23,3 +23,14 @@ func TestNamespaceTerminating(t *testing.T) {
 	require.False(t, namespaceTerminating(fmt.Errorf("create ServiceImport shop/hello: %w", apierrors.NewForbidden(gr, "hello", errors.New("RBAC")))))
 	require.False(t, namespaceTerminating(errors.New("connection refused")))
 }
+
+// A conflict is told apart through wrapping, but not when it is one of
+// several errors joined.
+func TestConflict(t *testing.T) {
+	gr := schema.GroupResource{Group: "multicluster.x-k8s.io", Resource: "serviceexports"}
+	c := apierrors.NewConflict(gr, "hello", errors.New("the object has been modified"))
+	require.True(t, conflict(fmt.Errorf("update status of ServiceExport shop/hello: %w", c)))
+	require.False(t, conflict(errors.Join(c, errors.New("write slices: connection refused"))))
+	require.True(t, conflict(errors.Join(nil, c)), "a join of one")
+	require.False(t, conflict(apierrors.NewForbidden(gr, "hello", errors.New("RBAC"))))
+}
