@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,14 +79,85 @@ func tryConnections(ctx context.Context, c *kubetest.Cluster, shell string) ([]a
 	}
 	var got []answer
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		ms, text, _ := strings.Cut(line, " ")
-		n, err := strconv.ParseInt(ms, 10, 64)
-		if err != nil {
-			continue
+		if a, ok := parseAnswer(line); ok {
+			got = append(got, a)
 		}
-		got = append(got, answer{at: time.UnixMilli(n), text: strings.TrimSpace(text)})
 	}
 	return got, nil
+}
+
+// parseAnswer reads one line of a client loop: "<unix ms> <answer>".
+func parseAnswer(line string) (answer, bool) {
+	ms, text, _ := strings.Cut(line, " ")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return answer{}, false
+	}
+	return answer{at: time.UnixMilli(n), text: strings.TrimSpace(text)}, true
+}
+
+// liveLoop is a client loop whose answers are read as they come, so a
+// benchmark acts on what the client sees rather than on a clock.
+type liveLoop struct {
+	mu   sync.Mutex
+	got  []answer
+	done chan error
+}
+
+// startLoop runs shell (a client loop as connections takes) in b's client
+// Pod in the background.
+func startLoop(ctx context.Context, c *kubetest.Cluster, shell string) *liveLoop {
+	l := &liveLoop{done: make(chan error, 1)}
+	r, w := io.Pipe()
+	execErr := make(chan error, 1)
+	go func() {
+		err := dataplane.ExecTo(ctx, c.Config, "shop", "client", "", []string{"sh", "-c", shell}, dataplane.SPDY, w, io.Discard)
+		_ = w.CloseWithError(err)
+		execErr <- err
+	}()
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if a, ok := parseAnswer(sc.Text()); ok {
+				l.mu.Lock()
+				l.got = append(l.got, a)
+				l.mu.Unlock()
+			}
+		}
+		_, _ = io.Copy(io.Discard, r) // a line too long for the scanner
+		l.done <- <-execErr           // every line read: the loop is over
+	}()
+	return l
+}
+
+// waitFor waits until the answers so far satisfy cond.
+func (l *liveLoop) waitFor(t testing.TB, what string, cond func([]answer) bool) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return cond(l.got)
+	}, time.Minute, 10*time.Millisecond, "the client loop: %s", what)
+}
+
+// finish waits for the loop to end and returns every answer.
+func (l *liveLoop) finish(t testing.TB) []answer {
+	t.Helper()
+	require.NoError(t, <-l.done, "client loop")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.got)
+}
+
+// after counts the answers from cluster opened after t0.
+func after(got []answer, t0 time.Time, cluster string) int {
+	n := 0
+	for _, a := range got {
+		if a.at.After(t0) && a.from(cluster) {
+			n++
+		}
+	}
+	return n
 }
 
 // sequential opens n connections one after another, pausing pause between.
@@ -252,14 +326,16 @@ func BenchmarkLocalFirst(b *testing.B) {
 		var failover, back []time.Duration
 		failed := 0
 		for range trials {
-			done := make(chan []answer, 1)
-			go func() { got, _ := tryConnections(ctx, cs.b, sequential(ip, 300, "0.02")); done <- got }()
-			time.Sleep(time.Second)
+			// The client opens a connection every ~30 ms; the Pod goes
+			// unready once b has answered, ready again once a has, and the
+			// loop runs on past the way back.
+			loop := startLoop(ctx, cs.b, sequential(ip, 300, "0.02"))
+			loop.waitFor(b, "an answer from b", func(got []answer) bool { return after(got, time.Time{}, "b") > 0 })
 			down := setReadyByProbe(ctx, b, cs.b, cs.kubeB, local, false)
-			time.Sleep(2500 * time.Millisecond)
+			loop.waitFor(b, "an answer from a once b's Pod is unready", func(got []answer) bool { return after(got, down, "a") > 0 })
 			up := setReadyByProbe(ctx, b, cs.b, cs.kubeB, local, true)
-			got := <-done
-			require.NotEmpty(b, got, "the client loop ran")
+			loop.waitFor(b, "an answer from b once its Pod is ready", func(got []answer) bool { return after(got, up, "b") > 0 })
+			got := loop.finish(b)
 			firstAfter := func(t time.Time, cluster string) (time.Duration, bool) {
 				for _, a := range got {
 					if a.at.After(t) && a.from(cluster) {
@@ -306,10 +382,8 @@ func BenchmarkConnectionsDuringChurn(b *testing.B) {
 	defer cancel()
 	tcpProbe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}
 	deployHello(ctx, b, cs.kubeA, "a", 3, tcpProbe)
-	dep, err := cs.kubeA.AppsV1().Deployments("shop").Get(ctx, "hello", metav1.GetOptions{})
-	require.NoError(b, err)
-	dep.Spec.Template.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}}
-	_, err = cs.kubeA.AppsV1().Deployments("shop").Update(ctx, dep, metav1.UpdateOptions{})
+	preStop := `{"spec":{"template":{"spec":{"containers":[{"name":"hello","lifecycle":{"preStop":{"sleep":{"seconds":3}}}}]}}}}`
+	_, err := cs.kubeA.AppsV1().Deployments("shop").Patch(ctx, "hello", types.StrategicMergePatchType, []byte(preStop), metav1.PatchOptions{})
 	require.NoError(b, err)
 	waitRolledOut(ctx, b, cs.kubeA)
 	cs.export(ctx, b, cs.a, nil)
@@ -331,24 +405,37 @@ func BenchmarkConnectionsDuringChurn(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		done := make(chan []answer, 1)
-		go func() { got, _ := tryConnections(ctx, cs.b, churnLoop(ip, 1200)); done <- got }()
-		time.Sleep(5 * time.Second)
+		// The restart begins once the client has 100 answers, and the
+		// loop runs on well past its end.
+		loop := startLoop(ctx, cs.b, churnLoop(ip, 1200))
+		loop.waitFor(b, "100 answers before the restart", func(got []answer) bool { return len(got) >= 100 })
 		restart := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"plexus.io/restarted-at":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
 		_, err := cs.kubeA.AppsV1().Deployments("shop").Patch(ctx, "hello", types.StrategicMergePatchType, []byte(restart), metav1.PatchOptions{})
 		require.NoError(b, err)
 		waitRolledOut(ctx, b, cs.kubeA)
-		got := <-done
+		got := loop.finish(b)
 		require.NotEmpty(b, got, "the client loop ran")
 		b.ReportMetric(share(got), "rolling-ok-%")
 		b.ReportMetric(float64(len(got)), "rolling-conns")
 
-		go func() { got, _ := tryConnections(ctx, cs.b, churnLoop(ip, 600)); done <- got }()
-		time.Sleep(5 * time.Second)
+		// Membership is killed once the client has 100 answers and started
+		// again after 200 more connections (10 s at 20 a second) opened
+		// while it was down.
+		loop = startLoop(ctx, cs.b, churnLoop(ip, 600))
+		loop.waitFor(b, "100 answers before the kill", func(got []answer) bool { return len(got) >= 100 })
 		cs.members["a"].Kill()
-		time.Sleep(10 * time.Second)
+		killed := time.Now()
+		loop.waitFor(b, "200 connections while membership is down", func(got []answer) bool {
+			n := 0
+			for _, a := range got {
+				if a.at.After(killed) {
+					n++
+				}
+			}
+			return n >= 200
+		})
 		cs.members["a"].Restart()
-		got = <-done
+		got = loop.finish(b)
 		require.NotEmpty(b, got, "the client loop ran")
 		b.ReportMetric(share(got), "membership-ok-%")
 		b.ReportMetric(float64(len(got)), "membership-conns")

@@ -52,7 +52,7 @@ func (r *Runtime) Serve(ctx context.Context, ln net.Listener, tlsConfig *tls.Con
 	}
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", r.serveLogs)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	srv := &http.Server{Handler: mux, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	srv := &http.Server{Handler: mux, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,16 +21,15 @@ func (n *Node) Relay(addr string) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay %s into node %s: %w", addr, n.Cluster, err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	go func() {
 		for {
 			in, err := ln.Accept()
 			if err != nil {
-				return
+				return // closed by stop
 			}
-			wg.Go(func() { pipe(in, addr) })
+			go pipe(in, addr)
 		}
-	})
+	}()
 	return func() {
 		_ = ln.Close()
 	}, nil

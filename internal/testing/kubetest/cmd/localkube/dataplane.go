@@ -12,7 +12,7 @@ import (
 )
 
 // podCIDR is the N-th cluster's Pod range.
-func podCIDR(i int) netip.Prefix { return netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", 128+i)) }
+func podCIDR(i int) netip.Prefix { return dataplane.PodCIDR(i) }
 
 // serviceCIDR is the N-th cluster's Service range.
 func serviceCIDR(i int) string { return fmt.Sprintf("10.%d.0.0/16", 96+i) }
