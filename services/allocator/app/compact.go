@@ -9,23 +9,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/plexusnet/plexus/internal/config"
-	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 )
 
 // compactCommand is `plexus-allocator compact`: it rewrites a stopped
 // allocator's bolt file without its free pages, in the current format.
 func compactCommand() *cobra.Command {
-	storeSpec := store.DefaultSpec
+	storeSpec := DefaultStore
 	lockTimeout := bolt.DefaultLockTimeout
 	cmd := &cobra.Command{
 		Use:   "compact",
 		Short: "Rewrite the bolt store file without its free pages (the allocator must be stopped)",
 		Long: `compact copies the allocator's bolt file into a new one holding only what
 the store uses, and puts it in the old file's place. bbolt does not give
-the space of released allocations back to the file system. A file of an
-older format is written in the current one, as the allocator does when
-it opens such a file. Stop the allocator first: compact takes the file's
+the space of released allocations back to the file system. Stop the
+allocator first: compact takes the file's
 lock. A crash leaves either the old file or the new one.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -41,12 +39,6 @@ lock. A crash leaves either the old file or the new one.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "compacted %s in %s: %s, %d records copied", path, time.Since(start).Round(time.Millisecond), sizes(res.Before, res.After), res.Records)
-			if res.From != res.To {
-				fmt.Fprintf(cmd.OutOrStdout(), ", format %d -> %d", res.From, res.To)
-			}
-			if len(res.Dropped) > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), ", left out the unused %s bucket", strings.Join(res.Dropped, ", "))
-			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			return nil
 		},

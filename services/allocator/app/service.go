@@ -1,4 +1,4 @@
-// Package service assembles the allocator on the shared server runtime:
+// Package app assembles the allocator on the shared server runtime:
 // the store --store names, the allocation service following it when other
 // replicas share the store, the gRPC API and its metrics, and a readiness
 // check on the store. A store shared over the network (etcd) may be down
@@ -11,61 +11,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
-	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store"
-	_ "github.com/plexusnet/plexus/services/allocator/store/bolt"   // --store bolt:PATH
-	"github.com/plexusnet/plexus/services/allocator/store/etcd"     // --store etcd:ENDPOINTS
-	_ "github.com/plexusnet/plexus/services/allocator/store/memory" // --store memory
 )
 
 const serviceName = "plexus.allocator.v1.AllocatorService"
-
-// Spec is the plexus-allocator command on the shared runtime: --store and
-// the etcd flags, their validation, and the setup that opens the store and
-// serves the API. Every call has its own flag values.
-func Spec() server.Spec {
-	storeSpec := store.DefaultSpec
-	maxWatches := allocserver.DefaultMaxWatches
-	snapshotTurns := allocserver.DefaultSnapshotTurns
-	var etcdFlags etcd.Flags
-	return server.Spec{
-		Service: config.Allocator,
-		Short:   "Plexus allocator: IP pools and durable address allocation",
-		AddFlags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&storeSpec, "store", storeSpec, "where allocations are kept: bolt:PATH (embedded file, fsync per acknowledged write), "+
-				"etcd:URL[,URL...] (shared by several allocator replicas, all active) or memory (lost on exit)")
-			fs.IntVar(&maxWatches, "max-watches", maxWatches, "most WatchAllocations streams open at once over all clients; one more is RESOURCE_EXHAUSTED (TOO_MANY_WATCHES); 0: no bound")
-			fs.IntVar(&snapshotTurns, "watch-snapshot-turns", snapshotTurns, "most watches sending their snapshots at once (each for a second at most; the others wait their turn); 0: no bound")
-			etcdFlags.AddFlags(fs)
-		},
-		Validate: func() error {
-			if maxWatches < 0 {
-				return fmt.Errorf("--max-watches: must not be negative, got %d", maxWatches)
-			}
-			if snapshotTurns < 0 {
-				return fmt.Errorf("--watch-snapshot-turns: must not be negative, got %d", snapshotTurns)
-			}
-			return etcdFlags.Validate()
-		},
-		Setup: func(ctx context.Context, rt *server.Runtime) (func(), error) {
-			return setup(ctx, rt, storeSpec, &etcdFlags, allocserver.WithMaxWatches(maxWatches),
-				allocserver.WithSnapshotTurns(snapshotTurns, allocserver.DefaultSnapshotTurnHold))
-		},
-		Commands: func() []*cobra.Command { return []*cobra.Command{compactCommand()} },
-	}
-}
 
 // storeReadyTimeout bounds each check, at start-up, of whether a store
 // shared over the network (etcd) answers; the runtime's readiness checks
@@ -84,8 +42,11 @@ type readier interface {
 	Ready(context.Context) error
 }
 
-func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags *etcd.Flags, serverOpts ...allocserver.Option) (func(), error) {
-	st, shared, err := openStore(storeSpec, etcdFlags, rt)
+// Setup opens the store the options name and serves the API on the state
+// loaded from it: at once from an embedded store, in the background once
+// it answers from a store shared over the network.
+func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
+	st, shared, err := openStore(o.Store, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +55,7 @@ func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags 
 		// Other replicas commit to the same store: follow them.
 		opts = append(opts, allocation.WithFollow())
 	}
-	s := &starter{rt: rt, store: st, opts: opts, serverOpts: serverOpts}
+	s := &starter{rt: rt, store: st, opts: opts, serverOpts: o.serverOptions()}
 	s.api = rt.Server.RegisterLater(&allocatorv1.AllocatorService_ServiceDesc, allocserver.NotLoaded())
 	closeStore := func() {
 		if err := st.Close(); err != nil {
@@ -127,7 +88,7 @@ func setup(ctx context.Context, rt *server.Runtime, storeSpec string, etcdFlags 
 	loaded := make(chan struct{})
 	go func() {
 		defer close(loaded)
-		s.loadWhenReady(ctx, r, storeSpec)
+		s.loadWhenReady(ctx, r, o.Store.Spec)
 	}()
 	return func() {
 		<-loaded // ends with ctx
@@ -211,11 +172,10 @@ func (s *starter) ready(ctx context.Context, r readier) error {
 	return r.Ready(ctx)
 }
 
-// openStore opens the store --store names; shared reports whether other
-// replicas may commit to it too.
-func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.Store, bool, error) {
-	// Registered whatever the store, so the metric is always there to
-	// scrape and to document; only the etcd store observes it.
+// openStore opens the store with the store metrics registered.
+func openStore(o StoreOptions, rt *server.Runtime) (store.Store, bool, error) {
+	// Registered whatever the store, so the metrics are always there to
+	// scrape and to document; only one kind of store observes each.
 	combined := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "plexus_allocator_etcd_commits_per_transaction",
 		Help:    "Allocations an etcd store sent to etcd in one transaction (concurrent allocations are combined); 0 observations with another store.",
@@ -225,32 +185,9 @@ func openStore(spec string, etcdFlags *etcd.Flags, rt *server.Runtime) (store.St
 		Name: "plexus_allocator_request_records_expired_total",
 		Help: "Request records (the answers kept for retries with the same request_id) the bolt store dropped after their retention of a day; on etcd, etcd's leases drop them and nothing is counted.",
 	})
-	var etcdStore atomic.Pointer[etcd.Store]
-	everyKey := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "plexus_allocator_etcd_pool_check_every_key",
-		Help: "1 while this replica checks each new pool against every pool key in etcd instead of one key, because a replica of a version before that key made the latest pool change or changes pools still (docs/deploy.md, section 9); 0 otherwise, and with another store.",
-	}, func() float64 {
-		if s := etcdStore.Load(); s != nil && s.ComparesEveryPoolKey() {
-			return 1
-		}
-		return 0
+	rt.Server.Registerer().MustRegister(combined, expired)
+	return OpenStore(o, rt.Logger, StoreHooks{
+		Expired:  func(n int) { expired.Add(float64(n)) },
+		Combined: func(n int) { combined.Observe(float64(n)) },
 	})
-	rt.Server.Registerer().MustRegister(combined, expired, everyKey)
-	endpoints, isEtcd := strings.CutPrefix(spec, "etcd:")
-	if !isEtcd {
-		st, err := store.Open(spec, store.WithLogger(rt.Logger), store.WithExpiredObserver(func(n int) { expired.Add(float64(n)) }))
-		return st, false, err
-	}
-	cfg, err := etcdFlags.Config(endpoints)
-	if err != nil {
-		return nil, false, fmt.Errorf("--store %s: %w", spec, err)
-	}
-	cfg.Logger = rt.Logger
-	cfg.ObserveCombined = func(n int) { combined.Observe(float64(n)) }
-	st, err := etcd.Open(cfg)
-	if err != nil {
-		return nil, false, fmt.Errorf("--store %s: %w", spec, err)
-	}
-	etcdStore.Store(st)
-	return st, true, nil
 }

@@ -30,8 +30,7 @@ import (
 	"github.com/plexusnet/plexus/internal/testing/servertest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
-	"github.com/plexusnet/plexus/services/allocator/store"
-	_ "github.com/plexusnet/plexus/services/allocator/store/memory" // --store memory
+	"github.com/plexusnet/plexus/services/allocator/store/memory"
 	"github.com/plexusnet/plexus/services/membership/app"
 )
 
@@ -85,8 +84,7 @@ func startAllocator(tb testing.TB) string {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	st, err := store.Open("memory")
-	require.NoError(tb, err)
+	st := memory.New()
 	svc, err := allocation.New(ctx, st)
 	require.NoError(tb, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

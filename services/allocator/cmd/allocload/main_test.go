@@ -126,7 +126,7 @@ func prefilled(t *testing.T, spec string, args ...string) allocation.PoolView {
 	var out bytes.Buffer
 	require.NoError(t, run(append([]string{"prefill", "--pool", "big", "--cidr", "10.0.0.0/20"}, args...), &out))
 	require.Contains(t, out.String(), "allocations")
-	st, err := store.Open(spec)
+	st, err := openStore(spec)
 	require.NoError(t, err)
 	defer st.Close()
 	svc, err := allocation.New(context.Background(), st, allocation.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/plexusnet/plexus/services/allocator/app"
 	"io"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -13,8 +15,6 @@ import (
 
 	"github.com/plexusnet/plexus/internal/netparse"
 	"github.com/plexusnet/plexus/services/allocator/store"
-	_ "github.com/plexusnet/plexus/services/allocator/store/bolt" // --store bolt:PATH
-	_ "github.com/plexusnet/plexus/services/allocator/store/etcd" // --store etcd:ENDPOINTS
 )
 
 // prefillConfig says what to write into a store.
@@ -76,7 +76,7 @@ func prefill(ctx context.Context, cfg prefillConfig) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("--cidr: %w", err)
 	}
-	st, err := store.Open(cfg.store)
+	st, err := openStore(cfg.store)
 	if err != nil {
 		return 0, err
 	}
@@ -136,7 +136,7 @@ func prefillPools(ctx context.Context, cfg prefillConfig) (int, error) {
 	if pfx.Bits()+host > 32 || (32-pfx.Bits()-host < 31 && cfg.pools > 1<<(32-pfx.Bits()-host)) {
 		return 0, fmt.Errorf("%s holds fewer than %d pools of %d addresses", pfx, cfg.pools, cfg.count)
 	}
-	st, err := store.Open(cfg.store)
+	st, err := openStore(cfg.store)
 	if err != nil {
 		return 0, err
 	}
@@ -183,4 +183,12 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	}
 	a, _ := netip.AddrFromSlice(b)
 	return a
+}
+
+// openStore opens the store a --store flag names, as the allocator does.
+func openStore(spec string) (store.Store, error) {
+	o := app.DefaultOptions().Store
+	o.Spec = spec
+	st, _, err := app.OpenStore(o, slog.Default(), app.StoreHooks{})
+	return st, err
 }

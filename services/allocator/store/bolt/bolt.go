@@ -38,30 +38,15 @@ var (
 	keyRevision = []byte("revision")
 	keyAllocs   = []byte("allocations")
 	// keyPoolsChanged holds the revision of the latest commit that put
-	// or deleted a pool (CondPoolsUnchangedSince); files written before
-	// it existed lack it until their next pool change.
+	// or deleted a pool (CondPoolsUnchangedSince); absent until then.
 	keyPoolsChanged = []byte("pools-changed")
 )
 
 // fileFormat is the layout version written in the meta bucket; Open
-// refuses a file of another version rather than misread it, and rewrites
-// a file of format 1 or 2 into this one (upgrade, in compact.go), which
-// an older allocator then refuses. Format 2 kept the owner index in
-// memory instead of format 1's owners bucket (owners.go); format 3 files
-// allocations under sequence numbers instead of pool and address
-// (index.go).
-const (
-	fileFormat   = 3
-	formatOwners = 1
-	formatAddrs  = 2
-)
-
-// Buckets of older formats: allocations keyed by pool and address
-// (formats 1 and 2), and format 1's owner index.
-var (
-	bucketAllocs = []byte("allocations")
-	bucketOwners = []byte("owners")
-)
+// refuses a file of another version rather than misread it. Allocations
+// are filed under sequence numbers, found through indexes in memory
+// (index.go, owners.go).
+const fileFormat = 3
 
 // Defaults.
 const (
@@ -184,22 +169,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 	db, err := openFile(path, o)
 	if err != nil {
 		return nil, err
-	}
-	if from := formatOf(db); from == formatOwners || from == formatAddrs {
-		// Rewritten into a new file, like Compact, which is renamed over
-		// this one: a crash leaves the old file or the new one.
-		_ = db.Close()
-		start := time.Now()
-		res, err := rewrite(path, o.lockTimeout)
-		if err != nil {
-			return nil, fmt.Errorf("open store %s: upgrade from format %d: %w", path, from, err)
-		}
-		o.logger.Info("store file upgraded: allocations are filed under sequence numbers, found through an index in memory; an older allocator cannot open the file",
-			"path", path, "from", from, "format", fileFormat, "records", res.Records,
-			"bytes_before", res.Before, "bytes_after", res.After, "duration", time.Since(start))
-		if db, err = openFile(path, o); err != nil {
-			return nil, err
-		}
 	}
 	s := &Store{
 		db:       db,
@@ -325,21 +294,6 @@ func openFile(path string, o options) (*bbolt.DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	return db, nil
-}
-
-// formatOf returns the format byte of db's meta bucket, 0 if it has none
-// (a new file).
-func formatOf(db *bbolt.DB) byte {
-	var f byte
-	_ = db.View(func(tx *bbolt.Tx) error {
-		if meta := tx.Bucket(bucketMeta); meta != nil {
-			if v := meta.Get(keyFormat); len(v) == 1 {
-				f = v[0]
-			}
-		}
-		return nil
-	})
-	return f
 }
 
 // index builds the owner and address indexes from the records in the

@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
-	"github.com/plexusnet/plexus/services/allocator/store/storetest"
 )
 
 func openTemp(t *testing.T, opts ...Option) *Store {

@@ -299,23 +299,9 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 }
 
 // poolsUnchangedSince reports whether no commit after revision rev put
-// or deleted a pool. A file that has not recorded a pool change since
-// the record began has its pools' revisions to go by instead.
+// or deleted a pool.
 func (w *writer) poolsUnchangedSince(rev int64) (bool, error) {
-	if w.meta.Get(keyPoolsChanged) != nil {
-		return int64(getUint64(w.meta, keyPoolsChanged)) <= rev, nil
-	}
-	c := w.pools.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		p, err := record.DecodePool(string(k), v)
-		if err != nil {
-			return false, err
-		}
-		if p.Revision > rev {
-			return false, nil
-		}
-	}
-	return true, nil
+	return int64(getUint64(w.meta, keyPoolsChanged)) <= rev, nil
 }
 
 // ownerAbsent looks the owner up in the hashed index and confirms each

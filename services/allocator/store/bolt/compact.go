@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,11 +19,6 @@ type CompactResult struct {
 	Before, After int64
 	// Records is how many records were copied.
 	Records int
-	// Dropped names the buckets left out (format 1's owner index).
-	Dropped []string
-	// From is the format of the file before, To the one written: a
-	// file of format 1 or 2 is rewritten in the current one.
-	From, To int
 }
 
 // compactTxnRecords bounds one write transaction of the copy, so that
@@ -32,15 +26,13 @@ type CompactResult struct {
 const compactTxnRecords = 1 << 16
 
 // Compact rewrites the store file at path with only what the store
-// uses, packed: free pages and the buckets of older formats are left
-// behind. bbolt never gives free pages back to the file system.
+// uses, packed: free pages are left behind. bbolt never gives free pages back to the file system.
 //
 // The allocator must not be running: Compact takes the file's lock (and
 // waits lockTimeout for it). The copy goes to PATH.compact, which is
 // synced and then renamed over the file, so a crash at any point leaves
 // either the old file or the new one; a leftover PATH.compact of an
-// interrupted run is overwritten. The copy is written in the current
-// format: Open upgrades a file of format 1 or 2 the same way.
+// interrupted run is overwritten.
 func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
 	res, err := rewrite(path, lockTimeout)
 	if err != nil {
@@ -51,7 +43,7 @@ func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
 
 // rewrite is Compact, with errors that do not name the file.
 func rewrite(path string, lockTimeout time.Duration) (CompactResult, error) {
-	res := CompactResult{To: fileFormat}
+	var res CompactResult
 	if fi, err := os.Stat(path); err == nil {
 		res.Before = fi.Size()
 	}
@@ -73,25 +65,11 @@ func rewrite(path string, lockTimeout time.Duration) (CompactResult, error) {
 		return res, err
 	}
 	err = src.View(func(tx *bbolt.Tx) error {
-		from, err := checkFormat(tx)
-		if err != nil {
+		if err := checkFormat(tx); err != nil {
 			return err
 		}
-		res.From = from
 		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			var (
-				n   int
-				err error
-			)
-			switch {
-			case bytes.Equal(name, bucketOwners):
-				res.Dropped = append(res.Dropped, string(name))
-				return nil
-			case bytes.Equal(name, bucketAllocs):
-				n, err = convertAllocations(dst, b)
-			default:
-				n, err = copyBucket(dst, name, b)
-			}
+			n, err := copyBucket(dst, name, b)
 			res.Records += n
 			return err
 		})
@@ -99,10 +77,8 @@ func rewrite(path string, lockTimeout time.Duration) (CompactResult, error) {
 	if err == nil {
 		err = dst.Update(func(tx *bbolt.Tx) error {
 			// A file without allocations gets its (empty) records bucket.
-			if _, err := tx.CreateBucketIfNotExists(bucketRecords); err != nil {
-				return err
-			}
-			return tx.Bucket(bucketMeta).Put(keyFormat, []byte{fileFormat})
+			_, err := tx.CreateBucketIfNotExists(bucketRecords)
+			return err
 		})
 	}
 	if err == nil {
@@ -134,18 +110,16 @@ func openExisting(name string, flag int, perm os.FileMode) (*os.File, error) {
 	return os.OpenFile(name, flag&^os.O_CREATE, perm)
 }
 
-// checkFormat returns the format of a store file, refusing a file that
-// is not one of this version or an older one.
-func checkFormat(tx *bbolt.Tx) (int, error) {
+// checkFormat refuses a file that is not a store file of this version.
+func checkFormat(tx *bbolt.Tx) error {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
-		return 0, errors.New("not a store file: no meta bucket")
+		return errors.New("not a store file: no meta bucket")
 	}
-	f := meta.Get(keyFormat)
-	if len(f) != 1 || (f[0] != fileFormat && f[0] != formatAddrs && f[0] != formatOwners) {
-		return 0, fmt.Errorf("file format %v, want [%d], [%d] or [%d]: not a store file of this version", f, formatOwners, formatAddrs, fileFormat)
+	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) {
+		return fmt.Errorf("file format %v, want [%d]: not a store file of this version", f, fileFormat)
 	}
-	return int(f[0]), nil
+	return nil
 }
 
 // copyBucket copies the top-level bucket b, named name, into dst under
@@ -153,22 +127,6 @@ func checkFormat(tx *bbolt.Tx) (int, error) {
 // records.
 func copyBucket(dst *bbolt.DB, name []byte, b *bbolt.Bucket) (int, error) {
 	return copyRecords(dst, name, b, name, func(k, v []byte) ([]byte, []byte, error) { return k, v, nil })
-}
-
-// convertAllocations files the allocations of an older format's
-// allocations bucket (keyed by pool and address) as records numbered
-// from 1, in key order.
-func convertAllocations(dst *bbolt.DB, b *bbolt.Bucket) (int, error) {
-	seq := uint64(0)
-	return copyRecords(dst, bucketAllocs, b, bucketRecords, func(k, v []byte) ([]byte, []byte, error) {
-		pool, addr, err := splitAddrKey(k)
-		if err != nil {
-			return nil, nil, err
-		}
-		seq++
-		rec := record.Encoder(make([]byte, 0, len(pool)+18+len(v))).Str(string(pool)).Addr(addr)
-		return recordKey(seq), append(rec, v...), nil
-	})
 }
 
 // copyRecords puts each record of b (the bucket named from) into the

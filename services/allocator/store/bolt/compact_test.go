@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/plexusnet/plexus/services/allocator/store"
-	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // fillForCompact writes a pool with 3,000 allocations and their request
@@ -53,68 +51,19 @@ func fillForCompact(t *testing.T, path string) *store.Snapshot {
 	return snap
 }
 
-// asFormat turns a store file into what an older format left: its
-// format byte, its allocations filed under pool and address in the
-// allocations bucket, and for format 1 an owners bucket (here of n stale
-// entries).
-func asFormat(t *testing.T, path string, format byte, n int) {
-	t.Helper()
-	db, err := bbolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, db.Update(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketMeta).Put(keyFormat, []byte{format}); err != nil {
-			return err
-		}
-		allocs, err := tx.CreateBucket(bucketAllocs)
-		if err != nil {
-			return err
-		}
-		err = tx.Bucket(bucketRecords).ForEach(func(_, v []byte) error {
-			pool, addr, val, err := record.SplitRecord(v)
-			if err != nil {
-				return err
-			}
-			return allocs.Put(addrKey(string(pool), addr), bytes.Clone(val))
-		})
-		if err != nil {
-			return err
-		}
-		if err := tx.DeleteBucket(bucketRecords); err != nil {
-			return err
-		}
-		if format != formatOwners {
-			return nil
-		}
-		b, err := tx.CreateBucket(bucketOwners)
-		if err != nil {
-			return err
-		}
-		for i := range n {
-			if err := b.Put(fmt.Appendf(nil, "p\x00%016x", i*7919), make([]byte, 20)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
-	require.NoError(t, db.Close())
-}
-
 func TestCompactKeepsEverythingTheStoreUses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	want := fillForCompact(t, path)
-	asFormat(t, path, formatOwners, 50000)
 	require.NoError(t, os.WriteFile(path+".compact", []byte("left by an interrupted run"), 0o600))
 
 	res, err := Compact(path, time.Second)
 	require.NoError(t, err)
-	require.Equal(t, []string{"owners"}, res.Dropped)
-	require.Less(t, res.After, res.Before/2, "free pages and the owners bucket are gone")
+	require.Less(t, res.After, res.Before, "free pages are gone")
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, res.After, fi.Size())
 	require.NoFileExists(t, path+".compact")
 
-	require.Equal(t, formatOwners, res.From)
 	s := requireOpensAs(t, path, want)
 	req, ok, err := s.GetRequest(t.Context(), "req-1")
 	require.NoError(t, err)
@@ -130,8 +79,8 @@ func TestCompactKeepsEverythingTheStoreUses(t *testing.T) {
 }
 
 // requireOpensAs opens the store file at path and requires it to hold
-// want, in the current format: its allocations as records, no bucket of
-// an older format, and indexes of every allocation.
+// want, in the current format: its allocations as records, and indexes
+// of every allocation.
 func requireOpensAs(t *testing.T, path string, want *store.Snapshot) *Store {
 	t.Helper()
 	s, err := Open(path)
@@ -142,8 +91,6 @@ func requireOpensAs(t *testing.T, path string, want *store.Snapshot) *Store {
 	require.Equal(t, want, got)
 	require.NoError(t, s.db.View(func(tx *bbolt.Tx) error {
 		require.Equal(t, []byte{fileFormat}, tx.Bucket(bucketMeta).Get(keyFormat))
-		require.Nil(t, tx.Bucket(bucketAllocs))
-		require.Nil(t, tx.Bucket(bucketOwners))
 		require.Equal(t, len(want.Allocations), tx.Bucket(bucketRecords).Stats().KeyN)
 		return nil
 	}))

@@ -131,35 +131,6 @@ func TestSeq48(t *testing.T) {
 	}
 }
 
-// TestOpenUpgrades: a file of format 1 or 2 opens as format 3, with the
-// same state, its allocations filed as records and the older buckets
-// gone; the indexes answer for what the file held, and the store goes on
-// from its revision.
-func TestOpenUpgrades(t *testing.T) {
-	for _, from := range []byte{formatOwners, formatAddrs} {
-		t.Run(fmt.Sprintf("format %d", from), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "s.db")
-			want := fillForCompact(t, path)
-			asFormat(t, path, from, 10)
-
-			s := requireOpensAs(t, path, want)
-			require.NoFileExists(t, path+".compact")
-
-			held := netip.MustParseAddr("10.0.0.2") // pod-1's
-			_, err := s.Commit(t.Context(), store.Txn{Conds: []store.Cond{{Kind: store.CondAllocationAbsent, Pool: "p", Address: held}}, Ops: []store.Op{putAlloc(alloc("p", "10.0.0.2", "again"))}})
-			require.ErrorIs(t, err, store.ErrConflict)
-			rev, err := s.Commit(t.Context(), store.Txn{Ops: []store.Op{putAlloc(alloc("p", "10.0.200.1", "after"))}})
-			require.NoError(t, err)
-			require.Equal(t, want.Revision+1, rev)
-			seq, ok := s.addrs.get("p", netip.MustParseAddr("10.0.200.1"))
-			require.True(t, ok)
-			require.Equal(t, uint64(len(want.Allocations)+1), seq, "new records follow the converted ones")
-			require.False(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-1"}))
-			require.True(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-0"}))
-		})
-	}
-}
-
 // TestIndexErrorStopsCommits: a record the index cannot read (here, two
 // records of one address) is reported by WaitReady, and every commit
 // fails with it; nothing is written.

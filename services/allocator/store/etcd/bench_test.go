@@ -268,8 +268,7 @@ func BenchmarkCreatePoolAmong(b *testing.B) {
 				rev, err = s.Commit(ctx, store.Txn{Ops: ops})
 				require.NoError(b, err)
 			}
-			// The first guarded commit of a store decides how it checks
-			// the condition (marks.go), once in its life.
+			// One guarded commit before the timer.
 			rev, err = s.Commit(ctx, store.Txn{
 				Conds: []store.Cond{{Kind: store.CondPoolsUnchangedSince, Revision: rev}},
 				Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "warm", CIDRs: []string{"12.0.0.0/24"}}}},

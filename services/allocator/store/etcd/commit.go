@@ -69,9 +69,7 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 
 // commit is Commit with its request record, if any, put with lease.
 func (s *Store) commit(ctx context.Context, txn store.Txn, lease clientv3.LeaseID) (int64, error) {
-	marked := s.trustsMarks(ctx, txn.Conds)
 	first := newPlanner(s.k, lease, nil)
-	first.marked = marked
 	cmps, ok := first.compares(txn.Conds)
 	if !ok {
 		return 0, fmt.Errorf("a revision condition below 1: %w", store.ErrConflict)
@@ -101,7 +99,6 @@ func (s *Store) commit(ctx context.Context, txn store.Txn, lease clientv3.LeaseI
 			return 0, s.commitError(ctx, err)
 		}
 		pl := newPlanner(s.k, lease, func(key string) *store.Allocation { return seen[key].rec })
-		pl.marked = marked
 		cmps, _ := pl.compares(txn.Conds)
 		pl.apply(txn.Ops)
 		guards := make([]clientv3.Cmp, 0, len(pl.reads))

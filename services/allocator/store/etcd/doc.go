@@ -32,10 +32,6 @@
 // of a read in its index, under the lock its commits wait for, whatever
 // the read's limit.
 //
-// An earlier layout kept pools, allocations and quarantine records
-// directly under the prefix. A store that finds pools there refuses to
-// serve (ErrOldLayout) instead of starting empty.
-//
 // A commit puts marker rev/00; a combined transaction (see Commits) puts
 // one marker per commit, rev/NN for the NN-th, so only the commits that
 // succeed put one. The latest mod revision of the markers is the latest
@@ -52,9 +48,8 @@
 // absent" is CreateRevision == 0 over the owner's key range, "range free"
 // the same over the allocation keys of the addresses (they sort as the
 // addresses do), and "pools unchanged since rev" is ModRevision < rev+1
-// of pools-changed, which every commit that puts or deletes a pool puts
-// (over every key of state/pools/ instead while a replica of a version
-// before that key may be writing: marks.go). The writes
+// of pools-changed, which every commit that puts or deletes a pool puts.
+// The writes
 // are the net effect of the ops on each key (etcd refuses a transaction
 // that writes a key twice), plus the commit marker, so every commit takes
 // exactly one revision, and the tick when the commit puts nothing else

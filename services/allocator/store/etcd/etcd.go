@@ -46,8 +46,8 @@ const snapshotPage = 5000
 // a few MB at most.
 const DefaultHistory = 10_000
 
-// maxHistory bounds --etcd-watch-history: ten million events are a few GB.
-const maxHistory = 10_000_000
+// MaxHistory bounds --etcd-watch-history: ten million events are a few GB.
+const MaxHistory = 10_000_000
 
 // closeDrain bounds how long Close lets watchers deliver what was
 // committed before they end.
@@ -99,8 +99,6 @@ type Store struct {
 	observeRead func(from, end string, rev int64)
 	// widths are the pools' latest windows (window.go).
 	widths widths
-	// marks tells whether pools-changed stands for the pools (marks.go).
-	marks poolMarks
 
 	// history is Config.History; feed is the shared etcd watch, started
 	// by the first watch (feed.go).
@@ -198,9 +196,6 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) err
 	if s.isClosed() {
 		return 0, nil, store.ErrClosed
 	}
-	if err := s.checkLayout(ctx); err != nil {
-		return 0, nil, err
-	}
 	var ps []store.Pool
 	// The first page fixes the revision; the rest are read at it.
 	rev, err := s.scan(ctx, s.k.prefix+keyPools, 0, func(kv *mvccpb.KeyValue) error {
@@ -282,23 +277,6 @@ func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.A
 		return 0, nil, s.readError(ctx, "snapshot pool "+pool, err)
 	}
 	return r.rev, out, nil
-}
-
-// ErrOldLayout is returned by Snapshot when the prefix holds pools in the
-// key layout of an earlier version. Serving from the current layout would
-// show an empty store and hand out addresses that are taken.
-var ErrOldLayout = errors.New("the prefix holds keys of an earlier key layout; move them or use another --etcd-prefix")
-
-// checkLayout refuses a prefix that holds pools of the earlier layout.
-func (s *Store) checkLayout(ctx context.Context) error {
-	resp, err := s.cli.Get(ctx, s.k.prefix+legacyPools, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return s.readError(ctx, "check key layout", err)
-	}
-	if resp.Count > 0 {
-		return fmt.Errorf("etcd store at %q: %w", s.k.prefix, ErrOldLayout)
-	}
-	return nil
 }
 
 // scan calls fn for every key under prefix, in key order, at revision rev

@@ -12,9 +12,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
-	"github.com/plexusnet/plexus/services/allocator/store/storetest"
 )
 
 // maxTxnOps lets the suite's bulk commit (500 allocations in one txn)
@@ -173,22 +173,6 @@ func TestKeyLayout(t *testing.T) {
 	require.NoError(t, ev.Err)
 	require.Equal(t, store.EventDeleteAllocation, ev.Type, "the tick makes no event")
 	require.Equal(t, rev, ev.Revision)
-}
-
-// TestOldLayoutRefused: a prefix that holds pools of the first layout
-// (directly under the prefix) is refused, not served as an empty store.
-func TestOldLayoutRefused(t *testing.T) {
-	e := kubetest.StartEtcd(t)
-	prefix := freshPrefix()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints()})
-	require.NoError(t, err)
-	defer cli.Close()
-	_, err = cli.Put(t.Context(), prefix+"pools/p", `{"id":"p","cidrs":["10.0.0.0/24"]}`)
-	require.NoError(t, err)
-	s := open(t, e, prefix)
-	_, err = s.Snapshot(t.Context())
-	require.ErrorIs(t, err, etcd.ErrOldLayout)
-	require.ErrorContains(t, err, prefix)
 }
 
 // TestWatchSurvivesRestart: a watch goes on across an etcd restart,

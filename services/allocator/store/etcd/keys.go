@@ -27,11 +27,6 @@ const (
 	keyPoolsChanged = "pools-changed"
 )
 
-// legacyPools is where the first layout kept pools, directly under the
-// prefix. A store that finds keys there refuses to serve rather than
-// start empty and hand out addresses that are taken.
-const legacyPools = "pools/"
-
 // sep separates the parts of a key. Pool ids and owner keys never hold a
 // NUL (store.Txn.Validate refuses them), and NUL sorts before every other
 // byte, so "p\x00…" sorts before "p2\x00…" just as "p" sorts before "p2".

@@ -300,7 +300,6 @@ func (s *Store) convert(ev *clientv3.Event, dec *allocDecoder) (store.Event, boo
 	put := ev.Type == mvccpb.PUT
 	switch p.kind {
 	case kindPool:
-		s.sawPoolChange(rev)
 		if put {
 			pool, err := decodePool(ev.Kv.Value, rev)
 			return store.Event{Type: store.EventPutPool, Revision: rev, Pool: &pool}, true, err

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
-	"github.com/plexusnet/plexus/services/allocator/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
