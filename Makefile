@@ -10,7 +10,7 @@ CORE_PKGS := ./internal/netparse/... ./services/allocator/ipam/... \
 	./services/membership/selector/... ./services/membership/endpoints/... \
 	./services/importer/slices/... ./services/importer/mcs/... ./services/importer/materialize/... \
 	./internal/endpointrules/... \
-	./services/repair/decide/... ./services/allocator/held/... ./services/allocator/store/internal/...
+	./services/repair/decide/... ./services/allocator/decide/... ./services/allocator/held/... ./services/allocator/store/internal/...
 
 SERVICES := allocator membership importer repair
 

@@ -111,7 +111,7 @@ var cores = []string{
 	"services/allocator/ipam",
 	"services/membership/selector", "services/membership/endpoints",
 	"services/importer/slices", "services/importer/mcs", "services/importer/materialize",
-	"services/repair/decide",
+	"services/repair/decide", "services/allocator/decide",
 }
 
 // forbidden are import path prefixes a pure core must not depend on, even
@@ -121,6 +121,17 @@ var forbidden = []string{
 	"k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/client-go/tools/cache",
 	"k8s.io/client-go/rest", "sigs.k8s.io/mcs-api/pkg/client",
 	"go.etcd.io/",
+	"github.com/plexusnet/plexus/services/allocator/store",
+}
+
+// lockFree are the cores that take no lock and start no goroutine of
+// their own: they import neither sync nor sync/atomic (their
+// dependencies may). The runner around them holds the locks.
+var lockFree = []string{
+	"internal/netparse", "internal/endpointrules",
+	"services/allocator/ipam", "services/allocator/decide",
+	"services/membership/endpoints",
+	"services/importer/slices", "services/importer/mcs", "services/importer/materialize",
 }
 
 func TestPureCores(t *testing.T) {
@@ -139,6 +150,13 @@ func TestPureCores(t *testing.T) {
 				if strings.HasPrefix(d, f) {
 					t.Errorf("pure core %s depends on %s", c, d)
 				}
+			}
+		}
+	}
+	for _, c := range lockFree {
+		for _, imp := range byPath[c].Imports {
+			if imp == "sync" || imp == "sync/atomic" {
+				t.Errorf("pure core %s imports %s: the runner holds the locks", c, imp)
 			}
 		}
 	}

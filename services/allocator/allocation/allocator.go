@@ -17,12 +17,12 @@ import (
 	"net/netip"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/held"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
@@ -98,9 +98,9 @@ type poolState struct {
 func (ps *poolState) usable() error {
 	switch {
 	case ps.deleted:
-		return fmt.Errorf("pool %q: %w", ps.rec.ID, ErrPoolNotFound)
+		return fmt.Errorf("pool %q: %w", ps.rec.ID, decide.ErrPoolNotFound)
 	case ps.rec.Deleting:
-		return fmt.Errorf("pool %q is being deleted: it is gone once its allocations are released (a deletion cut short is finished by DeletePool with force, or by repair): %w", ps.rec.ID, ErrPoolDeleting)
+		return fmt.Errorf("pool %q is being deleted: it is gone once its allocations are released (a deletion cut short is finished by DeletePool with force, or by repair): %w", ps.rec.ID, decide.ErrPoolDeleting)
 	}
 	return nil
 }
@@ -388,22 +388,19 @@ func (s *Allocator) pool(id string) (*poolState, error) {
 	ps, ok := s.pools[id]
 	s.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("pool %q: %w", id, ErrPoolNotFound)
+		return nil, fmt.Errorf("pool %q: %w", id, decide.ErrPoolNotFound)
 	}
 	return ps, nil
 }
 
-// Etag renders a store revision as an etag.
-func Etag(rev int64) string { return strconv.FormatInt(rev, 10) }
-
 // Allocate hands out one address. It is idempotent per (pool, owner key):
 // an owner that already holds an address gets it back with created=false.
-func (s *Allocator) Allocate(ctx context.Context, req Request) (store.Allocation, bool, error) {
-	if err := req.validate(""); err != nil {
+func (s *Allocator) Allocate(ctx context.Context, req decide.Request) (store.Allocation, bool, error) {
+	if err := req.Validate(""); err != nil {
 		return store.Allocation{}, false, err
 	}
 	if req.RequestID != "" {
-		if got, ok, err := s.replay(ctx, req.RequestID, []Request{req}); err != nil || ok {
+		if got, ok, err := s.replay(ctx, req.RequestID, []decide.Request{req}); err != nil || ok {
 			if err != nil {
 				return store.Allocation{}, false, err
 			}
@@ -422,14 +419,15 @@ func (s *Allocator) Allocate(ctx context.Context, req Request) (store.Allocation
 	return a, created, err
 }
 
-func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Allocation, bool, error) {
+// allocateOnce decides req on the pool's state and carries the decision
+// out: an answer from what the pool holds, a wait, a rebind, or a new
+// address committed to the store.
+func (s *Allocator) allocateOnce(ctx context.Context, req decide.Request) (store.Allocation, bool, error) {
 	ps, err := s.pool(req.Pool)
 	if err != nil {
 		return store.Allocation{}, false, err
 	}
-	key := req.Owner.Key()
 	now := s.now()
-
 	ps.mu.Lock()
 	if err := ps.gate.pass(ctx, &ps.mu); err != nil {
 		ps.mu.Unlock()
@@ -439,47 +437,66 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 		ps.mu.Unlock()
 		return store.Allocation{}, false, err
 	}
-	if addr, ok := ps.held.Owned(req.Owner); ok {
-		if ch, busy := ps.releasing[addr]; busy {
-			ps.mu.Unlock()
-			if err := wait(ctx, ch); err != nil {
-				return store.Allocation{}, false, err
-			}
-			return store.Allocation{}, false, ErrConflict
-		}
-		a, _ := ps.held.Get(addr)
-		if req.Address.IsValid() && req.Address != addr {
-			ps.mu.Unlock()
-			return store.Allocation{}, false, fmt.Errorf("owner holds %s, not %s: %w", addr, req.Address, ipam.ErrInUse)
-		}
-		if req.Owner.UID == "" || req.Owner.UID == a.Owner.UID {
-			ps.mu.Unlock()
-			return a, false, nil
-		}
-		return s.rebind(ctx, ps, a, req.Owner, now)
-	}
-	if p, ok := ps.pending[key]; ok {
+	held, heldRec := ps.holding(req.Owner)
+	pending := ps.pending[req.Owner.Key()]
+	step, err := decide.Allocate(req, held, pending != nil)
+	switch {
+	case err != nil:
 		ps.mu.Unlock()
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return store.Allocation{}, false, ctx.Err()
+		return store.Allocation{}, false, err
+	case step == decide.Keep:
+		ps.mu.Unlock()
+		return heldRec, false, nil
+	case step == decide.Rebind:
+		return s.rebind(ctx, ps, heldRec, req.Owner, now)
+	case step == decide.AwaitRelease:
+		ch := ps.releasing[held.Address]
+		ps.mu.Unlock()
+		if err := wait(ctx, ch); err != nil {
+			return store.Allocation{}, false, err
 		}
-		switch {
-		case errors.Is(p.err, context.Canceled), errors.Is(p.err, context.DeadlineExceeded):
-			// The first request gave up, which says nothing about this
-			// one: try again, with this request's own context.
-			return store.Allocation{}, false, ErrConflict
-		case p.err != nil:
-			return store.Allocation{}, false, p.err
+		return store.Allocation{}, false, decide.ErrConflict
+	case step == decide.AwaitPending:
+		ps.mu.Unlock()
+		if err := wait(ctx, pending.done); err != nil {
+			return store.Allocation{}, false, err
 		}
-		return p.alloc, false, nil
+		if err := decide.Awaited(pending.err); err != nil {
+			return store.Allocation{}, false, err
+		}
+		return pending.alloc, false, nil
 	}
+	return s.reserveAndCommit(ctx, ps, req, now)
+}
+
+// holding returns what ps holds for owner, for a decision, and its
+// record; nil when nothing. The caller holds ps.mu.
+func (ps *poolState) holding(owner decide.Owner) (*decide.Holding, store.Allocation) {
+	addr, ok := ps.held.Owned(owner)
+	if !ok {
+		return nil, store.Allocation{}
+	}
+	a, _ := ps.held.Get(addr)
+	return ps.holdingOf(a), a
+}
+
+// holdingOf is a held allocation as a decision sees it. The caller holds
+// ps.mu.
+func (ps *poolState) holdingOf(a store.Allocation) *decide.Holding {
+	_, busy := ps.releasing[a.Address]
+	return &decide.Holding{Pool: a.Pool, Address: a.Address, Owner: a.Owner, Revision: a.Revision, Releasing: busy}
+}
+
+// reserveAndCommit takes an address for req in the index and commits it,
+// with req's request record if any; concurrent requests of the owner wait
+// for its answer meanwhile. The caller holds ps.mu; it is released.
+func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req decide.Request, now time.Time) (store.Allocation, bool, error) {
 	addr, err := reserve(ps, req, now, "address")
 	if err != nil {
 		ps.mu.Unlock()
 		return store.Allocation{}, false, err
 	}
+	key := req.Owner.Key()
 	p := &pendingAlloc{done: make(chan struct{})}
 	ps.pending[key] = p
 	poolRev := ps.rec.Revision
@@ -489,27 +506,15 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 	rec := store.Allocation{Pool: req.Pool, Address: addr, Owner: req.Owner, CreateTime: now.UTC(), RequestID: req.RequestID}
 	txn := store.Txn{Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: req.Pool, Revision: poolRev}}}
 	appendAllocTxn(&txn, rec)
-	if req.RequestID != "" {
-		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: req.RequestID})
-		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: req.RequestID, Allocations: []string{allocKey(req.Pool, addr)}}})
-	}
+	appendRequestTxn(&txn, req.RequestID, []store.Allocation{rec})
 	rev, cerr := s.commit(ctx, txn)
 
 	ps.mu.Lock()
 	delete(ps.pending, key)
 	if cerr != nil {
-		// A followed commit of another replica may hold the address
-		// now: it stays taken then.
-		if !ps.held.Has(addr) {
-			_ = ps.index.Unallocate(addr)
-		}
+		s.unreserve(ps, addr, cerr)
 		if errors.Is(cerr, store.ErrConflict) {
-			// Lost to another replica, likely searching the same
-			// stretch of the pool: search elsewhere next time.
-			s.scatter(ps)
-		}
-		if errors.Is(cerr, store.ErrConflict) {
-			cerr = fmt.Errorf("allocate %s in pool %s: %w", addr, req.Pool, ErrConflict)
+			cerr = fmt.Errorf("allocate %s in pool %s: %w", addr, req.Pool, decide.ErrConflict)
 		}
 		p.err = cerr
 	} else {
@@ -520,18 +525,36 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 	ps.gate.leave()
 	ps.mu.Unlock()
 	close(p.done)
-	if cerr != nil {
-		if errors.Is(cerr, ErrConflict) {
-			if got, ok, err := s.wonBy(ctx, req.RequestID, []Request{req}); err != nil || ok {
-				if err != nil {
-					return store.Allocation{}, false, err
-				}
-				return got[0], false, nil
-			}
-		}
-		return store.Allocation{}, false, cerr
+	if cerr == nil {
+		return rec, true, nil
 	}
-	return rec, true, nil
+	if errors.Is(cerr, decide.ErrConflict) {
+		if got, ok, err := s.wonBy(ctx, req.RequestID, []decide.Request{req}); err != nil || ok {
+			return first(got), false, err
+		}
+	}
+	return store.Allocation{}, false, cerr
+}
+
+// unreserve gives back an address whose commit failed with err, unless a
+// followed commit of another replica holds it now. Lost to another
+// replica (likely searching the same stretch of the pool), the next search
+// starts elsewhere. The caller holds ps.mu.
+func (s *Allocator) unreserve(ps *poolState, addr netip.Addr, err error) {
+	if !ps.held.Has(addr) {
+		_ = ps.index.Unallocate(addr)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		s.scatter(ps)
+	}
+}
+
+// first is the first allocation of a replayed answer, if any.
+func first(as []store.Allocation) store.Allocation {
+	if len(as) == 0 {
+		return store.Allocation{}
+	}
+	return as[0]
 }
 
 // rebind hands an owner's address to a new incarnation of the owner (same
@@ -539,7 +562,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req Request) (store.Alloca
 // say). The allocation gets a new revision, so a guarded release by anyone
 // who saw the old incarnation fails. The caller holds ps.mu; rebind
 // releases it.
-func (s *Allocator) rebind(ctx context.Context, ps *poolState, old store.Allocation, owner store.Owner, now time.Time) (store.Allocation, bool, error) {
+func (s *Allocator) rebind(ctx context.Context, ps *poolState, old store.Allocation, owner decide.Owner, now time.Time) (store.Allocation, bool, error) {
 	rec := old
 	rec.Owner = owner
 	rec.CreateTime = now.UTC()
@@ -564,7 +587,7 @@ func (s *Allocator) rebind(ctx context.Context, ps *poolState, old store.Allocat
 	close(ch)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return store.Allocation{}, false, fmt.Errorf("rebind %s to uid %s: %w", old.Address, owner.UID, ErrConflict)
+			return store.Allocation{}, false, fmt.Errorf("rebind %s to uid %s: %w", old.Address, owner.UID, decide.ErrConflict)
 		}
 		return store.Allocation{}, false, fmt.Errorf("rebind %s to uid %s: %w", old.Address, owner.UID, err)
 	}
@@ -574,11 +597,11 @@ func (s *Allocator) rebind(ctx context.Context, ps *poolState, old store.Allocat
 
 // reserve takes an address in the index; the caller holds ps.mu. field
 // names the request's address field, for errors that blame it.
-func reserve(ps *poolState, req Request, now time.Time, field string) (netip.Addr, error) {
+func reserve(ps *poolState, req decide.Request, now time.Time, field string) (netip.Addr, error) {
 	if req.Address.IsValid() {
 		if req.Address.Is4() != ps.index.Is4() {
-			return netip.Addr{}, &FieldError{Field: field, Reason: "ADDRESS_FAMILY_MISMATCH",
-				Message: fmt.Sprintf("%s is not of pool %s's family", req.Address, req.Pool), Err: ErrFamilyMismatch}
+			return netip.Addr{}, &decide.FieldError{Field: field, Reason: "ADDRESS_FAMILY_MISMATCH",
+				Message: fmt.Sprintf("%s is not of pool %s's family", req.Address, req.Pool), Err: decide.ErrFamilyMismatch}
 		}
 		if err := ps.index.AllocateAddr(req.Address, now); err != nil {
 			err = fmt.Errorf("allocate %s in pool %s: %w", req.Address, req.Pool, err)
@@ -586,7 +609,7 @@ func reserve(ps *poolState, req Request, now time.Time, field string) (netip.Add
 				// The caller asked for an address it can never get: bad
 				// input in a field it chose, whose reason the error table
 				// gives.
-				return netip.Addr{}, &FieldError{Field: field, Message: err.Error(), Err: err}
+				return netip.Addr{}, &decide.FieldError{Field: field, Message: err.Error(), Err: err}
 			}
 			return netip.Addr{}, err
 		}
@@ -608,17 +631,31 @@ func appendAllocTxn(txn *store.Txn, rec store.Allocation) {
 	txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &r})
 }
 
+// appendRequestTxn records request id's answer, allocs, in txn, guarded
+// by the id being new; nothing without an id.
+func appendRequestTxn(txn *store.Txn, id string, allocs []store.Allocation) {
+	if id == "" {
+		return
+	}
+	keys := make([]string, len(allocs))
+	for i, a := range allocs {
+		keys[i] = allocKey(a.Pool, a.Address)
+	}
+	txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: id})
+	txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: id, Allocations: keys}})
+}
+
 func allocKey(pool string, addr netip.Addr) string { return pool + "/" + addr.String() }
 
 // replay answers a request id seen before with the allocations it made. It
 // returns ok=false when the id is new.
-func (s *Allocator) replay(ctx context.Context, id string, reqs []Request) ([]store.Allocation, bool, error) {
+func (s *Allocator) replay(ctx context.Context, id string, reqs []decide.Request) ([]store.Allocation, bool, error) {
 	rec, ok, err := s.store.GetRequest(ctx, id)
 	if err != nil || !ok {
 		return nil, false, err
 	}
 	if len(rec.Allocations) != len(reqs) {
-		return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
+		return nil, false, fmt.Errorf("request %q: %w", id, decide.ErrRequestIDReused)
 	}
 	// Answered through another replica maybe, a moment ago: its
 	// allocations are here once this replica has applied that commit.
@@ -627,19 +664,15 @@ func (s *Allocator) replay(ctx context.Context, id string, reqs []Request) ([]st
 	}
 	out := make([]store.Allocation, len(reqs))
 	for i, k := range rec.Allocations {
-		if strings.HasPrefix(k, poolRequestPrefix) {
-			return nil, false, fmt.Errorf("request %q created a pool: %w", id, ErrRequestIDReused)
+		if strings.HasPrefix(k, decide.PoolRequestPrefix) {
+			return nil, false, fmt.Errorf("request %q created a pool: %w", id, decide.ErrRequestIDReused)
 		}
 		a, err := s.getByKey(k)
 		if err != nil {
 			return nil, false, fmt.Errorf("request %q answered before, but %s is gone: %w", id, k, err)
 		}
-		// The record keeps what was allocated, so the replay compares the
-		// whole request with it: pool, owner (uid included) and, when
-		// the request names one, the address.
-		if a.Pool != reqs[i].Pool || a.Owner.Key() != reqs[i].Owner.Key() || a.Owner.UID != reqs[i].Owner.UID ||
-			(reqs[i].Address.IsValid() && reqs[i].Address != a.Address) {
-			return nil, false, fmt.Errorf("request %q: %w", id, ErrRequestIDReused)
+		if !decide.Answers(decide.Holding{Pool: a.Pool, Address: a.Address, Owner: a.Owner, Revision: a.Revision}, reqs[i]) {
+			return nil, false, fmt.Errorf("request %q: %w", id, decide.ErrRequestIDReused)
 		}
 		out[i] = a
 	}
@@ -649,13 +682,13 @@ func (s *Allocator) replay(ctx context.Context, id string, reqs []Request) ([]st
 // wonBy answers requests whose commit lost its transaction, in case
 // another request with the same id won it: with that request's result,
 // with ErrRequestIDReused when it asked for something else, or ok=false.
-func (s *Allocator) wonBy(ctx context.Context, id string, reqs []Request) ([]store.Allocation, bool, error) {
+func (s *Allocator) wonBy(ctx context.Context, id string, reqs []decide.Request) ([]store.Allocation, bool, error) {
 	if id == "" {
 		return nil, false, nil
 	}
 	got, ok, err := s.replay(ctx, id, reqs)
 	switch {
-	case errors.Is(err, ErrRequestIDReused):
+	case errors.Is(err, decide.ErrRequestIDReused):
 		return nil, false, err
 	case err != nil || !ok:
 		return nil, false, nil // lost to something else: the caller retries
@@ -673,25 +706,14 @@ func (s *Allocator) getByKey(key string) (store.Allocation, error) {
 			return s.GetAllocation(key[:i], addr)
 		}
 	}
-	return store.Allocation{}, ErrAllocationNotFound
+	return store.Allocation{}, decide.ErrAllocationNotFound
 }
 
 // BatchAllocate allocates every request or none. Requests for owners that
 // already hold an address in the pool get that address back.
-func (s *Allocator) BatchAllocate(ctx context.Context, reqs []Request, requestID string) ([]store.Allocation, error) {
-	if len(reqs) == 0 {
-		return nil, invalid("requests", "EMPTY_BATCH", "at least one request is required")
-	}
-	seen := map[string]bool{}
-	for i := range reqs {
-		if err := reqs[i].validate(fmt.Sprintf("requests[%d].", i)); err != nil {
-			return nil, err
-		}
-		k := reqs[i].Pool + "\x00" + reqs[i].Owner.Key()
-		if seen[k] {
-			return nil, invalid(fmt.Sprintf("requests[%d].owner", i), "DUPLICATE_OWNER", "owner appears twice for pool %s", reqs[i].Pool)
-		}
-		seen[k] = true
+func (s *Allocator) BatchAllocate(ctx context.Context, reqs []decide.Request, requestID string) ([]store.Allocation, error) {
+	if err := decide.ValidateBatch(reqs); err != nil {
+		return nil, err
 	}
 	if requestID != "" {
 		if got, ok, err := s.replay(ctx, requestID, reqs); err != nil || ok {
@@ -708,119 +730,157 @@ func (s *Allocator) BatchAllocate(ctx context.Context, reqs []Request, requestID
 		return err
 	})
 	if errors.Is(err, store.ErrTooLarge) {
-		return nil, &FieldError{Field: "requests", Reason: "BATCH_TOO_LARGE", Err: err, Message: fmt.Sprintf(
+		return nil, &decide.FieldError{Field: "requests", Reason: "BATCH_TOO_LARGE", Err: err, Message: fmt.Sprintf(
 			"%d requests are more than the store takes in one transaction; send fewer per batch (on etcd each takes 3 of --max-txn-ops, 128 by default, and about 600 bytes of --max-request-bytes)", len(reqs))}
 	}
 	return out, err
 }
 
-func (s *Allocator) batchOnce(ctx context.Context, reqs []Request, requestID string) ([]store.Allocation, error) {
-	// Lock the pools involved in name order so batches never deadlock.
-	states := map[string]*poolState{}
-	for _, r := range reqs {
-		if _, ok := states[r.Pool]; ok {
-			continue
-		}
-		ps, err := s.pool(r.Pool)
-		if err != nil {
-			return nil, err
-		}
-		states[r.Pool] = ps
+// batchOnce decides every request of a batch on the state of its pools,
+// all locked (in name order, so batches never deadlock) through the
+// commit: a batch is rare and large, and holding the locks keeps
+// all-or-nothing simple.
+func (s *Allocator) batchOnce(ctx context.Context, reqs []decide.Request, requestID string) ([]store.Allocation, error) {
+	b, err := s.lockBatch(reqs)
+	if err != nil {
+		return nil, err
 	}
-	ids := make([]string, 0, len(states))
-	for id := range states {
-		ids = append(ids, id)
+	defer b.unlock()
+	steps, err := decide.Batch(reqs, func(i int) (*decide.Holding, bool) {
+		ps := b.states[reqs[i].Pool]
+		h, _ := ps.holding(reqs[i].Owner)
+		return h, ps.pending[reqs[i].Owner.Key()] != nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		states[id].mu.Lock()
-	}
-	unlock := func() {
-		for _, id := range ids {
-			states[id].mu.Unlock()
-		}
-	}
-	now := s.now()
-	out := make([]store.Allocation, len(reqs))
-	var fresh []int
-	rollback := func() {
-		for _, i := range fresh {
-			_ = states[reqs[i].Pool].index.Unallocate(out[i].Address)
-		}
-	}
-	txn := store.Txn{}
-	for _, id := range ids {
-		if err := states[id].usable(); err != nil {
-			unlock()
-			return nil, err
-		}
-		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondPoolRevision, Pool: id, Revision: states[id].rec.Revision})
-	}
-	for i, r := range reqs {
-		ps := states[r.Pool]
-		key := r.Owner.Key()
-		if addr, ok := ps.held.Owned(r.Owner); ok {
-			a, _ := ps.held.Get(addr)
-			if _, busy := ps.releasing[addr]; busy || (r.Owner.UID != "" && r.Owner.UID != a.Owner.UID) {
-				// Rare: let the single-request path hand it over, then retry.
-				rollback()
-				unlock()
-				if _, _, err := s.Allocate(ctx, Request{Pool: r.Pool, Owner: r.Owner}); err != nil {
-					return nil, err
-				}
-				return nil, fmt.Errorf("owner %s changed incarnation: %w", key, ErrConflict)
+	for i, st := range steps {
+		switch st {
+		case decide.Rebind, decide.AwaitRelease:
+			// Rare: let the single-request path hand the address over,
+			// then decide the batch again.
+			b.unlock()
+			if _, _, err := s.Allocate(ctx, decide.Request{Pool: reqs[i].Pool, Owner: reqs[i].Owner}); err != nil {
+				return nil, err
 			}
-			out[i] = a
-			continue
+			return nil, fmt.Errorf("owner %s changed incarnation: %w", reqs[i].Owner.Key(), decide.ErrConflict)
+		case decide.AwaitPending:
+			return nil, fmt.Errorf("owner %s has an allocation in flight in pool %s: %w", reqs[i].Owner.Key(), reqs[i].Pool, decide.ErrConflict)
 		}
-		if _, ok := ps.pending[key]; ok {
-			rollback()
-			unlock()
-			return nil, fmt.Errorf("owner %s has an allocation in flight in pool %s: %w", key, r.Pool, ErrConflict)
-		}
-		addr, err := reserve(ps, r, now, fmt.Sprintf("requests[%d].address", i))
-		if err != nil {
-			rollback()
-			unlock()
-			return nil, fmt.Errorf("requests[%d]: %w", i, err)
-		}
-		out[i] = store.Allocation{Pool: r.Pool, Address: addr, Owner: r.Owner, CreateTime: now.UTC(), RequestID: requestID}
-		fresh = append(fresh, i)
-		appendAllocTxn(&txn, out[i])
 	}
-	if requestID != "" {
-		keys := make([]string, len(out))
-		for i, a := range out {
-			keys[i] = allocKey(a.Pool, a.Address)
-		}
-		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondRequestAbsent, RequestID: requestID})
-		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: requestID, Allocations: keys}})
+	out, fresh, err := b.reserve(reqs, steps, requestID, s.now())
+	if err != nil || len(fresh) == 0 {
+		return out, err
 	}
-	if len(fresh) == 0 {
-		unlock()
-		return out, nil
-	}
-	// The pools stay locked during the commit: a batch is rare and large,
-	// and holding the locks keeps all-or-nothing simple.
+	txn := b.txn(out, fresh)
+	appendRequestTxn(&txn, requestID, out)
 	rev, err := s.commit(ctx, txn)
 	if err != nil {
-		rollback()
-		unlock()
+		b.rollback(out, fresh)
+		b.unlock()
 		if errors.Is(err, store.ErrConflict) {
 			if got, ok, err := s.wonBy(ctx, requestID, reqs); err != nil || ok {
 				return got, err
 			}
-			return nil, fmt.Errorf("batch allocate: %w", ErrConflict)
+			return nil, fmt.Errorf("batch allocate: %w", decide.ErrConflict)
 		}
 		return nil, fmt.Errorf("batch allocate: %w", err)
 	}
 	for _, i := range fresh {
 		out[i].Revision = rev
 		a := out[i]
-		s.installOwn(states[a.Pool], &a)
+		s.installOwn(b.states[a.Pool], &a)
 	}
-	unlock()
 	return out, nil
+}
+
+// batch is the pools of a batch, locked.
+type batch struct {
+	ids    []string
+	states map[string]*poolState
+	locked bool
+}
+
+// lockBatch locks the pools of reqs in name order, refusing a batch into
+// a pool that is gone or being deleted.
+func (s *Allocator) lockBatch(reqs []decide.Request) (*batch, error) {
+	b := &batch{states: map[string]*poolState{}}
+	for _, r := range reqs {
+		if _, ok := b.states[r.Pool]; ok {
+			continue
+		}
+		ps, err := s.pool(r.Pool)
+		if err != nil {
+			return nil, err
+		}
+		b.states[r.Pool] = ps
+		b.ids = append(b.ids, r.Pool)
+	}
+	sort.Strings(b.ids)
+	for _, id := range b.ids {
+		b.states[id].mu.Lock()
+	}
+	b.locked = true
+	for _, id := range b.ids {
+		if err := b.states[id].usable(); err != nil {
+			b.unlock()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// unlock unlocks the batch's pools, once.
+func (b *batch) unlock() {
+	if !b.locked {
+		return
+	}
+	b.locked = false
+	for _, id := range b.ids {
+		b.states[id].mu.Unlock()
+	}
+}
+
+// reserve answers the requests decided Keep with what their owners hold
+// and takes an address for those decided Reserve; fresh lists the latter.
+// A refusal gives back what it took.
+func (b *batch) reserve(reqs []decide.Request, steps []decide.Step, requestID string, now time.Time) (out []store.Allocation, fresh []int, err error) {
+	out = make([]store.Allocation, len(reqs))
+	for i, r := range reqs {
+		ps := b.states[r.Pool]
+		if steps[i] == decide.Keep {
+			_, out[i] = ps.holding(r.Owner)
+			continue
+		}
+		addr, err := reserve(ps, r, now, fmt.Sprintf("requests[%d].address", i))
+		if err != nil {
+			b.rollback(out, fresh)
+			return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		out[i] = store.Allocation{Pool: r.Pool, Address: addr, Owner: r.Owner, CreateTime: now.UTC(), RequestID: requestID}
+		fresh = append(fresh, i)
+	}
+	return out, fresh, nil
+}
+
+// rollback gives back the addresses reserve took.
+func (b *batch) rollback(out []store.Allocation, fresh []int) {
+	for _, i := range fresh {
+		_ = b.states[out[i].Pool].index.Unallocate(out[i].Address)
+	}
+}
+
+// txn is the batch's transaction: its pools unchanged, each fresh
+// allocation put where its address and owner are free.
+func (b *batch) txn(out []store.Allocation, fresh []int) store.Txn {
+	var txn store.Txn
+	for _, id := range b.ids {
+		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondPoolRevision, Pool: id, Revision: b.states[id].rec.Revision})
+	}
+	for _, i := range fresh {
+		appendAllocTxn(&txn, out[i])
+	}
+	return txn
 }
 
 // GetAllocation returns the allocation of addr in pool.
@@ -833,7 +893,7 @@ func (s *Allocator) GetAllocation(pool string, addr netip.Addr) (store.Allocatio
 	defer ps.mu.Unlock()
 	a, ok := ps.held.Get(addr)
 	if !ok {
-		return store.Allocation{}, fmt.Errorf("%s in pool %s: %w", addr, pool, ErrAllocationNotFound)
+		return store.Allocation{}, fmt.Errorf("%s in pool %s: %w", addr, pool, decide.ErrAllocationNotFound)
 	}
 	return a, nil
 }
@@ -849,23 +909,9 @@ func (s *Allocator) InRange(pool string, addr netip.Addr) bool {
 	return ps.index.Contains(addr)
 }
 
-// ReleaseRequest selects the allocation to release and its guards.
-type ReleaseRequest struct {
-	Pool string
-	// Address selects by address; otherwise Owner selects by owner key.
-	// With both, the holder of Address must be Owner.
-	Address netip.Addr
-	Owner   store.Owner
-	// Etag, when set, must equal the allocation's etag.
-	Etag string
-	// OwnerUID, when set, must equal the holder's uid.
-	OwnerUID     string
-	AllowMissing bool
-}
-
 // Release frees an allocation if its guards hold. It returns the released
 // allocation, or ok=false when there was none and AllowMissing is set.
-func (s *Allocator) Release(ctx context.Context, req ReleaseRequest) (store.Allocation, bool, error) {
+func (s *Allocator) Release(ctx context.Context, req decide.ReleaseRequest) (store.Allocation, bool, error) {
 	var rec store.Allocation
 	err := s.fresh(ctx, func() error {
 		ps, err := s.pool(req.Pool)
@@ -874,20 +920,20 @@ func (s *Allocator) Release(ctx context.Context, req ReleaseRequest) (store.Allo
 		}
 		for {
 			rec, err = s.releaseOnce(ctx, ps, req)
-			if !errors.Is(err, ErrConflict) {
+			if !errors.Is(err, decide.ErrConflict) {
 				return err
 			}
 			// A concurrent release of the same address finished: look
 			// again.
 		}
 	})
-	if req.AllowMissing && (errors.Is(err, ErrPoolNotFound) || errors.Is(err, ErrAllocationNotFound)) {
+	if req.AllowMissing && (errors.Is(err, decide.ErrPoolNotFound) || errors.Is(err, decide.ErrAllocationNotFound)) {
 		return store.Allocation{}, false, nil
 	}
 	return rec, err == nil, err
 }
 
-func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseRequest) (store.Allocation, error) {
+func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req decide.ReleaseRequest) (store.Allocation, error) {
 	now := s.now()
 	ps.mu.Lock()
 	if err := ps.gate.pass(ctx, &ps.mu); err != nil {
@@ -903,26 +949,20 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 	}
 	if !found {
 		ps.mu.Unlock()
-		return store.Allocation{}, fmt.Errorf("release in pool %s: %w", req.Pool, ErrAllocationNotFound)
+		return store.Allocation{}, fmt.Errorf("release in pool %s: %w", req.Pool, decide.ErrAllocationNotFound)
 	}
-	if ch, busy := ps.releasing[a.Address]; busy {
+	step, err := decide.Release(req, *ps.holdingOf(a))
+	switch {
+	case err != nil:
+		ps.mu.Unlock()
+		return store.Allocation{}, err
+	case step == decide.AwaitRelease:
+		ch := ps.releasing[a.Address]
 		ps.mu.Unlock()
 		if err := wait(ctx, ch); err != nil {
 			return store.Allocation{}, err
 		}
-		return store.Allocation{}, ErrConflict
-	}
-	if req.Etag != "" && req.Etag != Etag(a.Revision) {
-		ps.mu.Unlock()
-		return store.Allocation{}, fmt.Errorf("release %s: etag is %s, not %s: %w", a.Address, Etag(a.Revision), req.Etag, ErrEtagMismatch)
-	}
-	if req.OwnerUID != "" && req.OwnerUID != a.Owner.UID {
-		ps.mu.Unlock()
-		return store.Allocation{}, fmt.Errorf("release %s: held by uid %q, not %q: %w", a.Address, a.Owner.UID, req.OwnerUID, ErrOwnerMismatch)
-	}
-	if req.Address.IsValid() && req.Owner.Kind != "" && req.Owner.Key() != a.Owner.Key() {
-		ps.mu.Unlock()
-		return store.Allocation{}, fmt.Errorf("release %s: held by %s, not by the owner the request names: %w", a.Address, Clip(a.Owner.Key()), ErrOwnerMismatch)
+		return store.Allocation{}, decide.ErrConflict
 	}
 	rec := a
 	txn := store.Txn{
@@ -939,7 +979,7 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 	ps.gate.enter()
 	ps.mu.Unlock()
 
-	_, err := s.commit(ctx, txn)
+	_, err = s.commit(ctx, txn)
 
 	ps.mu.Lock()
 	delete(ps.releasing, rec.Address)
@@ -951,7 +991,7 @@ func (s *Allocator) releaseOnce(ctx context.Context, ps *poolState, req ReleaseR
 	close(ch)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return store.Allocation{}, fmt.Errorf("release %s: changed concurrently: %w", rec.Address, ErrEtagMismatch)
+			return store.Allocation{}, fmt.Errorf("release %s: changed concurrently: %w", rec.Address, decide.ErrEtagMismatch)
 		}
 		return store.Allocation{}, fmt.Errorf("release %s: %w", rec.Address, err)
 	}
@@ -982,7 +1022,7 @@ func (s *Allocator) commit(ctx context.Context, txn store.Txn) (int64, error) {
 	case errors.Is(err, store.ErrUnconfirmed):
 		// Not a fault of the request: the store may yet apply it, and a
 		// retry with the same request id gets its answer.
-		err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		err = fmt.Errorf("%w: %w", decide.ErrStoreUnavailable, err)
 	case err == nil && !s.follow:
 		// Alone on the store, every commit is this Allocator's own.
 		s.followed.advance(rev)
@@ -1020,7 +1060,7 @@ func (s *Allocator) Counters() Counters {
 func retry[T any](ctx context.Context, s *Allocator, once func() (T, bool, error)) (T, bool, error) {
 	for attempt := 0; ; attempt++ {
 		v, ok, err := once()
-		if errors.Is(err, ErrConflict) && attempt < s.conflictRetries() {
+		if errors.Is(err, decide.ErrConflict) && attempt < s.conflictRetries() {
 			if err := s.backoff(ctx, attempt); err != nil {
 				return v, false, err
 			}
@@ -1050,8 +1090,8 @@ func (s *Allocator) fresh(ctx context.Context, op func() error) error {
 // staleErrors are the refusals that may come from a state behind the
 // store.
 var staleErrors = []error{
-	ErrPoolNotFound, ErrPoolExists, ErrPoolOverlap, ErrPoolNotEmpty, ErrCIDRInUse,
-	ErrAllocationNotFound, ErrEtagMismatch, ErrOwnerMismatch, ErrConflict,
+	decide.ErrPoolNotFound, decide.ErrPoolExists, decide.ErrPoolOverlap, decide.ErrPoolNotEmpty, decide.ErrCIDRInUse,
+	decide.ErrAllocationNotFound, decide.ErrEtagMismatch, decide.ErrOwnerMismatch, decide.ErrConflict,
 	ipam.ErrInUse, ipam.ErrExhausted, ipam.ErrInReuseDelay,
 }
 

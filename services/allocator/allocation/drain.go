@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -65,7 +66,7 @@ func (s *Allocator) finishDeletion(ctx context.Context, id string, ps *poolState
 		ps.mu.Unlock()
 		s.mu.Unlock()
 	}
-	if errors.Is(err, ErrEtagMismatch) && s.deletedMeanwhile(ctx, ps) {
+	if errors.Is(err, decide.ErrEtagMismatch) && s.deletedMeanwhile(ctx, ps) {
 		// Another replica finished the same deletion first (an operator
 		// and repair each finishing one cut short): a chunk or the
 		// pool's deletion lost to its deletion of the pool.
@@ -109,7 +110,7 @@ func (s *Allocator) markDeleting(ctx context.Context, ps *poolState) error {
 		Ops:   []store.Op{{Kind: store.OpPutPool, Pool: &next}},
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return fmt.Errorf("delete pool %s: the pool changed meanwhile: %w", next.ID, ErrEtagMismatch)
+		return fmt.Errorf("delete pool %s: the pool changed meanwhile: %w", next.ID, decide.ErrEtagMismatch)
 	}
 	if err != nil {
 		return fmt.Errorf("delete pool %s: mark it deleting: %w", next.ID, err)
@@ -154,7 +155,7 @@ func (s *Allocator) drain(ctx context.Context, id string, ps *poolState) (int, e
 			size /= 2
 			s.logger.Debug("store refused a chunk of a pool's deletion as too large; halving it", "pool", id, "chunk", size)
 		case errors.Is(err, store.ErrConflict):
-			return released, fmt.Errorf("delete pool %s: the pool changed meanwhile: %w", id, ErrEtagMismatch)
+			return released, fmt.Errorf("delete pool %s: the pool changed meanwhile: %w", id, decide.ErrEtagMismatch)
 		default:
 			return released, fmt.Errorf("delete pool %s: release %d allocations: %w", id, len(c.allocs), err)
 		}
@@ -184,7 +185,7 @@ func (s *Allocator) nextChunk(ctx context.Context, id string, ps *poolState, n i
 		return chunk{}, nil
 	}
 	if !ps.rec.Deleting {
-		return chunk{}, fmt.Errorf("delete pool %s: the pool was changed by a replica that does not know deletions in chunks: %w", id, ErrEtagMismatch)
+		return chunk{}, fmt.Errorf("delete pool %s: the pool was changed by a replica that does not know deletions in chunks: %w", id, decide.ErrEtagMismatch)
 	}
 	c := chunk{allocs: make([]store.Allocation, 0, min(n, ps.held.Len())), rev: ps.rec.Revision}
 	ps.held.Ascend(netip.Addr{}, func(a store.Allocation) bool {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
@@ -21,9 +22,9 @@ import (
 func fill(t *testing.T, svc *allocation.Allocator, pool string, n int) {
 	t.Helper()
 	for i := 0; i < n; i += 32 {
-		var reqs []allocation.Request
+		var reqs []decide.Request
 		for j := i; j < min(n, i+32); j++ {
-			reqs = append(reqs, allocation.Request{Pool: pool, Owner: owner(fmt.Sprint("pod-", j))})
+			reqs = append(reqs, decide.Request{Pool: pool, Owner: owner(fmt.Sprint("pod-", j))})
 		}
 		_, err := svc.BatchAllocate(context.Background(), reqs, "")
 		require.NoError(t, err)
@@ -61,9 +62,9 @@ func TestForcedDeletionReleasesInChunks(t *testing.T) {
 	st := memory.New()
 	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(10))
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "small", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "small", decide.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
 	require.NoError(t, err)
 	fill(t, svc, "p", 35)
 	fill(t, svc, "small", 10)
@@ -93,10 +94,10 @@ func TestForcedDeletionReleasesInChunks(t *testing.T) {
 	require.Equal(t, store.EventDeletePool, revs[5][0].Type)
 
 	_, err = svc.GetPool("p")
-	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	require.ErrorIs(t, err, decide.ErrPoolNotFound)
 	// Its range is free again, and a pool of no more than a chunk still
 	// goes in one commit.
-	_, err = svc.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "q", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	before = svc.Counters().Revision
 	n, err = svc.DeletePool(ctx, "small", "", true, false)
@@ -131,13 +132,13 @@ func TestInterruptedDeletionLeavesThePoolDeleting(t *testing.T) {
 	st := failingReleases{Store: mem, on: &failing}
 	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(10))
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "other", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "other", decide.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
 	require.NoError(t, err)
 	fill(t, svc, "p", 25)
 	fill(t, svc, "other", 3)
-	held, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("pod-3")})
+	held, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("pod-3")})
 	require.NoError(t, err)
 
 	failing.Store(true)
@@ -153,20 +154,20 @@ func TestInterruptedDeletionLeavesThePoolDeleting(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, v.Deleting)
 		require.EqualValues(t, 25, v.Stats.Allocated)
-		_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("new")})
-		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+		_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("new")})
+		require.ErrorIs(t, err, decide.ErrPoolDeleting)
 		// An owner that holds an address does not get it back either.
-		_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("pod-3")})
-		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
-		_, err = svc.BatchAllocate(ctx, []allocation.Request{{Pool: "other", Owner: owner("x")}, {Pool: "p", Owner: owner("y")}}, "")
-		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
-		_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{Labels: map[string]string{"a": "b"}}, allocation.UpdateMask{Labels: true}, "", false)
-		require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+		_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("pod-3")})
+		require.ErrorIs(t, err, decide.ErrPoolDeleting)
+		_, err = svc.BatchAllocate(ctx, []decide.Request{{Pool: "other", Owner: owner("x")}, {Pool: "p", Owner: owner("y")}}, "")
+		require.ErrorIs(t, err, decide.ErrPoolDeleting)
+		_, _, err = svc.UpdatePool(ctx, "p", decide.PoolSpec{Labels: map[string]string{"a": "b"}}, decide.UpdateMask{Labels: true}, "", false)
+		require.ErrorIs(t, err, decide.ErrPoolDeleting)
 		_, err = svc.DeletePool(ctx, "p", "", false, false)
-		require.ErrorIs(t, err, allocation.ErrPoolNotEmpty)
+		require.ErrorIs(t, err, decide.ErrPoolNotEmpty)
 		// The pool's range stays taken while it holds addresses.
-		_, err = svc.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/25"}})
-		require.ErrorIs(t, err, allocation.ErrPoolOverlap)
+		_, err = svc.CreatePool(ctx, "q", decide.PoolSpec{CIDRs: []string{"10.0.0.0/25"}})
+		require.ErrorIs(t, err, decide.ErrPoolOverlap)
 	}
 	refused(svc)
 	// Nothing of the batch above was kept in the other pool.
@@ -179,7 +180,7 @@ func TestInterruptedDeletionLeavesThePoolDeleting(t *testing.T) {
 	require.NoError(t, err)
 	refused(svc)
 	// Releases go on as before.
-	rel, ok, err := svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: held.Address})
+	rel, ok, err := svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: held.Address})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, held.Address, rel.Address)
@@ -189,7 +190,7 @@ func TestInterruptedDeletionLeavesThePoolDeleting(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 24, n)
 	_, err = svc.GetPool("p")
-	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	require.ErrorIs(t, err, decide.ErrPoolNotFound)
 	snap, err := mem.Snapshot(ctx)
 	require.NoError(t, err)
 	require.Len(t, snap.Allocations, 3)
@@ -217,7 +218,7 @@ func TestDeletionChunksShrinkToWhatTheStoreTakes(t *testing.T) {
 	st := &tooLarge{Store: memory.New(), max: 1 << 20}
 	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(64))
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	fill(t, svc, "p", 200)
 	st.max = 12
@@ -227,7 +228,7 @@ func TestDeletionChunksShrinkToWhatTheStoreTakes(t *testing.T) {
 	// 64, 32 and 16 were refused once each; 8 went on from there.
 	require.EqualValues(t, 3, st.refused.Load())
 	_, err = svc.GetPool("p")
-	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	require.ErrorIs(t, err, decide.ErrPoolNotFound)
 }
 
 // pauseRelease holds the first commit that only releases allocations
@@ -262,7 +263,7 @@ func TestReplicasDeleteALargePoolInChunks(t *testing.T) {
 		return st
 	})
 	a, b := rs[0], rs[1]
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/16"}})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/16"}})
 	require.NoError(t, err)
 	const n = 5000
 	fill(t, a, "p", n)
@@ -285,10 +286,10 @@ func TestReplicasDeleteALargePoolInChunks(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, v.Deleting)
 	require.EqualValues(t, n, v.Stats.Allocated)
-	_, _, err = b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("late")})
-	require.ErrorIs(t, err, allocation.ErrPoolDeleting)
-	_, _, err = b.UpdatePool(ctx, "p", allocation.PoolSpec{ReuseDelay: time.Second}, allocation.UpdateMask{ReuseDelay: true}, "", false)
-	require.ErrorIs(t, err, allocation.ErrPoolDeleting)
+	_, _, err = b.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("late")})
+	require.ErrorIs(t, err, decide.ErrPoolDeleting)
+	_, _, err = b.UpdatePool(ctx, "p", decide.PoolSpec{ReuseDelay: time.Second}, decide.UpdateMask{ReuseDelay: true}, "", false)
+	require.ErrorIs(t, err, decide.ErrPoolDeleting)
 	close(pause.resume)
 	r := <-done
 	require.NoError(t, r.err)
@@ -310,7 +311,7 @@ func TestReplicasDeleteALargePoolInChunks(t *testing.T) {
 
 	require.NoError(t, b.Sync(ctx))
 	_, err = b.GetPool("p")
-	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	require.ErrorIs(t, err, decide.ErrPoolNotFound)
 	require.Zero(t, b.Counters().Rebuilds)
 	require.Zero(t, b.Counters().WatchRestarts)
 }
@@ -336,7 +337,7 @@ func TestDeletionOutlivesItsRequest(t *testing.T) {
 	st := &heldReleases{Store: memory.New(), open: make(chan struct{})}
 	svc, err := allocation.New(ctx, st, allocation.WithDeleteChunk(10))
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	fill(t, svc, "p", 35)
 
@@ -359,7 +360,7 @@ func TestDeletionOutlivesItsRequest(t *testing.T) {
 	close(st.open)
 	require.Eventually(t, func() bool {
 		_, err := svc.GetPool("p")
-		return errors.Is(err, allocation.ErrPoolNotFound)
+		return errors.Is(err, decide.ErrPoolNotFound)
 	}, 10*time.Second, time.Millisecond)
 	require.EqualValues(t, 4, st.arrived.Load(), "10, 10, 10 and 5, once")
 	n, err := svc.DeletePool(ctx, "p", "", true, true)
@@ -379,7 +380,7 @@ func TestReplicasFinishOneDeletionTogether(t *testing.T) {
 		pool, cidr string
 		n          int
 	}{{"chunks", "10.0.0.0/16", 1000}, {"one-commit", "10.1.0.0/16", 20}} {
-		_, err := rs[0].CreatePool(ctx, c.pool, allocation.PoolSpec{CIDRs: []string{c.cidr}})
+		_, err := rs[0].CreatePool(ctx, c.pool, decide.PoolSpec{CIDRs: []string{c.cidr}})
 		require.NoError(t, err)
 		fill(t, rs[0], c.pool, c.n)
 		// What a replica that stopped after marking the pool leaves.
@@ -403,7 +404,7 @@ func TestReplicasFinishOneDeletionTogether(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for i, r := range rs {
-			wg.Go(func() { _, errs[i] = r.DeletePool(ctx, c.pool, allocation.Etag(v.Revision), true, false) })
+			wg.Go(func() { _, errs[i] = r.DeletePool(ctx, c.pool, decide.Etag(v.Revision), true, false) })
 		}
 		wg.Wait()
 		require.NoError(t, errs[0], "%s through the first replica", c.pool)
@@ -411,7 +412,7 @@ func TestReplicasFinishOneDeletionTogether(t *testing.T) {
 		for _, r := range rs {
 			require.NoError(t, r.Sync(ctx))
 			_, err := r.GetPool(c.pool)
-			require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+			require.ErrorIs(t, err, decide.ErrPoolNotFound)
 		}
 	}
 	snap, err := stores[1].Snapshot(ctx)

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -341,7 +342,7 @@ func (s *Allocator) sync(ctx context.Context, r revisioner) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		return fmt.Errorf("read the store's revision: %w: %w", ErrStoreUnavailable, err)
+		return fmt.Errorf("read the store's revision: %w: %w", decide.ErrStoreUnavailable, err)
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("plexus.store.revision", rev))
 	return s.applied(ctx, rev)
@@ -359,7 +360,7 @@ func (s *Allocator) applied(ctx context.Context, rev int64) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		return fmt.Errorf("applied revision %d, the store is at %d: %w", s.followed.load(), rev, ErrBehind)
+		return fmt.Errorf("applied revision %d, the store is at %d: %w", s.followed.load(), rev, decide.ErrBehind)
 	}
 	return nil
 }

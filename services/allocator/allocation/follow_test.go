@@ -17,6 +17,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
@@ -76,44 +77,44 @@ func TestReplicasFollowEachOther(t *testing.T) {
 	a, b := rs[0], rs[1]
 
 	// A pool created through one replica is served by the other.
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, err := b.GetPool("p"); return err == nil }, 10*time.Second, 10*time.Millisecond)
 
 	// b's index learns a's allocation: b hands out the next address, not
 	// the same one, and the same owner gets a's address back from b.
-	x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	x, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(allocations(t, b, "p")) == 1 }, 10*time.Second, 10*time.Millisecond)
-	y, _, err := b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
+	y, _, err := b.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y")})
 	require.NoError(t, err)
 	require.NotEqual(t, x.Address, y.Address)
-	again, created, err := b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	again, created, err := b.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, x.Address, again.Address)
 
 	// A release through b frees the address in a too.
-	_, _, err = b.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: x.Address, Etag: allocation.Etag(x.Revision)})
+	_, _, err = b.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: x.Address, Etag: decide.Etag(x.Revision)})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, ok := allocations(t, a, "p")[x.Address]; return !ok }, 10*time.Second, 10*time.Millisecond)
-	z, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("z"), Address: x.Address})
+	z, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("z"), Address: x.Address})
 	require.NoError(t, err, "the released address is free again on the other replica")
 	require.Equal(t, x.Address, z.Address)
 
 	// A pool deleted through b is gone from a.
-	_, err = b.CreatePool(ctx, "gone", allocation.PoolSpec{CIDRs: []string{"10.0.9.0/29"}})
+	_, err = b.CreatePool(ctx, "gone", decide.PoolSpec{CIDRs: []string{"10.0.9.0/29"}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, err := a.GetPool("gone"); return err == nil }, 10*time.Second, 10*time.Millisecond)
 	_, err = b.DeletePool(ctx, "gone", "", false, false)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, err := a.GetPool("gone")
-		return errors.Is(err, allocation.ErrPoolNotFound)
+		return errors.Is(err, decide.ErrPoolNotFound)
 	}, 10*time.Second, 10*time.Millisecond)
 
 	// A pool update through a reaches b.
-	_, _, err = a.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29", "10.0.1.0/29"}}, allocation.UpdateMask{CIDRs: true}, "", false)
+	_, _, err = a.UpdatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/29", "10.0.1.0/29"}}, decide.UpdateMask{CIDRs: true}, "", false)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		v, err := b.GetPool("p")
@@ -129,7 +130,7 @@ func TestReplicasFollowEachOther(t *testing.T) {
 func TestReplicasNeverHandOutAnAddressTwice(t *testing.T) {
 	ctx := context.Background()
 	rs := replicas(t, 2)
-	_, err := rs[0].CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/28"}})
+	_, err := rs[0].CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/28"}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, err := rs[1].GetPool("p"); return err == nil }, 10*time.Second, 10*time.Millisecond)
 
@@ -148,8 +149,8 @@ func TestReplicasNeverHandOutAnAddressTwice(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(r), uint64(c)))
 				for i := range rounds {
 					name := fmt.Sprintf("r%d-c%d-%d", r, c, i)
-					a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner(name)})
-					if errors.Is(err, ipam.ErrExhausted) || errors.Is(err, allocation.ErrConflict) {
+					a, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner(name)})
+					if errors.Is(err, ipam.ErrExhausted) || errors.Is(err, decide.ErrConflict) {
 						mu.Lock()
 						if errors.Is(err, ipam.ErrExhausted) {
 							exhausted++
@@ -170,7 +171,7 @@ func TestReplicasNeverHandOutAnAddressTwice(t *testing.T) {
 					mu.Lock()
 					delete(holder, a.Address)
 					mu.Unlock()
-					_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, Etag: allocation.Etag(a.Revision)})
+					_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address, Etag: decide.Etag(a.Revision)})
 					require.NoError(t, err)
 				}
 			})
@@ -253,13 +254,13 @@ func TestFollowerResumesAtOnceWhenTooSlow(t *testing.T) {
 		return cut
 	}, allocation.WithFollowRetry(time.Hour))
 	a, b := rs[0], rs[1]
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))
 
 	close(cut.cut)
 	require.Eventually(t, func() bool { return b.Counters().WatchRestarts == 1 }, 10*time.Second, time.Millisecond)
-	x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	x, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -296,9 +297,9 @@ func testFollowerAfterCompaction(t *testing.T, inMemoryToo bool) {
 		return cut
 	})
 	a, b := rs[0], rs[1]
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
 	require.NoError(t, err)
-	_, err = a.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.0.1.0/29"}})
+	_, err = a.CreatePool(ctx, "q", decide.PoolSpec{CIDRs: []string{"10.0.1.0/29"}})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))
 	_, err = b.GetPool("q")
@@ -306,7 +307,7 @@ func testFollowerAfterCompaction(t *testing.T, inMemoryToo bool) {
 
 	close(cut.cut)
 	require.Eventually(t, func() bool { return b.Counters().WatchRestarts == 1 }, 10*time.Second, time.Millisecond)
-	x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	x, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 	_, err = a.DeletePool(ctx, "q", "", false, false)
 	require.NoError(t, err)
@@ -324,7 +325,7 @@ func testFollowerAfterCompaction(t *testing.T, inMemoryToo bool) {
 	require.NoError(t, b.Sync(ctx))
 	require.Equal(t, map[netip.Addr]string{x.Address: "x"}, allocations(t, b, "p"))
 	_, err = b.GetPool("q")
-	require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+	require.ErrorIs(t, err, decide.ErrPoolNotFound)
 	n := b.Counters()
 	require.GreaterOrEqual(t, n.Revision, rev)
 	require.Equal(t, uint64(1), n.WatchRestarts)
@@ -334,11 +335,11 @@ func testFollowerAfterCompaction(t *testing.T, inMemoryToo bool) {
 
 	// b follows again: a's next allocation reaches it, and b does not
 	// hand the same address out.
-	y, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
+	y, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y")})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))
 	require.Equal(t, map[netip.Addr]string{x.Address: "x", y.Address: "y"}, allocations(t, b, "p"))
-	z, _, err := b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("z")})
+	z, _, err := b.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("z")})
 	require.NoError(t, err)
 	require.NotContains(t, []netip.Addr{x.Address, y.Address}, z.Address)
 }
@@ -349,7 +350,7 @@ func pairWithPool(t *testing.T, cidr string) (a, b *allocation.Allocator) {
 	t.Helper()
 	rs := replicas(t, 2)
 	a, b = rs[0], rs[1]
-	_, err := a.CreatePool(context.Background(), "p", allocation.PoolSpec{CIDRs: []string{cidr}})
+	_, err := a.CreatePool(context.Background(), "p", decide.PoolSpec{CIDRs: []string{cidr}})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(context.Background()))
 	_, err = b.GetPool("p")
@@ -364,18 +365,18 @@ func TestSyncReadsWhatAnyReplicaCommitted(t *testing.T) {
 	ctx := context.Background()
 	a, b := pairWithPool(t, "10.0.0.0/24")
 	for i := range 50 {
-		got, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner(fmt.Sprint("o", i))})
+		got, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner(fmt.Sprint("o", i))})
 		require.NoError(t, err)
 		require.NoError(t, b.Sync(ctx))
 		seen, err := b.GetAllocation("p", got.Address)
 		require.NoError(t, err, "allocation %d, acknowledged by a", i)
 		require.Equal(t, got.Revision, seen.Revision)
 
-		_, _, err = a.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: got.Address})
+		_, _, err = a.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: got.Address})
 		require.NoError(t, err)
 		require.NoError(t, b.Sync(ctx))
 		_, err = b.GetAllocation("p", got.Address)
-		require.ErrorIs(t, err, allocation.ErrAllocationNotFound, "release %d, acknowledged by a", i)
+		require.ErrorIs(t, err, decide.ErrAllocationNotFound, "release %d, acknowledged by a", i)
 	}
 }
 
@@ -387,7 +388,7 @@ func TestRetryOnAnotherReplica(t *testing.T) {
 	ctx := context.Background()
 	a, b := pairWithPool(t, "10.0.0.0/24")
 	for i := range 100 {
-		req := allocation.Request{Pool: "p", Owner: owner(fmt.Sprint("o", i)), RequestID: fmt.Sprint("req-", i)}
+		req := decide.Request{Pool: "p", Owner: owner(fmt.Sprint("o", i)), RequestID: fmt.Sprint("req-", i)}
 		first, _, err := a.Allocate(ctx, req)
 		require.NoError(t, err)
 		again, created, err := b.Allocate(ctx, req)
@@ -407,25 +408,25 @@ func TestNegativeAnswersAreFresh(t *testing.T) {
 	for i := range 30 {
 		id := fmt.Sprint("q", i)
 		cidr := fmt.Sprintf("10.1.%d.0/29", i)
-		_, err := a.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{cidr}})
+		_, err := a.CreatePool(ctx, id, decide.PoolSpec{CIDRs: []string{cidr}})
 		require.NoError(t, err)
-		x, _, err := b.Allocate(ctx, allocation.Request{Pool: id, Owner: owner("x")})
+		x, _, err := b.Allocate(ctx, decide.Request{Pool: id, Owner: owner("x")})
 		require.NoError(t, err, "round %d: allocate in the pool just created through a", i)
 
-		_, _, err = b.Release(ctx, allocation.ReleaseRequest{Pool: id, Address: x.Address})
+		_, _, err = b.Release(ctx, decide.ReleaseRequest{Pool: id, Address: x.Address})
 		require.NoError(t, err)
-		y, _, err := a.Allocate(ctx, allocation.Request{Pool: id, Owner: owner("y"), Address: x.Address})
+		y, _, err := a.Allocate(ctx, decide.Request{Pool: id, Owner: owner("y"), Address: x.Address})
 		require.NoError(t, err, "round %d: the address b has just released", i)
 
-		rebound, _, err := a.Allocate(ctx, allocation.Request{Pool: id, Owner: store.Owner{Cluster: "a", Kind: "Pod", Namespace: "default", Name: "y", UID: "uid-y2"}})
+		rebound, _, err := a.Allocate(ctx, decide.Request{Pool: id, Owner: decide.Owner{Cluster: "a", Kind: "Pod", Namespace: "default", Name: "y", UID: "uid-y2"}})
 		require.NoError(t, err)
 		require.Equal(t, y.Address, rebound.Address)
-		_, _, err = b.Release(ctx, allocation.ReleaseRequest{Pool: id, Address: y.Address, Etag: allocation.Etag(rebound.Revision), OwnerUID: "uid-y2"})
+		_, _, err = b.Release(ctx, decide.ReleaseRequest{Pool: id, Address: y.Address, Etag: decide.Etag(rebound.Revision), OwnerUID: "uid-y2"})
 		require.NoError(t, err, "round %d: release with the etag and uid of a's rebind", i)
 
 		_, err = a.DeletePool(ctx, id, "", false, false)
 		require.NoError(t, err)
-		_, err = b.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{cidr}})
+		_, err = b.CreatePool(ctx, id, decide.PoolSpec{CIDRs: []string{cidr}})
 		require.NoError(t, err, "round %d: create again the pool a has just deleted", i)
 		_, err = b.DeletePool(ctx, id, "", false, false)
 		require.NoError(t, err)
@@ -442,19 +443,19 @@ func TestPoolChangesSeeOtherReplicasAllocations(t *testing.T) {
 	for i := range 30 {
 		id := fmt.Sprint("q", i)
 		held, other := fmt.Sprintf("10.1.%d.0/29", i), fmt.Sprintf("10.2.%d.0/29", i)
-		_, err := b.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{held}})
+		_, err := b.CreatePool(ctx, id, decide.PoolSpec{CIDRs: []string{held}})
 		require.NoError(t, err)
 		require.NoError(t, a.Sync(ctx))
-		x, _, err := a.Allocate(ctx, allocation.Request{Pool: id, Owner: owner("x")})
+		x, _, err := a.Allocate(ctx, decide.Request{Pool: id, Owner: owner("x")})
 		require.NoError(t, err)
 
 		update := func() {
-			_, _, err := b.UpdatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{other}}, allocation.UpdateMask{CIDRs: true}, "", false)
-			require.ErrorIs(t, err, allocation.ErrCIDRInUse, "round %d", i)
+			_, _, err := b.UpdatePool(ctx, id, decide.PoolSpec{CIDRs: []string{other}}, decide.UpdateMask{CIDRs: true}, "", false)
+			require.ErrorIs(t, err, decide.ErrCIDRInUse, "round %d", i)
 		}
 		del := func() {
 			_, err := b.DeletePool(ctx, id, "", false, false)
-			require.ErrorIs(t, err, allocation.ErrPoolNotEmpty, "round %d", i)
+			require.ErrorIs(t, err, decide.ErrPoolNotEmpty, "round %d", i)
 		}
 		// Whichever comes first meets a replica that may not have
 		// applied the allocation yet.
@@ -513,11 +514,11 @@ func TestWholeCommitsApplied(t *testing.T) {
 		return st
 	})
 	a, b := rs[0], rs[1]
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))
 	for i := range 3 {
-		reqs := []allocation.Request{{Pool: "p", Owner: owner(fmt.Sprint("x", i))}, {Pool: "p", Owner: owner(fmt.Sprint("y", i))}}
+		reqs := []decide.Request{{Pool: "p", Owner: owner(fmt.Sprint("x", i))}, {Pool: "p", Owner: owner(fmt.Sprint("y", i))}}
 		first, err := a.BatchAllocate(ctx, reqs, fmt.Sprint("batch-", i))
 		require.NoError(t, err)
 		if i%2 == 0 {
@@ -567,14 +568,14 @@ func TestLateCommitAnswerDoesNotResurrect(t *testing.T) {
 		return st
 	})
 	a, b := rs[0], rs[1]
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))
 
 	late.armed.Store(true)
 	done := make(chan store.Allocation)
 	go func() {
-		x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+		x, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 		assert.NoError(t, err)
 		done <- x
 	}()
@@ -584,7 +585,7 @@ func TestLateCommitAnswerDoesNotResurrect(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	addr := list[0].Address
-	_, _, err = b.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: addr})
+	_, _, err = b.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: addr})
 	require.NoError(t, err)
 	require.NoError(t, a.Sync(ctx))
 	require.Equal(t, addr, (<-done).Address)
@@ -593,11 +594,11 @@ func TestLateCommitAnswerDoesNotResurrect(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, snap.Allocations)
 	_, err = a.GetAllocation("p", addr)
-	require.ErrorIs(t, err, allocation.ErrAllocationNotFound, "released through b")
-	again, created, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	require.ErrorIs(t, err, decide.ErrAllocationNotFound, "released through b")
+	again, created, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 	require.True(t, created, "x holds nothing since the release")
-	y, _, err := b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), Address: addr})
+	y, _, err := b.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y"), Address: addr})
 	require.NoError(t, err)
 	require.NotEqual(t, y.Address, again.Address)
 }
@@ -608,18 +609,18 @@ func TestFollowedPoolUpdateKeepsReuseDelay(t *testing.T) {
 	ctx := context.Background()
 	rs := replicas(t, 2)
 	a, b := rs[0], rs[1]
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}, ReuseDelay: time.Hour})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}, ReuseDelay: time.Hour})
 	require.NoError(t, err)
-	x, _, err := a.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	x, _, err := a.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
-	_, _, err = a.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: x.Address})
+	_, _, err = a.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: x.Address})
 	require.NoError(t, err)
-	_, _, err = a.UpdatePool(ctx, "p", allocation.PoolSpec{Labels: map[string]string{"k": "v"}}, allocation.UpdateMask{Labels: true}, "", false)
+	_, _, err = a.UpdatePool(ctx, "p", decide.PoolSpec{Labels: map[string]string{"k": "v"}}, decide.UpdateMask{Labels: true}, "", false)
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))
 	v, err := b.GetPool("p")
 	require.NoError(t, err)
 	require.Equal(t, "v", v.Labels["k"], "b has applied the update")
-	_, _, err = b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), Address: x.Address})
+	_, _, err = b.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y"), Address: x.Address})
 	require.ErrorIs(t, err, ipam.ErrInReuseDelay)
 }

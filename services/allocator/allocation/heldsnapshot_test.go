@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
@@ -104,11 +105,11 @@ func testWatchSnapshotFromMemoryIsExact(t *testing.T, watched string) {
 	svc, _ := newService(t, rec)
 	loaded := rec.snapshots // the one New loads from
 	ctx := context.Background()
-	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "other", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "other", decide.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "empty", allocation.PoolSpec{CIDRs: []string{"10.2.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "empty", decide.PoolSpec{CIDRs: []string{"10.2.0.0/24"}})
 	require.NoError(t, err)
 
 	stop := make(chan struct{})
@@ -128,9 +129,9 @@ func testWatchSnapshotFromMemoryIsExact(t *testing.T, watched string) {
 				}
 				o := owner(fmt.Sprintf("o%d", rng.IntN(150)))
 				if rng.IntN(2) == 0 {
-					_, _, _ = svc.Allocate(ctx, allocation.Request{Pool: pool, Owner: o})
+					_, _, _ = svc.Allocate(ctx, decide.Request{Pool: pool, Owner: o})
 				} else {
-					_, _, _ = svc.Release(ctx, allocation.ReleaseRequest{Pool: pool, Owner: o, AllowMissing: true})
+					_, _, _ = svc.Release(ctx, decide.ReleaseRequest{Pool: pool, Owner: o, AllowMissing: true})
 				}
 			}
 		})
@@ -232,14 +233,14 @@ func equal(a, b map[netip.Addr]string) bool {
 func TestWatchSnapshotChunks(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/20"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/20"}})
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "q", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	_, err = svc.CreatePool(ctx, "q", decide.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
 	require.NoError(t, err)
 	fill := func(pool string, from, n int) {
-		reqs := make([]allocation.Request, n)
+		reqs := make([]decide.Request, n)
 		for i := range reqs {
-			reqs[i] = allocation.Request{Pool: pool, Owner: owner(fmt.Sprintf("%s%d", pool, from+i))}
+			reqs[i] = decide.Request{Pool: pool, Owner: owner(fmt.Sprintf("%s%d", pool, from+i))}
 		}
 		_, err := svc.BatchAllocate(ctx, reqs, "")
 		require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
@@ -97,7 +98,7 @@ func pagedReplicas(t *testing.T) (a, b *allocation.Allocator, counted *countedEt
 	a, b = rs[0], rs[1]
 	ctx := t.Context()
 	for id, cidr := range map[string]string{"a": "10.0.0.0/20", "b": "10.1.0.0/20", "c": "fd00::/112"} {
-		_, err := a.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{cidr}})
+		_, err := a.CreatePool(ctx, id, decide.PoolSpec{CIDRs: []string{cidr}})
 		require.NoError(t, err)
 	}
 	seedStore(t, stores[0], "a", netip.MustParseAddr("10.0.0.10"), 5000)
@@ -130,7 +131,7 @@ func TestFollowerWatchOfEveryPoolReadsPages(t *testing.T) {
 	// Between the first chunk, read to fix the revision, and the rest.
 	first := w1.Next(ctx)
 	require.NotNil(t, first.Chunk)
-	late, _, err := a.Allocate(ctx, allocation.Request{Pool: "b", Owner: owner("late")})
+	late, _, err := a.Allocate(ctx, decide.Request{Pool: "b", Owner: owner("late")})
 	require.NoError(t, err)
 
 	rev, got, chunks, err := readSnapshot(t, w1)
@@ -197,13 +198,13 @@ func TestFollowerWatchSnapshotCompacted(t *testing.T) {
 	defer w.Close()
 	require.NotNil(t, w.Next(ctx).Chunk)
 
-	late, _, err := a.Allocate(ctx, allocation.Request{Pool: "b", Owner: owner("late")})
+	late, _, err := a.Allocate(ctx, decide.Request{Pool: "b", Owner: owner("late")})
 	require.NoError(t, err)
 	require.NoError(t, st.Compact(ctx, late.Revision))
 	_, _, _, err = readSnapshot(t, w)
-	require.ErrorIs(t, err, allocation.ErrRevisionTooOld)
+	require.ErrorIs(t, err, decide.ErrRevisionTooOld)
 	require.ErrorIs(t, err, store.ErrCompacted)
-	require.ErrorIs(t, w.Next(ctx).Err, allocation.ErrRevisionTooOld, "and again after")
+	require.ErrorIs(t, w.Next(ctx).Err, decide.ErrRevisionTooOld, "and again after")
 
 	again, err := b.Watch(ctx, "-", 0)
 	require.NoError(t, err)
@@ -248,7 +249,7 @@ func benchStore(b *testing.B) (open func() *etcd.Store, sizes map[string]int) {
 			var ops []store.Op
 			for ; done < n && len(ops) < 500; done++ {
 				ops = append(ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{Pool: id, Address: first,
-					Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", done), UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", done)}}})
+					Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", done), UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", done)}}})
 				first = first.Next()
 			}
 			_, err := seeder.Commit(ctx, store.Txn{Ops: ops})
@@ -435,6 +436,6 @@ func TestStreamedLoadMatchesSnapshot(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, gotList, 5340)
 	require.Equal(t, wantList, gotList)
-	_, _, err = streamed.Allocate(ctx, allocation.Request{Pool: "b", Owner: owner("wants-kept"), Address: kept})
+	_, _, err = streamed.Allocate(ctx, decide.Request{Pool: "b", Owner: owner("wants-kept"), Address: kept})
 	require.ErrorIs(t, err, ipam.ErrInReuseDelay, "the quarantine holds")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
@@ -91,19 +92,19 @@ func TestOverlappingPoolsThroughTwoReplicas(t *testing.T) {
 	g.armed.Store(true)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.CreatePool(ctx, "narrow", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/25"}})
+		_, err := b.CreatePool(ctx, "narrow", decide.PoolSpec{CIDRs: []string{"10.0.0.0/25"}})
 		errc <- err
 	}()
 	<-g.held
-	_, err := a.CreatePool(ctx, "wide", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err := a.CreatePool(ctx, "wide", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	close(g.open)
-	require.ErrorIs(t, <-errc, allocation.ErrPoolOverlap)
+	require.ErrorIs(t, <-errc, decide.ErrPoolOverlap)
 
 	for _, r := range []*allocation.Allocator{a, b} {
 		require.NoError(t, r.Sync(ctx))
 		_, err := r.GetPool("narrow")
-		require.ErrorIs(t, err, allocation.ErrPoolNotFound)
+		require.ErrorIs(t, err, decide.ErrPoolNotFound)
 	}
 
 	// Pools that do not overlap are created through both at once as
@@ -112,11 +113,11 @@ func TestOverlappingPoolsThroughTwoReplicas(t *testing.T) {
 	a, b = gatedReplicas(t, 1, g2)
 	g2.armed.Store(true)
 	go func() {
-		_, err := b.CreatePool(ctx, "one", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+		_, err := b.CreatePool(ctx, "one", decide.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
 		errc <- err
 	}()
 	<-g2.held
-	_, err = a.CreatePool(ctx, "two", allocation.PoolSpec{CIDRs: []string{"10.2.0.0/24"}})
+	_, err = a.CreatePool(ctx, "two", decide.PoolSpec{CIDRs: []string{"10.2.0.0/24"}})
 	require.NoError(t, err)
 	close(g2.open)
 	require.NoError(t, <-errc, "a conflict on another pool is decided again")
@@ -130,22 +131,22 @@ func TestPoolUpdateRacesAnAllocation(t *testing.T) {
 	ctx := context.Background()
 	g := newGate(store.OpPutPool, false)
 	a, b := gatedReplicas(t, 0, g)
-	_, err := a.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	_, err := a.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(ctx))
 
 	g.armed.Store(true)
 	errc := make(chan error, 1)
 	go func() {
-		_, _, err := a.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/25"}}, allocation.UpdateMask{CIDRs: true}, "", false)
+		_, _, err := a.UpdatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.1.0.0/25"}}, decide.UpdateMask{CIDRs: true}, "", false)
 		errc <- err
 	}()
 	<-g.held
 	addr := netip.MustParseAddr("10.1.0.200")
-	_, _, err = b.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), Address: addr})
+	_, _, err = b.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x"), Address: addr})
 	require.NoError(t, err)
 	close(g.open)
-	require.ErrorIs(t, <-errc, allocation.ErrCIDRInUse)
+	require.ErrorIs(t, <-errc, decide.ErrCIDRInUse)
 
 	require.NoError(t, a.Sync(ctx))
 	v, err := a.GetPool("p")
@@ -164,19 +165,19 @@ func TestPoolUpdateRacesAnAllocationInFlight(t *testing.T) {
 	ctx := context.Background()
 	g := newGate(store.OpPutAllocation, true)
 	svc, _ := newService(t, gatedStore{Store: memory.New(), g: g})
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.1.0.0/24"}})
 	require.NoError(t, err)
 
 	g.armed.Store(true)
 	addr := netip.MustParseAddr("10.1.0.200")
 	errc := make(chan error, 1)
 	go func() {
-		_, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), Address: addr})
+		_, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x"), Address: addr})
 		errc <- err
 	}()
 	<-g.held
-	_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/25"}}, allocation.UpdateMask{CIDRs: true}, "", false)
-	require.ErrorIs(t, err, allocation.ErrConflict)
+	_, _, err = svc.UpdatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.1.0.0/25"}}, decide.UpdateMask{CIDRs: true}, "", false)
+	require.ErrorIs(t, err, decide.ErrConflict)
 	close(g.open)
 	require.NoError(t, <-errc)
 
@@ -184,6 +185,6 @@ func TestPoolUpdateRacesAnAllocationInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"10.1.0.0/24"}, v.CIDRs)
 	require.Zero(t, v.Stats.OutOfRange)
-	_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/25"}}, allocation.UpdateMask{CIDRs: true}, "", false)
-	require.ErrorIs(t, err, allocation.ErrCIDRInUse, "once the allocation is in")
+	_, _, err = svc.UpdatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.1.0.0/25"}}, decide.UpdateMask{CIDRs: true}, "", false)
+	require.ErrorIs(t, err, decide.ErrCIDRInUse, "once the allocation is in")
 }

@@ -2,8 +2,6 @@ package allocation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"iter"
@@ -12,76 +10,12 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"strings"
-	"time"
 
 	"github.com/plexusnet/plexus/internal/netparse"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
-
-// ValidatePoolID checks a pool id: a DNS label that starts with a letter.
-func ValidatePoolID(field, id string) error {
-	if !isPoolID(id) {
-		return invalid(field, "INVALID_POOL_ID", "pool id %s must be 1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'", Clip(id))
-	}
-	return nil
-}
-
-// isPoolID reports whether id matches ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$.
-// It runs on every call, so it is a loop rather than a regular expression
-// (which cost a tenth of the allocator's CPU per call under load).
-func isPoolID(id string) bool {
-	if len(id) == 0 || len(id) > 63 || id[0] < 'a' || id[0] > 'z' || id[len(id)-1] == '-' {
-		return false
-	}
-	for i := 1; i < len(id); i++ {
-		c := id[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-// Request asks for one address.
-type Request struct {
-	Pool  string
-	Owner store.Owner
-	// Address, when valid, asks for this address.
-	Address   netip.Addr
-	RequestID string
-}
-
-func (r Request) validate(prefix string) error {
-	if err := ValidatePoolID(prefix+"pool", r.Pool); err != nil {
-		return err
-	}
-	if r.Owner.Kind == "" {
-		return invalid(prefix+"owner.kind", "REQUIRED", "owner kind is required")
-	}
-	if r.Owner.Name == "" {
-		return invalid(prefix+"owner.name", "REQUIRED", "owner name is required")
-	}
-	for _, f := range []struct{ name, v string }{{"cluster", r.Owner.Cluster}, {"kind", r.Owner.Kind}, {"namespace", r.Owner.Namespace}, {"name", r.Owner.Name}, {"uid", r.Owner.UID}} {
-		if err := validateOwnerField(prefix+"owner."+f.name, f.v); err != nil {
-			return err
-		}
-	}
-	if len(r.RequestID) > 128 {
-		return invalid(prefix+"request_id", "INVALID_REQUEST_ID", "request_id must be at most 128 characters")
-	}
-	return nil
-}
-
-// PoolSpec is what a user sets on a pool.
-type PoolSpec struct {
-	CIDRs        []string
-	Reserved     []string
-	ReuseDelay   time.Duration
-	Labels       map[string]string
-	AllowOverlap bool
-}
 
 // PoolView is a pool with its live statistics.
 type PoolView struct {
@@ -104,59 +38,6 @@ type Stats struct {
 	Allocated  uint64
 	Free       *big.Int
 	OutOfRange uint64
-}
-
-// MaxPoolCIDRs is the most CIDRs a pool holds. It bounds the conditions
-// of a pool update's transaction (one per range the update removes).
-const MaxPoolCIDRs = 32
-
-// normalize parses the spec strictly and returns canonical text forms.
-func (p PoolSpec) normalize() (PoolSpec, error) {
-	out := p
-	out.CIDRs = nil
-	out.Reserved = nil
-	if len(p.CIDRs) == 0 {
-		return out, invalid("pool.cidrs", "REQUIRED", "at least one CIDR is required")
-	}
-	if len(p.CIDRs) > MaxPoolCIDRs {
-		return out, invalid("pool.cidrs", "TOO_MANY_CIDRS", "%d CIDRs, at most %d", len(p.CIDRs), MaxPoolCIDRs)
-	}
-	var fam int
-	for i, c := range p.CIDRs {
-		pfx, err := netparse.ParsePrefix(c)
-		if err != nil {
-			return out, &FieldError{Field: fmt.Sprintf("pool.cidrs[%d]", i), Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
-		}
-		f := 4
-		if pfx.Addr().Is6() {
-			f = 6
-		}
-		if fam != 0 && f != fam {
-			return out, &FieldError{Field: fmt.Sprintf("pool.cidrs[%d]", i), Reason: "ADDRESS_FAMILY_MISMATCH", Message: "all CIDRs of a pool must be of one family", Err: ErrFamilyMismatch}
-		}
-		fam = f
-		out.CIDRs = append(out.CIDRs, pfx.String())
-	}
-	if len(p.Reserved) > MaxReserved {
-		return out, invalid("pool.reserved", "TOO_MANY_RESERVED", "%d reserved entries, at most %d", len(p.Reserved), MaxReserved)
-	}
-	if err := validateLabels(p.Labels); err != nil {
-		return out, err
-	}
-	for i, r := range p.Reserved {
-		rg, err := netparse.ParseRange(r)
-		if err != nil {
-			return out, &FieldError{Field: fmt.Sprintf("pool.reserved[%d]", i), Reason: "INVALID_RANGE", Message: err.Error(), Err: err}
-		}
-		if (fam == 4) != rg.First.Is4() {
-			return out, &FieldError{Field: fmt.Sprintf("pool.reserved[%d]", i), Reason: "ADDRESS_FAMILY_MISMATCH", Message: "reserved ranges must be of the pool's family", Err: ErrFamilyMismatch}
-		}
-		out.Reserved = append(out.Reserved, rg.String())
-	}
-	if p.ReuseDelay < 0 {
-		return out, invalid("pool.reuse_delay", "INVALID_DURATION", "reuse delay must not be negative")
-	}
-	return out, nil
 }
 
 func indexConfig(p store.Pool) (ipam.Config, error) {
@@ -195,14 +76,14 @@ func (s *Allocator) overlapping(self string, cidrs []string, allow bool) (string
 			continue // the spec's own validation refuses it
 		}
 		if id, o, ok := s.cidrs.overlap(pfx, skip); ok {
-			return id, fmt.Errorf("%s overlaps %s of pool %s: %w", c, o, id, ErrPoolOverlap)
+			return id, fmt.Errorf("%s overlaps %s of pool %s: %w", c, o, id, decide.ErrPoolOverlap)
 		}
 	}
 	return "", nil
 }
 
 // CreatePool creates a pool.
-func (s *Allocator) CreatePool(ctx context.Context, id string, spec PoolSpec) (PoolView, error) {
+func (s *Allocator) CreatePool(ctx context.Context, id string, spec decide.PoolSpec) (PoolView, error) {
 	return s.CreatePoolRequest(ctx, "", id, spec)
 }
 
@@ -211,18 +92,18 @@ func (s *Allocator) CreatePool(ctx context.Context, id string, spec PoolSpec) (P
 // same body gets the pool again, the same id with another body gets
 // ErrRequestIDReused, and a pool that exists under another id (or none)
 // gets ErrPoolExists.
-func (s *Allocator) CreatePoolRequest(ctx context.Context, requestID, id string, spec PoolSpec) (PoolView, error) {
-	if err := ValidatePoolID("pool_id", id); err != nil {
+func (s *Allocator) CreatePoolRequest(ctx context.Context, requestID, id string, spec decide.PoolSpec) (PoolView, error) {
+	if err := decide.ValidatePoolID("pool_id", id); err != nil {
 		return PoolView{}, err
 	}
 	if len(requestID) > 128 {
-		return PoolView{}, invalid("request_id", "INVALID_REQUEST_ID", "request_id must be at most 128 characters")
+		return PoolView{}, decide.Invalid("request_id", "INVALID_REQUEST_ID", "request_id must be at most 128 characters")
 	}
-	spec, err := spec.normalize()
+	spec, err := spec.Normalize()
 	if err != nil {
 		return PoolView{}, err
 	}
-	key := poolRequestKey(id, spec)
+	key := decide.PoolRequestKey(id, spec)
 	if v, ok, err := s.replayPool(ctx, requestID, id, key); ok || err != nil {
 		return v, err
 	}
@@ -234,7 +115,7 @@ func (s *Allocator) CreatePoolRequest(ctx context.Context, requestID, id string,
 	}
 	var v PoolView
 	err = s.fresh(ctx, func() (err error) { v, err = s.createPool(ctx, requestID, id, key, spec); return err })
-	if errors.Is(err, ErrPoolExists) && requestID != "" {
+	if errors.Is(err, decide.ErrPoolExists) && requestID != "" {
 		// The same request may have won through another replica.
 		if v, ok, rerr := s.replayPool(ctx, requestID, id, key); ok || rerr != nil {
 			return v, rerr
@@ -242,21 +123,6 @@ func (s *Allocator) CreatePoolRequest(ctx context.Context, requestID, id string,
 	}
 	return v, err
 }
-
-// poolRequestKey is what a CreatePool's request record holds, in place of
-// the allocation keys an Allocate's holds: the pool and a digest of its
-// normalized spec.
-func poolRequestKey(id string, spec PoolSpec) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%q %q %d %t\n", spec.CIDRs, spec.Reserved, spec.ReuseDelay, spec.AllowOverlap)
-	for _, k := range slices.Sorted(maps.Keys(spec.Labels)) {
-		fmt.Fprintf(h, "%q=%q\n", k, spec.Labels[k])
-	}
-	return poolRequestPrefix + id + ":" + hex.EncodeToString(h.Sum(nil)[:16])
-}
-
-// poolRequestPrefix marks a request record of a pool creation.
-const poolRequestPrefix = "pool:"
 
 // replayPool answers a CreatePool whose request id was recorded before:
 // the pool when the record is of this very request, ErrRequestIDReused
@@ -270,32 +136,32 @@ func (s *Allocator) replayPool(ctx context.Context, requestID, id, key string) (
 		return PoolView{}, false, err
 	}
 	if len(rec.Allocations) != 1 || rec.Allocations[0] != key {
-		return PoolView{}, false, fmt.Errorf("request %s: %w", Clip(requestID), ErrRequestIDReused)
+		return PoolView{}, false, fmt.Errorf("request %s: %w", decide.Clip(requestID), decide.ErrRequestIDReused)
 	}
 	if err := s.applied(ctx, rec.Revision); err != nil {
-		return PoolView{}, false, fmt.Errorf("request %s: %w", Clip(requestID), err)
+		return PoolView{}, false, fmt.Errorf("request %s: %w", decide.Clip(requestID), err)
 	}
 	v, err := s.GetPool(id)
 	if err != nil {
-		return PoolView{}, false, fmt.Errorf("request %s created pool %s, which is gone since: %w", Clip(requestID), id, err)
+		return PoolView{}, false, fmt.Errorf("request %s created pool %s, which is gone since: %w", decide.Clip(requestID), id, err)
 	}
 	return v, true, nil
 }
 
-func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, spec PoolSpec) (PoolView, error) {
+func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, spec decide.PoolSpec) (PoolView, error) {
 	now := s.now().UTC()
 	rec := store.Pool{ID: id, CIDRs: spec.CIDRs, Reserved: spec.Reserved, ReuseDelay: spec.ReuseDelay,
 		Labels: spec.Labels, AllowOverlap: spec.AllowOverlap, CreateTime: now, UpdateTime: now}
 	ps, err := newPoolState(rec, 0)
 	if err != nil {
-		return PoolView{}, &FieldError{Field: "pool.cidrs", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
+		return PoolView{}, &decide.FieldError{Field: "pool.cidrs", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
 	}
 	// Pool changes are rare; holding the pools lock across the commit keeps
 	// the overlap check and the creation atomic.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.pools[id]; ok {
-		return PoolView{}, fmt.Errorf("pool %q: %w", id, ErrPoolExists)
+		return PoolView{}, fmt.Errorf("pool %q: %w", id, decide.ErrPoolExists)
 	}
 	if _, err := s.overlapping(id, rec.CIDRs, rec.AllowOverlap); err != nil {
 		return PoolView{}, err
@@ -312,9 +178,9 @@ func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, s
 		if s.follow {
 			// Another replica created this pool, or another one, since
 			// the overlap check's view: fresh decides again.
-			return PoolView{}, fmt.Errorf("create pool %s: the pools changed meanwhile: %w", id, ErrConflict)
+			return PoolView{}, fmt.Errorf("create pool %s: the pools changed meanwhile: %w", id, decide.ErrConflict)
 		}
-		return PoolView{}, fmt.Errorf("pool %q: %w", id, ErrPoolExists)
+		return PoolView{}, fmt.Errorf("pool %q: %w", id, decide.ErrPoolExists)
 	}
 	if err != nil {
 		return PoolView{}, fmt.Errorf("create pool %s: %w", id, err)
@@ -391,14 +257,9 @@ func (s *Allocator) lastPoolID() string {
 	return last
 }
 
-// UpdateMask lists the pool fields an update replaces.
-type UpdateMask struct {
-	CIDRs, Reserved, ReuseDelay, Labels, AllowOverlap bool
-}
-
 // UpdatePool changes a pool. Removing a CIDR that holds allocations needs
 // force; the allocations left outside are returned.
-func (s *Allocator) UpdatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
+func (s *Allocator) UpdatePool(ctx context.Context, id string, spec decide.PoolSpec, mask decide.UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
 	// Whether a CIDR still holds allocations is decided on every
 	// allocation acknowledged so far, by any replica; the store checks
 	// again for those committed meanwhile.
@@ -413,7 +274,7 @@ func (s *Allocator) UpdatePool(ctx context.Context, id string, spec PoolSpec, ma
 	return v, outside, err
 }
 
-func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, mask UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
+func (s *Allocator) updatePool(ctx context.Context, id string, spec decide.PoolSpec, mask decide.UpdateMask, etag string, force bool) (PoolView, []store.Allocation, error) {
 	ps, err := s.pool(id)
 	if err != nil {
 		return PoolView{}, nil, err
@@ -422,35 +283,17 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, ma
 	defer s.mu.Unlock()
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if etag != "" && etag != Etag(ps.rec.Revision) {
-		return PoolView{}, nil, fmt.Errorf("pool %s is at etag %s, not %s: %w", id, Etag(ps.rec.Revision), etag, ErrEtagMismatch)
+	if err := decide.CheckEtag("pool "+id, ps.rec.Revision, etag); err != nil {
+		return PoolView{}, nil, err
 	}
 	if ps.rec.Deleting {
 		return PoolView{}, nil, ps.usable()
 	}
 	next := ps.rec
-	merged := PoolSpec{CIDRs: ps.rec.CIDRs, Reserved: ps.rec.Reserved, ReuseDelay: ps.rec.ReuseDelay, Labels: ps.rec.Labels, AllowOverlap: ps.rec.AllowOverlap}
-	if mask.CIDRs {
-		merged.CIDRs = spec.CIDRs
-	}
-	if mask.Reserved {
-		merged.Reserved = spec.Reserved
-	}
-	if mask.ReuseDelay {
-		merged.ReuseDelay = spec.ReuseDelay
-	}
-	if mask.Labels {
-		merged.Labels = spec.Labels
-	}
-	if mask.AllowOverlap {
-		merged.AllowOverlap = spec.AllowOverlap
-	}
-	merged, err = merged.normalize()
+	cur := decide.PoolSpec{CIDRs: ps.rec.CIDRs, Reserved: ps.rec.Reserved, ReuseDelay: ps.rec.ReuseDelay, Labels: ps.rec.Labels, AllowOverlap: ps.rec.AllowOverlap}
+	merged, err := decide.Update(cur, ps.index.Is4(), spec, mask)
 	if err != nil {
 		return PoolView{}, nil, err
-	}
-	if merged.CIDRs[0] != "" && (strings.Contains(merged.CIDRs[0], ":") != !ps.index.Is4()) {
-		return PoolView{}, nil, &FieldError{Field: "pool.cidrs", Reason: "ADDRESS_FAMILY_MISMATCH", Message: "a pool's family cannot change", Err: ErrFamilyMismatch}
 	}
 	if _, err := s.overlapping(id, merged.CIDRs, merged.AllowOverlap); err != nil {
 		return PoolView{}, nil, err
@@ -462,26 +305,14 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, ma
 	// index with the allocations restored is simplest to get right.
 	fresh, err := newPoolState(next, 0)
 	if err != nil {
-		return PoolView{}, nil, &FieldError{Field: "pool", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
+		return PoolView{}, nil, &decide.FieldError{Field: "pool", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
 	}
-	var outside []store.Allocation
-	var restoreErr error
-	ps.held.Addrs(func(addr netip.Addr) bool {
-		if err := fresh.index.Restore(addr); err != nil {
-			restoreErr = fmt.Errorf("update pool %s: restore %s: %w", id, addr, err)
-			return false
-		}
-		if !fresh.index.Contains(addr) && ps.index.Contains(addr) {
-			a, _ := ps.held.Get(addr)
-			outside = append(outside, a)
-		}
-		return true
-	})
-	if restoreErr != nil {
-		return PoolView{}, nil, restoreErr
+	outside, err := ps.restoreInto(fresh)
+	if err != nil {
+		return PoolView{}, nil, fmt.Errorf("update pool %s: %w", id, err)
 	}
 	if len(outside) > 0 && !force {
-		return PoolView{}, nil, fmt.Errorf("update pool %s: %d allocations (first %s) would fall outside its CIDRs; use force: %w", id, len(outside), outside[0].Address, ErrCIDRInUse)
+		return PoolView{}, nil, fmt.Errorf("update pool %s: %d allocations (first %s) would fall outside its CIDRs; use force: %w", id, len(outside), outside[0].Address, decide.ErrCIDRInUse)
 	}
 	conds := []store.Cond{{Kind: store.CondPoolRevision, Pool: id, Revision: ps.rec.Revision}}
 	if mask.CIDRs || mask.AllowOverlap {
@@ -495,7 +326,7 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, ma
 	}
 	rev, err := s.commit(ctx, store.Txn{Conds: conds, Ops: []store.Op{{Kind: store.OpPutPool, Pool: &next}}})
 	if errors.Is(err, store.ErrConflict) {
-		return PoolView{}, nil, fmt.Errorf("update pool %s: the pool or its allocations changed meanwhile: %w", id, ErrConflict)
+		return PoolView{}, nil, fmt.Errorf("update pool %s: the pool or its allocations changed meanwhile: %w", id, decide.ErrConflict)
 	}
 	if err != nil {
 		return PoolView{}, nil, fmt.Errorf("update pool %s: %w", id, err)
@@ -508,6 +339,27 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec PoolSpec, ma
 	s.scatter(ps)
 	sort.Slice(outside, func(i, j int) bool { return outside[i].Address.Less(outside[j].Address) })
 	return ps.view(), outside, nil
+}
+
+// restoreInto takes every address ps holds in fresh's index, and returns
+// the allocations that fall outside fresh's CIDRs but were inside ps's
+// (held beyond the CIDRs already, they stay out of range). The caller
+// holds ps.mu.
+func (ps *poolState) restoreInto(fresh *poolState) ([]store.Allocation, error) {
+	var outside []store.Allocation
+	var err error
+	ps.held.Addrs(func(addr netip.Addr) bool {
+		if err = fresh.index.Restore(addr); err != nil {
+			err = fmt.Errorf("restore %s: %w", addr, err)
+			return false
+		}
+		if !fresh.index.Contains(addr) && ps.index.Contains(addr) {
+			a, _ := ps.held.Get(addr)
+			outside = append(outside, a)
+		}
+		return true
+	})
+	return outside, err
 }
 
 // poolsSeen is the condition that no pool changed after the revision up
@@ -525,15 +377,8 @@ func (s *Allocator) poolsSeen() []store.Cond {
 // removedFree is the condition that pool holds no allocation in the
 // ranges that from covers and to does not.
 func removedFree(pool string, from, to []netip.Prefix) []store.Cond {
-	rs := func(ps []netip.Prefix) []netparse.Range {
-		out := make([]netparse.Range, len(ps))
-		for i, p := range ps {
-			out[i] = netparse.PrefixRange(p)
-		}
-		return out
-	}
 	var conds []store.Cond
-	for _, r := range netparse.Subtract(rs(from), rs(to)) {
+	for _, r := range decide.Removed(from, to) {
 		conds = append(conds, store.Cond{Kind: store.CondRangeFree, Pool: pool, Address: r.First, Last: r.Last})
 	}
 	return conds
@@ -543,7 +388,7 @@ func removedFree(pool string, from, to []netip.Prefix) []store.Cond {
 func (s *Allocator) DeletePool(ctx context.Context, id, etag string, force, allowMissing bool) (int, error) {
 	var n int
 	err := s.fresh(ctx, func() (err error) { n, err = s.deletePool(ctx, id, etag, force); return err })
-	if allowMissing && errors.Is(err, ErrPoolNotFound) {
+	if allowMissing && errors.Is(err, decide.ErrPoolNotFound) {
 		return 0, nil
 	}
 	return n, err
@@ -556,16 +401,16 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 	}
 	s.mu.Lock()
 	ps.mu.Lock()
-	if etag != "" && etag != Etag(ps.rec.Revision) {
+	if err := decide.CheckEtag("pool "+id, ps.rec.Revision, etag); err != nil {
 		ps.mu.Unlock()
 		s.mu.Unlock()
-		return 0, fmt.Errorf("pool %s is at etag %s, not %s: %w", id, Etag(ps.rec.Revision), etag, ErrEtagMismatch)
+		return 0, err
 	}
 	n := ps.held.Len() + len(ps.pending)
 	if n > 0 && !force {
 		ps.mu.Unlock()
 		s.mu.Unlock()
-		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
+		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, decide.ErrPoolNotEmpty)
 	}
 	if force && (ps.deletion != nil || ps.held.Len() > s.deleteChunk) {
 		// One commit of them all would be one revision of as many
@@ -588,7 +433,7 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 	deleting := ps.rec.Deleting
 	ps.mu.Unlock()
 	s.mu.Unlock()
-	if errors.Is(err, ErrEtagMismatch) && deleting && s.deletedMeanwhile(ctx, ps) {
+	if errors.Is(err, decide.ErrEtagMismatch) && deleting && s.deletedMeanwhile(ctx, ps) {
 		return 0, nil // another replica finished the deletion first
 	}
 	return n, err
@@ -605,7 +450,7 @@ func (s *Allocator) deleteLocked(ctx context.Context, id string, ps *poolState, 
 	}
 	_, err := s.commit(ctx, store.Txn{Conds: conds, Ops: []store.Op{{Kind: store.OpDeletePool, PoolID: id}}})
 	if errors.Is(err, store.ErrConflict) {
-		return 0, fmt.Errorf("delete pool %s: %w", id, ErrEtagMismatch)
+		return 0, fmt.Errorf("delete pool %s: %w", id, decide.ErrEtagMismatch)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("delete pool %s: %w", id, err)
@@ -624,7 +469,7 @@ type Filter struct {
 	Cluster, Kind, Namespace, Name, UID string
 }
 
-func (f Filter) match(o store.Owner) bool {
+func (f Filter) match(o decide.Owner) bool {
 	return (f.Cluster == "" || f.Cluster == o.Cluster) && (f.Kind == "" || f.Kind == o.Kind) &&
 		(f.Namespace == "" || f.Namespace == o.Namespace) && (f.Name == "" || f.Name == o.Name) &&
 		(f.UID == "" || f.UID == o.UID)
@@ -724,7 +569,7 @@ func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (*Wat
 			// A watch from there would wait, silent, for revisions
 			// the store may never reach, and skip every change
 			// before them.
-			return nil, fmt.Errorf("start revision %d is after the store's current revision %d; resume from a revision this allocator sent, or 0 for a snapshot: %w", fromRev, cur, ErrRevisionInFuture)
+			return nil, fmt.Errorf("start revision %d is after the store's current revision %d; resume from a revision this allocator sent, or 0 for a snapshot: %w", fromRev, cur, decide.ErrRevisionInFuture)
 		}
 	}
 	w := &Watcher{pool: pool}
@@ -800,9 +645,9 @@ func (w *Watcher) Next(ctx context.Context) WatchEvent {
 		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrCompacted):
-			w.end = fmt.Errorf("%w: %w", ErrRevisionTooOld, err)
+			w.end = fmt.Errorf("%w: %w", decide.ErrRevisionTooOld, err)
 		case errors.Is(err, store.ErrTooSlow):
-			w.end = fmt.Errorf("%w: %w", ErrWatchTooSlow, err)
+			w.end = fmt.Errorf("%w: %w", decide.ErrWatchTooSlow, err)
 		default:
 			w.end = err
 		}
@@ -832,7 +677,7 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 	if fromRev != 0 {
 		events, err := s.watchStore(ctx, fromRev, pool)
 		if errors.Is(err, store.ErrCompacted) {
-			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, ErrRevisionTooOld)
+			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, decide.ErrRevisionTooOld)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("watch: %w", err)
@@ -877,9 +722,9 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 // taken at rev, from the store.
 func snapshotError(rev int64, err error) error {
 	if errors.Is(err, store.ErrCompacted) {
-		return fmt.Errorf("the store compacted revision %d while this watch's snapshot, taken at it, was being sent; watch again from revision 0: %w: %w", rev, ErrRevisionTooOld, err)
+		return fmt.Errorf("the store compacted revision %d while this watch's snapshot, taken at it, was being sent; watch again from revision 0: %w: %w", rev, decide.ErrRevisionTooOld, err)
 	}
-	return fmt.Errorf("read the watch's snapshot at revision %d: %w: %w", rev, ErrStoreUnavailable, err)
+	return fmt.Errorf("read the watch's snapshot at revision %d: %w: %w", rev, decide.ErrStoreUnavailable, err)
 }
 
 // watchStore opens the store's watch after fromRev, as a cursor: of
@@ -906,7 +751,7 @@ func (s *Allocator) currentRevision(ctx context.Context) (int64, error) {
 	if r, ok := unwrap(s.store).(revisioner); ok {
 		rev, err := r.Revision(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("read the store's revision: %w: %w", ErrStoreUnavailable, err)
+			return 0, fmt.Errorf("read the store's revision: %w: %w", decide.ErrStoreUnavailable, err)
 		}
 		return rev, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
@@ -24,14 +25,14 @@ func BenchmarkCreatePoolAmong(b *testing.B) {
 			}
 			cidr := func(i int) string { return fmt.Sprintf("10.%d.%d.0/24", i/256, i%256) }
 			for i := range n {
-				if _, err := svc.CreatePool(ctx, fmt.Sprintf("p%d", i), allocation.PoolSpec{CIDRs: []string{cidr(i)}}); err != nil {
+				if _, err := svc.CreatePool(ctx, fmt.Sprintf("p%d", i), decide.PoolSpec{CIDRs: []string{cidr(i)}}); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ResetTimer()
 			for i := range b.N {
 				id := fmt.Sprintf("q%d", i)
-				if _, err := svc.CreatePool(ctx, id, allocation.PoolSpec{CIDRs: []string{cidr(n + i)}}); err != nil {
+				if _, err := svc.CreatePool(ctx, id, decide.PoolSpec{CIDRs: []string{cidr(n + i)}}); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 )
@@ -103,7 +104,7 @@ func writeRestartFile(b *testing.B, path string, pools int) {
 			}
 			txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
 				Pool: fmt.Sprintf("p%d", p), Address: addr, CreateTime: created,
-				Owner: store.Owner{Cluster: "east", Kind: "Pod", Namespace: "default", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("8c6f1f7e-0b1a-4c9e-9a51-%012d", i)},
+				Owner: decide.Owner{Cluster: "east", Kind: "Pod", Namespace: "default", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("8c6f1f7e-0b1a-4c9e-9a51-%012d", i)},
 			}})
 		}
 		if _, err := st.Commit(ctx, txn); err != nil {

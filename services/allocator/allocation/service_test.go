@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
@@ -40,20 +41,20 @@ func newService(t *testing.T, st store.Store) (*allocation.Allocator, *clock) {
 	return svc, clk
 }
 
-func owner(name string) store.Owner {
-	return store.Owner{Cluster: "a", Kind: "Pod", Namespace: "default", Name: name, UID: "uid-" + name}
+func owner(name string) decide.Owner {
+	return decide.Owner{Cluster: "a", Kind: "Pod", Namespace: "default", Name: name, UID: "uid-" + name}
 }
 
 func TestAllocateIdempotentPerOwner(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
 	require.NoError(t, err)
 
-	a1, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	a1, created, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 	require.True(t, created)
-	a2, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	a2, created, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, a1.Address, a2.Address)
@@ -61,10 +62,10 @@ func TestAllocateIdempotentPerOwner(t *testing.T) {
 
 	// /29 has 6 usable addresses (network and broadcast excluded).
 	for i := range 5 {
-		_, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner(fmt.Sprint(i))})
+		_, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner(fmt.Sprint(i))})
 		require.NoError(t, err)
 	}
-	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("overflow")})
+	_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("overflow")})
 	require.ErrorIs(t, err, ipam.ErrExhausted)
 	v, err := svc.GetPool("p")
 	require.NoError(t, err)
@@ -76,23 +77,23 @@ func TestAllocateIdempotentPerOwner(t *testing.T) {
 func TestGuardedRelease(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
-	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	a, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
 
-	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, Etag: "999999"})
-	require.ErrorIs(t, err, allocation.ErrEtagMismatch)
-	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, OwnerUID: "someone-else"})
-	require.ErrorIs(t, err, allocation.ErrOwnerMismatch)
-	got, ok, err := svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, Etag: allocation.Etag(a.Revision), OwnerUID: "uid-x"})
+	_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address, Etag: "999999"})
+	require.ErrorIs(t, err, decide.ErrEtagMismatch)
+	_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address, OwnerUID: "someone-else"})
+	require.ErrorIs(t, err, decide.ErrOwnerMismatch)
+	got, ok, err := svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address, Etag: decide.Etag(a.Revision), OwnerUID: "uid-x"})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, a.Address, got.Address)
 
-	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address})
-	require.ErrorIs(t, err, allocation.ErrAllocationNotFound)
-	_, ok, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address, AllowMissing: true})
+	_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address})
+	require.ErrorIs(t, err, decide.ErrAllocationNotFound)
+	_, ok, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address, AllowMissing: true})
 	require.NoError(t, err)
 	require.False(t, ok)
 }
@@ -103,11 +104,11 @@ func TestReuseDelaySurvivesRestart(t *testing.T) {
 	st, err := bolt.Open(path)
 	require.NoError(t, err)
 	svc, clk := newService(t, st)
-	_, err = svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}, ReuseDelay: time.Minute})
+	_, err = svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/30"}, ReuseDelay: time.Minute})
 	require.NoError(t, err)
-	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	a, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
-	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address})
+	_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address})
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
 
@@ -117,28 +118,28 @@ func TestReuseDelaySurvivesRestart(t *testing.T) {
 	svc, err = allocation.New(ctx, st, allocation.WithClock(clk.Now))
 	require.NoError(t, err)
 	// The /30 has two usable addresses; the released one is quarantined.
-	b, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
+	b, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y")})
 	require.NoError(t, err)
 	require.NotEqual(t, a.Address, b.Address)
-	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("z")})
+	_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("z")})
 	require.ErrorIs(t, err, ipam.ErrExhausted)
 }
 
 func TestBatchAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "v4", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}})
+	_, err := svc.CreatePool(ctx, "v4", decide.PoolSpec{CIDRs: []string{"10.0.0.0/30"}})
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "v6", allocation.PoolSpec{CIDRs: []string{"fd00::/120"}})
+	_, err = svc.CreatePool(ctx, "v6", decide.PoolSpec{CIDRs: []string{"fd00::/120"}})
 	require.NoError(t, err)
 
-	out, err := svc.BatchAllocate(ctx, []allocation.Request{{Pool: "v4", Owner: owner("svc")}, {Pool: "v6", Owner: owner("svc")}}, "")
+	out, err := svc.BatchAllocate(ctx, []decide.Request{{Pool: "v4", Owner: owner("svc")}, {Pool: "v6", Owner: owner("svc")}}, "")
 	require.NoError(t, err)
 	require.True(t, out[0].Address.Is4())
 	require.True(t, out[1].Address.Is6())
 
 	// v4 has one address left: a batch asking for two fails whole.
-	_, err = svc.BatchAllocate(ctx, []allocation.Request{{Pool: "v6", Owner: owner("a")}, {Pool: "v4", Owner: owner("a")}, {Pool: "v4", Owner: owner("b")}}, "")
+	_, err = svc.BatchAllocate(ctx, []decide.Request{{Pool: "v6", Owner: owner("a")}, {Pool: "v4", Owner: owner("a")}, {Pool: "v4", Owner: owner("b")}}, "")
 	require.ErrorIs(t, err, ipam.ErrExhausted)
 	list, _, err := svc.ListAllocations("v6", allocation.Filter{}, allocation.Cursor{}, 100)
 	require.NoError(t, err)
@@ -148,36 +149,36 @@ func TestBatchAllOrNothing(t *testing.T) {
 func TestRequestIDReplay(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
-	a, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), RequestID: "r1"})
+	a, created, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x"), RequestID: "r1"})
 	require.NoError(t, err)
 	require.True(t, created)
-	b, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), RequestID: "r1"})
+	b, created, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x"), RequestID: "r1"})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, a.Address, b.Address)
-	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), RequestID: "r1"})
-	require.ErrorIs(t, err, allocation.ErrRequestIDReused)
+	_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y"), RequestID: "r1"})
+	require.ErrorIs(t, err, decide.ErrRequestIDReused)
 }
 
 func TestShrinkNeedsForce(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30", "10.0.1.0/30"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/30", "10.0.1.0/30"}})
 	require.NoError(t, err)
-	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x"), Address: netip.MustParseAddr("10.0.1.1")})
+	a, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x"), Address: netip.MustParseAddr("10.0.1.1")})
 	require.NoError(t, err)
-	_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}}, allocation.UpdateMask{CIDRs: true}, "", false)
-	require.ErrorIs(t, err, allocation.ErrCIDRInUse)
-	v, outside, err := svc.UpdatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/30"}}, allocation.UpdateMask{CIDRs: true}, "", true)
+	_, _, err = svc.UpdatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/30"}}, decide.UpdateMask{CIDRs: true}, "", false)
+	require.ErrorIs(t, err, decide.ErrCIDRInUse)
+	v, outside, err := svc.UpdatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/30"}}, decide.UpdateMask{CIDRs: true}, "", true)
 	require.NoError(t, err)
 	require.Len(t, outside, 1)
 	require.Equal(t, a.Address, outside[0].Address)
 	require.Equal(t, uint64(1), v.Stats.OutOfRange)
 	require.False(t, svc.InRange("p", a.Address))
 	_, err = svc.DeletePool(ctx, "p", "", false, false)
-	require.ErrorIs(t, err, allocation.ErrPoolNotEmpty)
+	require.ErrorIs(t, err, decide.ErrPoolNotEmpty)
 	n, err := svc.DeletePool(ctx, "p", "", true, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -186,12 +187,12 @@ func TestShrinkNeedsForce(t *testing.T) {
 func TestPoolsMayNotOverlap(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "a", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/16"}})
+	_, err := svc.CreatePool(ctx, "a", decide.PoolSpec{CIDRs: []string{"10.0.0.0/16"}})
 	require.NoError(t, err)
-	_, err = svc.CreatePool(ctx, "b", allocation.PoolSpec{CIDRs: []string{"10.0.1.0/24"}})
-	require.ErrorIs(t, err, allocation.ErrPoolOverlap)
-	_, err = svc.CreatePool(ctx, "b", allocation.PoolSpec{CIDRs: []string{"10.0.1.0/24"}, AllowOverlap: true})
-	require.ErrorIs(t, err, allocation.ErrPoolOverlap, "both pools must allow overlap")
+	_, err = svc.CreatePool(ctx, "b", decide.PoolSpec{CIDRs: []string{"10.0.1.0/24"}})
+	require.ErrorIs(t, err, decide.ErrPoolOverlap)
+	_, err = svc.CreatePool(ctx, "b", decide.PoolSpec{CIDRs: []string{"10.0.1.0/24"}, AllowOverlap: true})
+	require.ErrorIs(t, err, decide.ErrPoolOverlap, "both pools must allow overlap")
 }
 
 // TestConcurrentAllocateRelease has 64 goroutines allocating and releasing
@@ -211,7 +212,7 @@ func TestConcurrentAllocateRelease(t *testing.T) {
 				rounds = 60
 			}
 			svc, _ := newService(t, st)
-			_, err := svc.CreatePool(ctx, "small", allocation.PoolSpec{CIDRs: []string{"10.1.0.0/26"}})
+			_, err := svc.CreatePool(ctx, "small", decide.PoolSpec{CIDRs: []string{"10.1.0.0/26"}})
 			require.NoError(t, err)
 
 			var mu sync.Mutex
@@ -225,7 +226,7 @@ func TestConcurrentAllocateRelease(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(g), 7))
 					for r := range rounds {
 						o := owner(fmt.Sprintf("g%d-r%d", g, r))
-						a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "small", Owner: o})
+						a, _, err := svc.Allocate(ctx, decide.Request{Pool: "small", Owner: o})
 						if err != nil {
 							continue // exhausted at times: 64 holders on 62 addresses
 						}
@@ -243,7 +244,7 @@ func TestConcurrentAllocateRelease(t *testing.T) {
 						mu.Lock()
 						delete(holder, a.Address)
 						mu.Unlock()
-						if _, _, err := svc.Release(ctx, allocation.ReleaseRequest{Pool: "small", Address: a.Address, OwnerUID: o.UID}); err != nil {
+						if _, _, err := svc.Release(ctx, decide.ReleaseRequest{Pool: "small", Address: a.Address, OwnerUID: o.UID}); err != nil {
 							errs <- err
 							return
 						}
@@ -272,23 +273,23 @@ func TestConcurrentAllocateRelease(t *testing.T) {
 func TestOwnerRecreatedGetsAddressWithNewEtag(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
-	old, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("web-0")})
+	old, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("web-0")})
 	require.NoError(t, err)
 	reborn := owner("web-0")
 	reborn.UID = "uid-new"
-	got, created, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: reborn})
+	got, created, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: reborn})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, old.Address, got.Address)
 	require.Equal(t, "uid-new", got.Owner.UID)
 	require.NotEqual(t, old.Revision, got.Revision)
 
-	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: old.Address, Etag: allocation.Etag(old.Revision), OwnerUID: old.Owner.UID})
-	require.ErrorIs(t, err, allocation.ErrEtagMismatch)
+	_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: old.Address, Etag: decide.Etag(old.Revision), OwnerUID: old.Owner.UID})
+	require.ErrorIs(t, err, decide.ErrEtagMismatch)
 
-	out, err := svc.BatchAllocate(ctx, []allocation.Request{{Pool: "p", Owner: owner("web-0")}}, "")
+	out, err := svc.BatchAllocate(ctx, []decide.Request{{Pool: "p", Owner: owner("web-0")}}, "")
 	require.NoError(t, err)
 	require.Equal(t, old.Address, out[0].Address)
 	require.Equal(t, "uid-web-0", out[0].Owner.UID, "a batch hands it over too")
@@ -315,18 +316,18 @@ func TestLostTransactionsAreCounted(t *testing.T) {
 	ctx := context.Background()
 	st := &losing{Store: memory.New()}
 	svc, _ := newService(t, st)
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
 	require.NoError(t, err)
 	require.Zero(t, svc.Counters().Conflicts)
 
 	st.lose.Store(2)
-	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err, "tried again after losing twice")
 	require.Equal(t, uint64(2), svc.Counters().Conflicts)
 
 	st.lose.Store(100)
-	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y")})
-	require.ErrorIs(t, err, allocation.ErrConflict, "gives up after its retries")
+	_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y")})
+	require.ErrorIs(t, err, decide.ErrConflict, "gives up after its retries")
 	n := svc.Counters()
 	require.Equal(t, uint64(2+4), n.Conflicts, "one try and three retries alone on the store")
 	require.Zero(t, n.WatchRestarts)
@@ -359,7 +360,7 @@ func TestWaiterDoesNotInheritCancellation(t *testing.T) {
 	st := &gatedCommit{Store: memory.New(), gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	close(st.gate)
 	svc, _ := newService(t, st)
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 	require.NoError(t, err)
 	<-st.entered
 	st.gate = make(chan struct{})
@@ -367,13 +368,13 @@ func TestWaiterDoesNotInheritCancellation(t *testing.T) {
 	ctx1, cancel1 := context.WithCancel(ctx)
 	first := make(chan error, 1)
 	go func() {
-		_, _, err := svc.Allocate(ctx1, allocation.Request{Pool: "p", Owner: owner("x")})
+		_, _, err := svc.Allocate(ctx1, decide.Request{Pool: "p", Owner: owner("x")})
 		first <- err
 	}()
 	<-st.entered
 	second := make(chan error, 1)
 	go func() {
-		_, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+		_, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 		second <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the second request waits on the first
@@ -388,15 +389,15 @@ func TestWaiterDoesNotInheritCancellation(t *testing.T) {
 func TestPoolUpdateKeepsReuseDelay(t *testing.T) {
 	ctx := context.Background()
 	svc, _ := newService(t, memory.New())
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}, ReuseDelay: time.Hour})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}, ReuseDelay: time.Hour})
 	require.NoError(t, err)
-	a, _, err := svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("x")})
+	a, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
 	require.NoError(t, err)
-	_, _, err = svc.Release(ctx, allocation.ReleaseRequest{Pool: "p", Address: a.Address})
+	_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address})
 	require.NoError(t, err)
-	_, _, err = svc.UpdatePool(ctx, "p", allocation.PoolSpec{Labels: map[string]string{"k": "v"}}, allocation.UpdateMask{Labels: true}, "", false)
+	_, _, err = svc.UpdatePool(ctx, "p", decide.PoolSpec{Labels: map[string]string{"k": "v"}}, decide.UpdateMask{Labels: true}, "", false)
 	require.NoError(t, err)
-	_, _, err = svc.Allocate(ctx, allocation.Request{Pool: "p", Owner: owner("y"), Address: a.Address})
+	_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("y"), Address: a.Address})
 	require.ErrorIs(t, err, ipam.ErrInReuseDelay)
 }
 
@@ -423,16 +424,16 @@ func TestRequestIDRaceAnswersReused(t *testing.T) {
 		st := askedStore{gatedCommit: gated, asked: make(chan struct{}, 64)}
 		close(gated.gate)
 		svc, _ := newService(t, st)
-		_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+		_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
 		require.NoError(t, err)
 		<-gated.entered
 		gated.gate = make(chan struct{})
 		errs := make(chan error, 2)
 		start := func(name string) {
 			go func() {
-				req := allocation.Request{Pool: "p", Owner: owner(name)}
+				req := decide.Request{Pool: "p", Owner: owner(name)}
 				if batch {
-					_, err := svc.BatchAllocate(ctx, []allocation.Request{req}, "same-id")
+					_, err := svc.BatchAllocate(ctx, []decide.Request{req}, "same-id")
 					errs <- err
 					return
 				}
@@ -452,7 +453,7 @@ func TestRequestIDRaceAnswersReused(t *testing.T) {
 			first, second = second, first
 		}
 		require.NoError(t, first, "batch=%v: one wins", batch)
-		require.ErrorIs(t, second, allocation.ErrRequestIDReused, "batch=%v", batch)
+		require.ErrorIs(t, second, decide.ErrRequestIDReused, "batch=%v", batch)
 	}
 }
 
@@ -468,13 +469,13 @@ func TestRestartWithInterleavedPools(t *testing.T) {
 	svc, _ := newService(t, st)
 	pools := []string{"c", "a", "b"}
 	for i, p := range pools {
-		_, err := svc.CreatePool(ctx, p, allocation.PoolSpec{CIDRs: []string{fmt.Sprintf("10.%d.0.0/24", i)}})
+		_, err := svc.CreatePool(ctx, p, decide.PoolSpec{CIDRs: []string{fmt.Sprintf("10.%d.0.0/24", i)}})
 		require.NoError(t, err)
 	}
 	want := map[string][]netip.Addr{}
 	for i := range 30 {
 		p := pools[i%3]
-		a, _, err := svc.Allocate(ctx, allocation.Request{Pool: p, Owner: owner(fmt.Sprint("o", i))})
+		a, _, err := svc.Allocate(ctx, decide.Request{Pool: p, Owner: owner(fmt.Sprint("o", i))})
 		require.NoError(t, err)
 		want[p] = append(want[p], a.Address)
 	}
@@ -493,7 +494,7 @@ func TestRestartWithInterleavedPools(t *testing.T) {
 			addrs = append(addrs, a.Address)
 		}
 		require.Equal(t, want[p], addrs, p)
-		next, _, err := svc.Allocate(ctx, allocation.Request{Pool: p, Owner: owner("after-" + p)})
+		next, _, err := svc.Allocate(ctx, decide.Request{Pool: p, Owner: owner("after-" + p)})
 		require.NoError(t, err)
 		require.NotContains(t, want[p], next.Address, "a restart hands out a free address")
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/held"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
@@ -388,7 +389,7 @@ func pagedSnapshot(pages store.Pager, pool string) func(context.Context) (*poolS
 		p := &poolSnapshot{pages: pages, pagePool: of}
 		pg, next, more, err := p.page(ctx, 0, place{}, pageChunks)
 		if err != nil {
-			return nil, fmt.Errorf("watch snapshot of pool %s: %w: %w", pool, ErrStoreUnavailable, err)
+			return nil, fmt.Errorf("watch snapshot of pool %s: %w: %w", pool, decide.ErrStoreUnavailable, err)
 		}
 		p.rev = pg.Revision
 		c := &chunked{starts: []place{{}}}
@@ -432,7 +433,7 @@ func (s *Allocator) heldSnapshot(pool string) func(context.Context) (*poolSnapsh
 		}
 		defer ps.gate.open()
 		if ps.deleted {
-			return nil, fmt.Errorf("pool %q: %w", pool, ErrPoolNotFound)
+			return nil, fmt.Errorf("pool %q: %w", pool, decide.ErrPoolNotFound)
 		}
 		return &poolSnapshot{rev: s.followed.load(), views: []*held.View{ps.held.Snapshot()}}, nil
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -41,13 +41,13 @@ func TestUnconfirmedCommitIsUnavailable(t *testing.T) {
 	})
 	svc := rs[0]
 	ctx := t.Context()
-	_, err := svc.CreatePool(ctx, "p", allocation.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/29"}})
 	require.NoError(t, err)
 
 	next.Store(true)
-	req := allocation.Request{Pool: "p", Owner: owner("x"), RequestID: "req-x"}
+	req := decide.Request{Pool: "p", Owner: owner("x"), RequestID: "req-x"}
 	_, _, err = svc.Allocate(ctx, req)
-	require.ErrorIs(t, err, allocation.ErrStoreUnavailable)
+	require.ErrorIs(t, err, decide.ErrStoreUnavailable)
 	require.ErrorIs(t, err, store.ErrUnconfirmed)
 
 	a, _, err := svc.Allocate(ctx, req)

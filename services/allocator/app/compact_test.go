@@ -12,6 +12,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/allocator/app"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 )
@@ -39,7 +40,7 @@ func TestCompactCommand(t *testing.T) {
 	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/24"}}}}})
 	require.NoError(t, err)
 	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
-		Pool: "p", Address: netip.MustParseAddr("10.0.0.9"), Owner: store.Owner{Kind: "Pod", Namespace: "ns", Name: "a"}}}}})
+		Pool: "p", Address: netip.MustParseAddr("10.0.0.9"), Owner: decide.Owner{Kind: "Pod", Namespace: "ns", Name: "a"}}}}})
 	require.NoError(t, err)
 
 	// While the allocator runs, the file is not touched.

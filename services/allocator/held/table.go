@@ -22,6 +22,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -148,7 +149,7 @@ func (t *Table) decode(it item) store.Allocation {
 	return store.Allocation{
 		Pool:       t.pool,
 		Address:    t.addr(it.k),
-		Owner:      store.Owner{Cluster: p.cluster, Kind: p.kind, Namespace: p.namespace, Name: f.name, UID: f.uid},
+		Owner:      decide.Owner{Cluster: p.cluster, Kind: p.kind, Namespace: p.namespace, Name: f.name, UID: f.uid},
 		CreateTime: f.create,
 		RequestID:  f.requestID,
 		Revision:   f.revision,
@@ -156,7 +157,7 @@ func (t *Table) decode(it item) store.Allocation {
 }
 
 // Owned returns the address o's key (cluster, kind, namespace, name) holds.
-func (t *Table) Owned(o store.Owner) (netip.Addr, bool) {
+func (t *Table) Owned(o decide.Owner) (netip.Addr, bool) {
 	id, ok := t.prefixes.lookup(prefix{o.Cluster, o.Kind, o.Namespace})
 	if !ok {
 		return netip.Addr{}, false

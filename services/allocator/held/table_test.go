@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -74,8 +75,8 @@ func TestTableFollowsModel(t *testing.T) {
 				}
 				return a
 			}
-			owner := func() store.Owner {
-				return store.Owner{
+			owner := func() decide.Owner {
+				return decide.Owner{
 					Cluster:   fmt.Sprintf("c%d", rng.IntN(2)),
 					Kind:      "Service",
 					Namespace: fmt.Sprintf("ns%d", rng.IntN(3)),
@@ -166,7 +167,7 @@ func check(t *testing.T, tab *Table, m *model) {
 func TestTableAscendFrom(t *testing.T) {
 	tab := New("p", true, 0)
 	for _, s := range []string{"10.0.0.9", "10.0.0.1", "10.0.0.5"} {
-		a := store.Allocation{Pool: "p", Address: netip.MustParseAddr(s), Owner: store.Owner{Kind: "Pod", Name: s}}
+		a := store.Allocation{Pool: "p", Address: netip.MustParseAddr(s), Owner: decide.Owner{Kind: "Pod", Name: s}}
 		if err := tab.Put(&a); err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +233,7 @@ func BenchmarkTableHeap(b *testing.B) {
 				addr := netip.MustParseAddr("10.0.0.1")
 				now := time.Now().UTC()
 				for i := range n {
-					a := store.Allocation{Pool: "p", Address: addr, CreateTime: now, Revision: int64(i + 1), Owner: store.Owner{
+					a := store.Allocation{Pool: "p", Address: addr, CreateTime: now, Revision: int64(i + 1), Owner: decide.Owner{
 						Cluster: "east", Kind: "Service", Namespace: fmt.Sprintf("team-%d", i%7),
 						Name: fmt.Sprintf("frontend-%08d", i), UID: fmt.Sprintf("%08x-3b9e-4c5d-8f7a-1b2c3d4e5f60", i),
 					}}
@@ -261,7 +262,7 @@ func TestSnapshotKeepsItsState(t *testing.T) {
 	tab := New("p", true, 0)
 	put := func(addr, ns, name string, rev int64) {
 		t.Helper()
-		a := store.Allocation{Pool: "p", Address: netip.MustParseAddr(addr), Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: ns, Name: name}, Revision: rev}
+		a := store.Allocation{Pool: "p", Address: netip.MustParseAddr(addr), Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: ns, Name: name}, Revision: rev}
 		if err := tab.Put(&a); err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +311,7 @@ func TestArenaCompacts(t *testing.T) {
 	addr := netip.MustParseAddr("10.0.0.1")
 	var all []store.Allocation
 	for i := range 20000 {
-		a := store.Allocation{Pool: "p", Address: addr, Revision: int64(i + 1), Owner: store.Owner{Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("%08x-3b9e-4c5d-8f7a-1b2c3d4e5f60", i)}}
+		a := store.Allocation{Pool: "p", Address: addr, Revision: int64(i + 1), Owner: decide.Owner{Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("%08x-3b9e-4c5d-8f7a-1b2c3d4e5f60", i)}}
 		require(t, tab.Put(&a) == nil, "put")
 		all = append(all, a)
 		addr = addr.Next()
@@ -350,7 +351,7 @@ func require(t *testing.T, ok bool, format string, args ...any) {
 func TestSnapshotsReadWhileTableChanges(t *testing.T) {
 	tab := New("p", true, 0)
 	put := func(i, rev int) {
-		a := store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod", rev)}, Revision: int64(rev)}
+		a := store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod", rev)}, Revision: int64(rev)}
 		if err := tab.Put(&a); err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/plexusnet/plexus/internal/apierr"
-	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 )
 
@@ -20,23 +20,23 @@ var errorTable = apierr.Table{
 	{Err: ipam.ErrInUse, Code: codes.AlreadyExists, Reason: "ADDRESS_IN_USE"},
 	{Err: ipam.ErrOutOfRange, Code: codes.InvalidArgument, Reason: "ADDRESS_OUT_OF_RANGE"},
 	{Err: ipam.ErrReserved, Code: codes.InvalidArgument, Reason: "ADDRESS_RESERVED"},
-	{Err: allocation.ErrFamilyMismatch, Code: codes.InvalidArgument, Reason: "ADDRESS_FAMILY_MISMATCH"},
-	{Err: allocation.ErrPoolNotFound, Code: codes.NotFound, Reason: "POOL_NOT_FOUND"},
-	{Err: allocation.ErrPoolExists, Code: codes.AlreadyExists, Reason: "POOL_ALREADY_EXISTS"},
-	{Err: allocation.ErrPoolOverlap, Code: codes.FailedPrecondition, Reason: "POOL_OVERLAP"},
-	{Err: allocation.ErrPoolNotEmpty, Code: codes.FailedPrecondition, Reason: "POOL_NOT_EMPTY"},
-	{Err: allocation.ErrPoolDeleting, Code: codes.FailedPrecondition, Reason: "POOL_DELETING"},
-	{Err: allocation.ErrCIDRInUse, Code: codes.FailedPrecondition, Reason: "CIDR_IN_USE"},
-	{Err: allocation.ErrAllocationNotFound, Code: codes.NotFound, Reason: "ALLOCATION_NOT_FOUND"},
-	{Err: allocation.ErrEtagMismatch, Code: codes.FailedPrecondition, Reason: "ETAG_MISMATCH"},
-	{Err: allocation.ErrOwnerMismatch, Code: codes.FailedPrecondition, Reason: "OWNER_MISMATCH"},
-	{Err: allocation.ErrRevisionTooOld, Code: codes.OutOfRange, Reason: "REVISION_TOO_OLD"},
-	{Err: allocation.ErrRevisionInFuture, Code: codes.OutOfRange, Reason: "REVISION_IN_FUTURE"},
-	{Err: allocation.ErrWatchTooSlow, Code: codes.ResourceExhausted, Reason: "WATCH_TOO_SLOW"},
-	{Err: allocation.ErrRequestIDReused, Code: codes.InvalidArgument, Reason: "REQUEST_ID_REUSED"},
-	{Err: allocation.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
-	{Err: allocation.ErrStoreUnavailable, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE"},
-	{Err: allocation.ErrBehind, Code: codes.Unavailable, Reason: "REPLICA_BEHIND"},
+	{Err: decide.ErrFamilyMismatch, Code: codes.InvalidArgument, Reason: "ADDRESS_FAMILY_MISMATCH"},
+	{Err: decide.ErrPoolNotFound, Code: codes.NotFound, Reason: "POOL_NOT_FOUND"},
+	{Err: decide.ErrPoolExists, Code: codes.AlreadyExists, Reason: "POOL_ALREADY_EXISTS"},
+	{Err: decide.ErrPoolOverlap, Code: codes.FailedPrecondition, Reason: "POOL_OVERLAP"},
+	{Err: decide.ErrPoolNotEmpty, Code: codes.FailedPrecondition, Reason: "POOL_NOT_EMPTY"},
+	{Err: decide.ErrPoolDeleting, Code: codes.FailedPrecondition, Reason: "POOL_DELETING"},
+	{Err: decide.ErrCIDRInUse, Code: codes.FailedPrecondition, Reason: "CIDR_IN_USE"},
+	{Err: decide.ErrAllocationNotFound, Code: codes.NotFound, Reason: "ALLOCATION_NOT_FOUND"},
+	{Err: decide.ErrEtagMismatch, Code: codes.FailedPrecondition, Reason: "ETAG_MISMATCH"},
+	{Err: decide.ErrOwnerMismatch, Code: codes.FailedPrecondition, Reason: "OWNER_MISMATCH"},
+	{Err: decide.ErrRevisionTooOld, Code: codes.OutOfRange, Reason: "REVISION_TOO_OLD"},
+	{Err: decide.ErrRevisionInFuture, Code: codes.OutOfRange, Reason: "REVISION_IN_FUTURE"},
+	{Err: decide.ErrWatchTooSlow, Code: codes.ResourceExhausted, Reason: "WATCH_TOO_SLOW"},
+	{Err: decide.ErrRequestIDReused, Code: codes.InvalidArgument, Reason: "REQUEST_ID_REUSED"},
+	{Err: decide.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
+	{Err: decide.ErrStoreUnavailable, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE"},
+	{Err: decide.ErrBehind, Code: codes.Unavailable, Reason: "REPLICA_BEHIND"},
 }
 
 // NotLoaded is the answer to every call that arrives before the
@@ -44,7 +44,7 @@ var errorTable = apierr.Table{
 // reason of a replica that cannot reach its store, so clients retry, on
 // another replica if there is one.
 func NotLoaded() error {
-	return mapError(fmt.Errorf("the allocator has not loaded its store yet; retry later or on another replica: %w", allocation.ErrStoreUnavailable))
+	return mapError(fmt.Errorf("the allocator has not loaded its store yet; retry later or on another replica: %w", decide.ErrStoreUnavailable))
 }
 
 // mapError turns a domain error into a status error. Bad input becomes
@@ -53,7 +53,7 @@ func NotLoaded() error {
 // it wraps; a domain error of another code wrapped in a field error keeps
 // that code.
 func mapError(err error) error {
-	var fe *allocation.FieldError
+	var fe *decide.FieldError
 	if !errors.As(err, &fe) {
 		return apierr.Map(err, errorTable)
 	}

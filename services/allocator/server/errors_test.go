@@ -19,7 +19,7 @@ import (
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/apierr"
-	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 )
 
@@ -99,6 +99,18 @@ func errorCases() []errCase {
 			setup: withPool("p", poolV4("10.0.0.0/24"), a),
 			call:  allocateAddr("p", a, "10.0.0.99"),
 			code:  codes.AlreadyExists, reason: "ADDRESS_IN_USE",
+		},
+		{
+			// The same rules for every way in: a batch refuses what
+			// Allocate refuses.
+			name:  "owner already holds another address, in a batch",
+			setup: withPool("p", poolV4("10.0.0.0/24"), a),
+			call: func(ctx context.Context, cl client) error {
+				_, err := cl.BatchAllocate(ctx, &allocatorv1.BatchAllocateRequest{Requests: []*allocatorv1.AllocateRequest{
+					{Pool: "pools/p", Owner: b}, {Pool: "pools/p", Owner: a, Address: "10.0.0.99"}}})
+				return err
+			},
+			code: codes.AlreadyExists, reason: "ADDRESS_IN_USE",
 		},
 		{
 			name: "address in reuse delay",
@@ -256,7 +268,7 @@ func errorCases() []errCase {
 		{
 			name: "more CIDRs than a pool holds",
 			call: func(ctx context.Context, cl client) error {
-				cidrs := make([]string, allocation.MaxPoolCIDRs+1)
+				cidrs := make([]string, decide.MaxPoolCIDRs+1)
 				for i := range cidrs {
 					cidrs[i] = fmt.Sprintf("10.%d.0.0/16", i)
 				}

@@ -28,6 +28,7 @@ import (
 	"github.com/plexusnet/plexus/internal/pagination"
 	rt "github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -131,12 +132,12 @@ func ownerAttrs(o *allocatorv1.Owner) []attribute.KeyValue {
 func poolID(field, name string, allowAll bool) (string, error) {
 	id, ok := strings.CutPrefix(name, "pools/")
 	if !ok || strings.Contains(id, "/") {
-		return "", &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%s is not of the form pools/{pool_id}", allocation.Clip(name))}
+		return "", &decide.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%s is not of the form pools/{pool_id}", decide.Clip(name))}
 	}
 	if allowAll && id == "-" {
 		return id, nil
 	}
-	if err := allocation.ValidatePoolID(field, id); err != nil {
+	if err := decide.ValidatePoolID(field, id); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -147,23 +148,23 @@ func allocationName(field, name string) (string, netip.Addr, error) {
 	rest, ok := strings.CutPrefix(name, "pools/")
 	id, addrText, ok2 := strings.Cut(rest, "/allocations/")
 	if !ok || !ok2 {
-		return "", netip.Addr{}, &allocation.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%s is not of the form pools/{pool_id}/allocations/{address}", allocation.Clip(name))}
+		return "", netip.Addr{}, &decide.FieldError{Field: field, Reason: "INVALID_NAME", Message: fmt.Sprintf("%s is not of the form pools/{pool_id}/allocations/{address}", decide.Clip(name))}
 	}
-	if err := allocation.ValidatePoolID(field, id); err != nil {
+	if err := decide.ValidatePoolID(field, id); err != nil {
 		return "", netip.Addr{}, err
 	}
 	addr, err := netparse.ParseAddr(addrText)
 	if err != nil {
-		return "", netip.Addr{}, &allocation.FieldError{Field: field, Reason: "INVALID_ADDRESS", Message: err.Error(), Err: err}
+		return "", netip.Addr{}, &decide.FieldError{Field: field, Reason: "INVALID_ADDRESS", Message: err.Error(), Err: err}
 	}
 	return id, addr, nil
 }
 
-func ownerFrom(o *allocatorv1.Owner) store.Owner {
-	return store.Owner{Cluster: o.GetCluster(), Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), UID: o.GetUid()}
+func ownerFrom(o *allocatorv1.Owner) decide.Owner {
+	return decide.Owner{Cluster: o.GetCluster(), Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), UID: o.GetUid()}
 }
 
-func ownerTo(o store.Owner) *allocatorv1.Owner {
+func ownerTo(o decide.Owner) *allocatorv1.Owner {
 	return &allocatorv1.Owner{Cluster: o.Cluster, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Uid: o.UID}
 }
 
@@ -178,7 +179,7 @@ func allocationMsg(a store.Allocation, outOfRange bool) *allocatorv1.Allocation 
 		Pool:       "pools/" + a.Pool,
 		Address:    a.Address.String(),
 		Owner:      ownerTo(a.Owner),
-		Etag:       allocation.Etag(a.Revision),
+		Etag:       decide.Etag(a.Revision),
 		CreateTime: timestamppb.New(a.CreateTime),
 		Revision:   a.Revision,
 		OutOfRange: outOfRange,
@@ -194,7 +195,7 @@ func poolTo(v allocation.PoolView) *allocatorv1.Pool {
 		AllowOverlap: v.AllowOverlap,
 		Deleting:     v.Deleting,
 		Family:       allocatorv1.IPFamily_IP_FAMILY_IPV4,
-		Etag:         allocation.Etag(v.Revision),
+		Etag:         decide.Etag(v.Revision),
 		CreateTime:   timestamppb.New(v.CreateTime),
 		UpdateTime:   timestamppb.New(v.UpdateTime),
 		Stats: &allocatorv1.PoolStats{
@@ -213,11 +214,11 @@ func poolTo(v allocation.PoolView) *allocatorv1.Pool {
 	return p
 }
 
-func specFrom(p *allocatorv1.Pool) (allocation.PoolSpec, error) {
-	spec := allocation.PoolSpec{CIDRs: p.GetCidrs(), Reserved: p.GetReserved(), Labels: p.GetLabels(), AllowOverlap: p.GetAllowOverlap()}
+func specFrom(p *allocatorv1.Pool) (decide.PoolSpec, error) {
+	spec := decide.PoolSpec{CIDRs: p.GetCidrs(), Reserved: p.GetReserved(), Labels: p.GetLabels(), AllowOverlap: p.GetAllowOverlap()}
 	if d := p.GetReuseDelay(); d != nil {
 		if err := d.CheckValid(); err != nil {
-			return spec, &allocation.FieldError{Field: "pool.reuse_delay", Reason: "INVALID_DURATION", Message: err.Error()}
+			return spec, &decide.FieldError{Field: "pool.reuse_delay", Reason: "INVALID_DURATION", Message: err.Error()}
 		}
 		spec.ReuseDelay = d.AsDuration()
 	}
@@ -230,7 +231,7 @@ func (s *Server) CreatePool(ctx context.Context, req *allocatorv1.CreatePoolRequ
 		return []attribute.KeyValue{attribute.String("plexus.pool", req.GetPoolId())}
 	})
 	if req.GetPool() == nil {
-		return nil, s.fail(&allocation.FieldError{Field: "pool", Reason: "REQUIRED", Message: "pool is required"})
+		return nil, s.fail(&decide.FieldError{Field: "pool", Reason: "REQUIRED", Message: "pool is required"})
 	}
 	spec, err := specFrom(req.GetPool())
 	if err == nil && !req.GetAllowLocalRanges() {
@@ -271,11 +272,11 @@ func (s *Server) GetPool(ctx context.Context, req *allocatorv1.GetPoolRequest) (
 func (s *Server) ListPools(ctx context.Context, req *allocatorv1.ListPoolsRequest) (*allocatorv1.ListPoolsResponse, error) {
 	size, err := pagination.Size(req.GetPageSize())
 	if err != nil {
-		return nil, s.fail(&allocation.FieldError{Field: "page_size", Reason: "INVALID_PAGE_SIZE", Message: err.Error()})
+		return nil, s.fail(&decide.FieldError{Field: "page_size", Reason: "INVALID_PAGE_SIZE", Message: err.Error()})
 	}
 	var after string
 	if err := pagination.Decode(req.GetPageToken(), &after); err != nil {
-		return nil, s.fail(&allocation.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: err.Error()})
+		return nil, s.fail(&decide.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: err.Error()})
 	}
 	if err := s.svc.Sync(ctx); err != nil {
 		return nil, s.fail(err)
@@ -304,10 +305,10 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	var mask allocation.UpdateMask
+	var mask decide.UpdateMask
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		mask = allocation.UpdateMask{CIDRs: true, Reserved: true, ReuseDelay: true, Labels: true, AllowOverlap: true}
+		mask = decide.UpdateMask{CIDRs: true, Reserved: true, ReuseDelay: true, Labels: true, AllowOverlap: true}
 	}
 	for _, p := range paths {
 		switch p {
@@ -322,7 +323,7 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 		case "allow_overlap":
 			mask.AllowOverlap = true
 		default:
-			return nil, s.fail(&allocation.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %s cannot be updated", allocation.Clip(p))})
+			return nil, s.fail(&decide.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %s cannot be updated", decide.Clip(p))})
 		}
 	}
 	if mask.CIDRs && !req.GetAllowLocalRanges() {
@@ -360,16 +361,16 @@ func (s *Server) DeletePool(ctx context.Context, req *allocatorv1.DeletePoolRequ
 	return &allocatorv1.DeletePoolResponse{Released: uint64(n)}, nil
 }
 
-func requestFrom(prefix string, r *allocatorv1.AllocateRequest) (allocation.Request, error) {
+func requestFrom(prefix string, r *allocatorv1.AllocateRequest) (decide.Request, error) {
 	id, err := poolID(prefix+"pool", r.GetPool(), false)
 	if err != nil {
-		return allocation.Request{}, err
+		return decide.Request{}, err
 	}
-	req := allocation.Request{Pool: id, Owner: ownerFrom(r.GetOwner()), RequestID: r.GetRequestId()}
+	req := decide.Request{Pool: id, Owner: ownerFrom(r.GetOwner()), RequestID: r.GetRequestId()}
 	if r.GetAddress() != "" {
 		addr, err := netparse.ParseAddr(r.GetAddress())
 		if err != nil {
-			return req, &allocation.FieldError{Field: prefix + "address", Reason: "INVALID_ADDRESS", Message: err.Error(), Err: err}
+			return req, &decide.FieldError{Field: prefix + "address", Reason: "INVALID_ADDRESS", Message: err.Error(), Err: err}
 		}
 		req.Address = addr
 	}
@@ -402,12 +403,12 @@ func (s *Server) Allocate(ctx context.Context, req *allocatorv1.AllocateRequest)
 // BatchAllocate implements AllocatorService.BatchAllocate.
 func (s *Server) BatchAllocate(ctx context.Context, req *allocatorv1.BatchAllocateRequest) (*allocatorv1.BatchAllocateResponse, error) {
 	if n := len(req.GetRequests()); n > MaxBatch {
-		return nil, s.fail(&allocation.FieldError{Field: "requests", Reason: "BATCH_TOO_LARGE", Message: fmt.Sprintf("%d requests, at most %d", n, MaxBatch)})
+		return nil, s.fail(&decide.FieldError{Field: "requests", Reason: "BATCH_TOO_LARGE", Message: fmt.Sprintf("%d requests, at most %d", n, MaxBatch)})
 	}
 	annotate(ctx, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.Int("plexus.batch.size", len(req.GetRequests()))}
 	})
-	reqs := make([]allocation.Request, len(req.GetRequests()))
+	reqs := make([]decide.Request, len(req.GetRequests()))
 	for i, r := range req.GetRequests() {
 		var err error
 		if reqs[i], err = requestFrom(fmt.Sprintf("requests[%d].", i), r); err != nil {
@@ -460,17 +461,17 @@ func (s *Server) ListAllocations(ctx context.Context, req *allocatorv1.ListAlloc
 	})
 	size, err := pagination.Size(req.GetPageSize())
 	if err != nil {
-		return nil, s.fail(&allocation.FieldError{Field: "page_size", Reason: "INVALID_PAGE_SIZE", Message: err.Error()})
+		return nil, s.fail(&decide.FieldError{Field: "page_size", Reason: "INVALID_PAGE_SIZE", Message: err.Error()})
 	}
 	var pos listPos
 	if err := pagination.Decode(req.GetPageToken(), &pos); err != nil {
-		return nil, s.fail(&allocation.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: err.Error()})
+		return nil, s.fail(&decide.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: err.Error()})
 	}
 	var after allocation.Cursor
 	if pos.Pool != "" {
 		addr, err := netip.ParseAddr(pos.Address)
 		if err != nil {
-			return nil, s.fail(&allocation.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: "invalid page token"})
+			return nil, s.fail(&decide.FieldError{Field: "page_token", Reason: "INVALID_PAGE_TOKEN", Message: "invalid page token"})
 		}
 		after = allocation.Cursor{Pool: pos.Pool, Address: addr}
 	}
@@ -519,17 +520,17 @@ func (s *Server) Release(ctx context.Context, req *allocatorv1.ReleaseRequest) (
 // releaseTarget reads what a release names: an allocation by name, or by
 // pool and owner, or both ways at once when they agree (the pool here, the
 // holder in the allocator). An owner needs a kind and a name.
-func releaseTarget(req *allocatorv1.ReleaseRequest) (allocation.ReleaseRequest, error) {
-	var r allocation.ReleaseRequest
+func releaseTarget(req *allocatorv1.ReleaseRequest) (decide.ReleaseRequest, error) {
+	var r decide.ReleaseRequest
 	if req.GetName() == "" && (req.GetPool() == "" || req.GetOwner() == nil) {
-		return r, &allocation.FieldError{Field: "name", Reason: "REQUIRED", Message: "name, or pool and owner, are required"}
+		return r, &decide.FieldError{Field: "name", Reason: "REQUIRED", Message: "name, or pool and owner, are required"}
 	}
 	if o := req.GetOwner(); o != nil {
 		if o.GetKind() == "" {
-			return r, &allocation.FieldError{Field: "owner.kind", Reason: "REQUIRED", Message: "an owner needs a kind"}
+			return r, &decide.FieldError{Field: "owner.kind", Reason: "REQUIRED", Message: "an owner needs a kind"}
 		}
 		if o.GetName() == "" {
-			return r, &allocation.FieldError{Field: "owner.name", Reason: "REQUIRED", Message: "an owner needs a name"}
+			return r, &decide.FieldError{Field: "owner.name", Reason: "REQUIRED", Message: "an owner needs a name"}
 		}
 		r.Owner = ownerFrom(o)
 	}
@@ -546,7 +547,7 @@ func releaseTarget(req *allocatorv1.ReleaseRequest) (allocation.ReleaseRequest, 
 			return r, err
 		}
 		if r.Pool != "" && r.Pool != id {
-			return r, &allocation.FieldError{Field: "pool", Reason: "TARGET_MISMATCH",
+			return r, &decide.FieldError{Field: "pool", Reason: "TARGET_MISMATCH",
 				Message: fmt.Sprintf("pool %s disagrees with the pool of name (%s)", r.Pool, id)}
 		}
 		r.Pool, r.Address = id, addr
@@ -568,7 +569,7 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 		return s.fail(err)
 	}
 	if req.GetStartRevision() < 0 {
-		return s.fail(&allocation.FieldError{Field: "start_revision", Reason: "INVALID_REVISION", Message: "start_revision must not be negative"})
+		return s.fail(&decide.FieldError{Field: "start_revision", Reason: "INVALID_REVISION", Message: "start_revision must not be negative"})
 	}
 	n := s.watches.Add(1)
 	if s.maxWatches > 0 && n > s.maxWatches {
@@ -869,7 +870,7 @@ func localRanges(cidrs []string, held ...string) error {
 		}
 		for _, l := range localPrefixes {
 			if p.Overlaps(l) {
-				return &allocation.FieldError{Field: fmt.Sprintf("pool.cidrs[%d]", i), Reason: "LOCAL_RANGE",
+				return &decide.FieldError{Field: fmt.Sprintf("pool.cidrs[%d]", i), Reason: "LOCAL_RANGE",
 					Message: fmt.Sprintf("%s overlaps %s, whose addresses cannot be endpoints; set allow_local_ranges to create it anyway", p, l)}
 			}
 		}

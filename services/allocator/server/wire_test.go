@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -30,11 +31,11 @@ func marshalSnapshot(as []store.Allocation, outOfRange func(*store.Allocation) b
 func wireAllocations() []store.Allocation {
 	created := time.Date(2026, 11, 28, 12, 0, 0, 123456789, time.UTC)
 	return []store.Allocation{
-		{Pool: "vips", Address: netip.MustParseAddr("10.97.0.16"), Owner: store.Owner{Kind: "ClusterSetService", Namespace: "shop", Name: "cart"}, Revision: 3, CreateTime: created},
-		{Pool: "workloads", Address: netip.MustParseAddr("10.200.0.1"), Owner: store.Owner{Cluster: "a", Kind: "ExternalWorkload", Namespace: "shop", Name: "vm-1", UID: "58e98c00-5c81-4a9b-bb18-2471ce97fb76"}, Revision: 1 << 40, CreateTime: created.Add(time.Hour)},
-		{Pool: "v6", Address: netip.MustParseAddr("fd00::1"), Owner: store.Owner{Kind: "Pod", Name: "ünïcode-名前"}, Revision: 0, CreateTime: time.Unix(1700000000, 0)},
-		{Pool: "v6", Address: netip.MustParseAddr("::ffff:10.0.0.1"), Owner: store.Owner{}, Revision: 7},                             // zero time: negative seconds
-		{Pool: "p", Address: netip.MustParseAddr("2001:db8::ffff:ffff"), Owner: store.Owner{Name: "n"}, CreateTime: time.Unix(0, 5)}, // nanos alone
+		{Pool: "vips", Address: netip.MustParseAddr("10.97.0.16"), Owner: decide.Owner{Kind: "ClusterSetService", Namespace: "shop", Name: "cart"}, Revision: 3, CreateTime: created},
+		{Pool: "workloads", Address: netip.MustParseAddr("10.200.0.1"), Owner: decide.Owner{Cluster: "a", Kind: "ExternalWorkload", Namespace: "shop", Name: "vm-1", UID: "58e98c00-5c81-4a9b-bb18-2471ce97fb76"}, Revision: 1 << 40, CreateTime: created.Add(time.Hour)},
+		{Pool: "v6", Address: netip.MustParseAddr("fd00::1"), Owner: decide.Owner{Kind: "Pod", Name: "ünïcode-名前"}, Revision: 0, CreateTime: time.Unix(1700000000, 0)},
+		{Pool: "v6", Address: netip.MustParseAddr("::ffff:10.0.0.1"), Owner: decide.Owner{}, Revision: 7},                             // zero time: negative seconds
+		{Pool: "p", Address: netip.MustParseAddr("2001:db8::ffff:ffff"), Owner: decide.Owner{Name: "n"}, CreateTime: time.Unix(0, 5)}, // nanos alone
 		{Pool: "p", Address: netip.MustParseAddr("0.0.0.0"), Revision: -1, CreateTime: time.Unix(0, 0)},
 	}
 }
@@ -99,7 +100,7 @@ func FuzzWireEncoder(f *testing.F) {
 				ip = netip.AddrFrom4([4]byte(b16[12:]))
 			}
 		}
-		a := store.Allocation{Pool: pool, Address: ip, Owner: store.Owner{Cluster: cluster, Kind: kind, Namespace: ns, Name: name, UID: uid},
+		a := store.Allocation{Pool: pool, Address: ip, Owner: decide.Owner{Cluster: cluster, Kind: kind, Namespace: ns, Name: name, UID: uid},
 			Revision: rev, CreateTime: time.Unix(secs, nanos%1e9)}
 		want, err := marshalAdded(a, oor)
 		var e wireEncoder
@@ -126,7 +127,7 @@ func BenchmarkSnapshotBatch(b *testing.B) {
 	created := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	for i := range as {
 		as[i] = store.Allocation{Pool: "big", Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}),
-			Owner:    store.Owner{Cluster: "a", Kind: "Pod", Namespace: "load", Name: "owner-" + strconv.Itoa(i), UID: "6f1c2a9e-1b7d-4c3e-9a51-0d2f4b8e7c6a"},
+			Owner:    decide.Owner{Cluster: "a", Kind: "Pod", Namespace: "load", Name: "owner-" + strconv.Itoa(i), UID: "6f1c2a9e-1b7d-4c3e-9a51-0d2f4b8e7c6a"},
 			Revision: int64(1000 + i), CreateTime: created}
 	}
 	inRange := func(*store.Allocation) bool { return false }

@@ -24,6 +24,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/plexusnet/plexus/services/allocator/decide"
 )
 
 // Errors returned by stores. Callers test them with errors.Is.
@@ -73,26 +75,11 @@ type Pool struct {
 	Revision int64
 }
 
-// Owner identifies the holder of an allocation.
-type Owner struct {
-	Cluster   string
-	Kind      string
-	Namespace string
-	Name      string
-	UID       string
-}
-
-// Key identifies the owner independently of its uid: Allocate is
-// idempotent per (pool, Key).
-func (o Owner) Key() string {
-	return o.Cluster + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name
-}
-
 // Allocation is the durable record of one allocated address.
 type Allocation struct {
 	Pool       string
 	Address    netip.Addr
-	Owner      Owner
+	Owner      decide.Owner
 	CreateTime time.Time
 	// RequestID is the idempotency key the allocation was made with, if
 	// any.

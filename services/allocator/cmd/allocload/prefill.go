@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/plexusnet/plexus/services/allocator/app"
 	"io"
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/plexusnet/plexus/services/allocator/app"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 
 	"github.com/spf13/pflag"
 
@@ -108,7 +110,7 @@ func prefill(ctx context.Context, cfg prefillConfig) (int, error) {
 			txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
 				Pool:       cfg.pool,
 				Address:    addr,
-				Owner:      store.Owner{Cluster: "prefill", Kind: "Pod", Namespace: "prefill", Name: name, UID: "uid-" + name},
+				Owner:      decide.Owner{Cluster: "prefill", Kind: "Pod", Namespace: "prefill", Name: name, UID: "uid-" + name},
 				CreateTime: now,
 			}})
 			addr = addr.Next()
@@ -157,7 +159,7 @@ func prefillPools(ctx context.Context, cfg prefillConfig) (int, error) {
 			name := fmt.Sprintf("pod-%d-%d", i, j)
 			txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
 				Pool: id, Address: addr, CreateTime: now,
-				Owner: store.Owner{Cluster: "prefill", Kind: "Pod", Namespace: "prefill", Name: name, UID: "uid-" + name},
+				Owner: decide.Owner{Cluster: "prefill", Kind: "Pod", Namespace: "prefill", Name: name, UID: "uid-" + name},
 			}})
 			addr = addr.Next()
 		}

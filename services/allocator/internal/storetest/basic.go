@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -30,7 +31,7 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	p4 := newPool("p4", "10.0.0.0/24", "10.1.0.0/16")
 	p6 := &store.Pool{ID: "p6", CIDRs: []string{"2001:db8::/64"}, CreateTime: t0}
 	a4 := newAlloc("p4", "10.0.0.10", "web-0")
-	a4.Owner = store.Owner{Cluster: "c1", Kind: "ClusterSetService", Namespace: "ns", Name: "svc", UID: ""}
+	a4.Owner = decide.Owner{Cluster: "c1", Kind: "ClusterSetService", Namespace: "ns", Name: "svc", UID: ""}
 	a6 := newAlloc("p6", "2001:db8::ff", "web-1")
 	a6.RequestID = ""
 	q := putQuarantine("p6", "2001:db8::1")
@@ -404,7 +405,7 @@ func testInvalidTxn(t *testing.T, s store.Store) {
 		{"nil allocation", txn(store.Op{Kind: store.OpPutAllocation})},
 		{"invalid address", txn(putAlloc(&store.Allocation{Pool: "p"}))},
 		{"zoned address", txn(putAlloc(&store.Allocation{Pool: "p", Address: zoned}))},
-		{"NUL in owner", txn(putAlloc(&store.Allocation{Pool: "p", Address: addr, Owner: store.Owner{Name: "a\x00b"}}))},
+		{"NUL in owner", txn(putAlloc(&store.Allocation{Pool: "p", Address: addr, Owner: decide.Owner{Name: "a\x00b"}}))},
 		{"delete without pool", txn(store.Op{Kind: store.OpDeleteAllocation, Address: addr})},
 		{"nil quarantine", txn(store.Op{Kind: store.OpPutQuarantine})},
 		{"nil request", txn(store.Op{Kind: store.OpPutRequest})},

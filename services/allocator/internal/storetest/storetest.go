@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -138,8 +139,8 @@ func newPool(id string, cidrs ...string) *store.Pool {
 	}
 }
 
-func owner(name, uid string) store.Owner {
-	return store.Owner{Cluster: "east", Kind: "Pod", Namespace: "default", Name: name, UID: uid}
+func owner(name, uid string) decide.Owner {
+	return decide.Owner{Cluster: "east", Kind: "Pod", Namespace: "default", Name: name, UID: uid}
 }
 
 func newAlloc(pool, addr, name string) *store.Allocation {
@@ -174,7 +175,7 @@ func allocAbsent(pool, addr string) store.Cond {
 	return store.Cond{Kind: store.CondAllocationAbsent, Pool: pool, Address: netip.MustParseAddr(addr)}
 }
 
-func ownerAbsent(pool string, o store.Owner) store.Cond {
+func ownerAbsent(pool string, o decide.Owner) store.Cond {
 	return store.Cond{Kind: store.CondOwnerAbsent, Pool: pool, OwnerKey: o.Key()}
 }
 

@@ -16,12 +16,13 @@ import (
 	"github.com/stretchr/testify/require"
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
 // benchOwner is an owner of realistic size: a Pod with a generated name.
-func benchOwner(i int) store.Owner {
-	return store.Owner{
+func benchOwner(i int) decide.Owner {
+	return decide.Owner{
 		Cluster:   "cluster-east-1",
 		Kind:      "Pod",
 		Namespace: "payments",

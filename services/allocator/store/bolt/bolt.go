@@ -21,6 +21,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/eventlog"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
@@ -524,7 +525,7 @@ type order struct {
 // reading (often from far in memory) the bytes of each.
 type sharedPrefix struct{ cluster, kind, namespace string }
 
-func (p *sharedPrefix) share(o *store.Owner) {
+func (p *sharedPrefix) share(o *decide.Owner) {
 	same := func(last *string, s *string) {
 		if *last == *s {
 			*s = *last

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
@@ -57,7 +58,7 @@ func TestConformanceDefaultOptions(t *testing.T) {
 }
 
 func alloc(pool, addr, name string) *store.Allocation {
-	return &store.Allocation{Pool: pool, Address: netip.MustParseAddr(addr), Owner: store.Owner{Kind: "Pod", Namespace: "ns", Name: name}}
+	return &store.Allocation{Pool: pool, Address: netip.MustParseAddr(addr), Owner: decide.Owner{Kind: "Pod", Namespace: "ns", Name: name}}
 }
 
 func putAlloc(a *store.Allocation) store.Op {
@@ -277,11 +278,11 @@ func TestOwnerIndexCollision(t *testing.T) {
 	other := alloc("p", "10.0.0.7", "other")
 	_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(other)}})
 	require.NoError(t, err)
-	wanted := store.Owner{Kind: "Pod", Namespace: "ns", Name: "wanted"}
+	wanted := decide.Owner{Kind: "Pod", Namespace: "ns", Name: "wanted"}
 	// A colliding entry: the hash of the wanted owner, the address of
 	// another's allocation. (Between commits, the committer is idle.)
 	s.owners.add(s.owners.hash("p", wanted.Key()), other.Address)
-	absent := func(o store.Owner) bool { return ownerAbsent(t, s, "p", o) }
+	absent := func(o decide.Owner) bool { return ownerAbsent(t, s, "p", o) }
 	require.True(t, absent(wanted))
 	require.False(t, absent(other.Owner))
 
@@ -293,7 +294,7 @@ func TestOwnerIndexCollision(t *testing.T) {
 
 // ownerAbsent tells whether CondOwnerAbsent holds for o in pool, by
 // committing a transaction that changes nothing under it.
-func ownerAbsent(t *testing.T, s *Store, pool string, o store.Owner) bool {
+func ownerAbsent(t *testing.T, s *Store, pool string, o decide.Owner) bool {
 	t.Helper()
 	_, err := s.Commit(t.Context(), store.Txn{
 		Conds: []store.Cond{{Kind: store.CondOwnerAbsent, Pool: pool, OwnerKey: o.Key()}},

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/bbolt"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -74,8 +75,8 @@ func TestCompactKeepsEverythingTheStoreUses(t *testing.T) {
 	rev, err := s.Commit(t.Context(), store.Txn{Ops: []store.Op{putAlloc(alloc("p", "10.0.200.1", "after"))}})
 	require.NoError(t, err)
 	require.Equal(t, want.Revision+1, rev)
-	require.False(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-1"}))
-	require.True(t, ownerAbsent(t, s, "p", store.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-0"}))
+	require.False(t, ownerAbsent(t, s, "p", decide.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-1"}))
+	require.True(t, ownerAbsent(t, s, "p", decide.Owner{Kind: "Pod", Namespace: "ns", Name: "pod-0"}))
 }
 
 // requireOpensAs opens the store file at path and requires it to hold

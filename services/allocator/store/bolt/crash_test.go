@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -78,7 +79,7 @@ func crashChild(path string) int {
 					continue
 				}
 				addr := netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(256)), byte(rng.IntN(256))})
-				o := store.Owner{Kind: "Pod", Namespace: "crash", Name: fmt.Sprintf("p%d-g%d-%d", os.Getpid(), g, i)}
+				o := decide.Owner{Kind: "Pod", Namespace: "crash", Name: fmt.Sprintf("p%d-g%d-%d", os.Getpid(), g, i)}
 				rev, err := s.Commit(ctx, store.Txn{
 					Conds: []store.Cond{
 						{Kind: store.CondAllocationAbsent, Pool: "p", Address: addr},

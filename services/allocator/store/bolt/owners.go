@@ -3,9 +3,10 @@ package bolt
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 	"hash/maphash"
 	"net/netip"
+
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // ownerIndex finds the allocations whose owner has a given key, for
@@ -78,7 +79,7 @@ func (x *ownerIndex) hashValue(pool, v []byte) (uint32, error) {
 		return 0, fmt.Errorf("unknown or damaged value version")
 	}
 	v = v[n:]
-	for i := range 4 { // cluster, kind, namespace, name: as store.Owner.Key joins them
+	for i := range 4 { // cluster, kind, namespace, name: as decide.Owner.Key joins them
 		size, n := binary.Uvarint(v)
 		if n <= 0 || size > uint64(len(v)-n) {
 			return 0, record.ErrTruncated

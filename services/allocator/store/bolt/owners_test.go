@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
@@ -80,7 +81,7 @@ func clone(m map[uint32]map[netip.Addr]int) map[uint32]map[netip.Addr]int {
 // owner's key, and a damaged value is an error.
 func TestHashValue(t *testing.T) {
 	x := newOwnerIndex(0)
-	for _, o := range []store.Owner{
+	for _, o := range []decide.Owner{
 		{Kind: "Pod", Namespace: "ns", Name: "a", UID: "u"},
 		{Cluster: "east", Kind: "Service", Namespace: "", Name: "a/b"},
 		{},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -15,9 +16,9 @@ func sampleAllocs() []store.Allocation {
 	t := time.Date(2026, 11, 23, 16, 30, 1, 123456789, time.UTC)
 	return []store.Allocation{
 		{Pool: "scale", Address: netip.MustParseAddr("10.1.2.3"), CreateTime: t, RequestID: "req-1",
-			Owner: store.Owner{Cluster: "east", Kind: "Service", Namespace: "shop", Name: "web", UID: "4f6c"}},
+			Owner: decide.Owner{Cluster: "east", Kind: "Service", Namespace: "shop", Name: "web", UID: "4f6c"}},
 		{Pool: "v6", Address: netip.MustParseAddr("fd00::1:2"), CreateTime: t.Truncate(time.Second),
-			Owner: store.Owner{Kind: "Pod", Name: "p"}},
+			Owner: decide.Owner{Kind: "Pod", Name: "p"}},
 		{Pool: "p", Address: netip.MustParseAddr("192.0.2.1")},
 	}
 }
@@ -190,7 +191,7 @@ func FuzzEncodeAlloc(f *testing.F) {
 	f.Fuzz(func(t *testing.T, pool string, addr []byte, cluster, kind, namespace, name, uid string, nanos int64, requestID string) {
 		ip, _ := netip.AddrFromSlice(addr)
 		a := store.Allocation{Pool: pool, Address: ip, CreateTime: time.Unix(0, nanos).In(time.FixedZone("x", 3600)), RequestID: requestID,
-			Owner: store.Owner{Cluster: cluster, Kind: kind, Namespace: namespace, Name: name, UID: uid}}
+			Owner: decide.Owner{Cluster: cluster, Kind: kind, Namespace: namespace, Name: name, UID: uid}}
 		want, err := json.Marshal(allocValueOf(&a))
 		got, ok := appendAllocValue(nil, &a)
 		if !ok {
@@ -201,7 +202,7 @@ func FuzzEncodeAlloc(f *testing.F) {
 		require.Equal(t, string(want), encodeAlloc(&a))
 		back, ok := parseAllocValue(got)
 		require.True(t, ok, "the direct parser declines the direct encoder's %s", got)
-		require.Equal(t, a.Owner, store.Owner{Cluster: back.Owner.Cluster, Kind: back.Owner.Kind, Namespace: back.Owner.Namespace, Name: back.Owner.Name, UID: back.Owner.UID})
+		require.Equal(t, a.Owner, decide.Owner{Cluster: back.Owner.Cluster, Kind: back.Owner.Kind, Namespace: back.Owner.Namespace, Name: back.Owner.Name, UID: back.Owner.UID})
 		require.True(t, a.CreateTime.Equal(back.CreateTime))
 	})
 }

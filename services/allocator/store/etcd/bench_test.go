@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -85,7 +86,7 @@ func allocTxn(pool string, poolRev int64, i int) store.Txn {
 	a := &store.Allocation{
 		Pool:    pool,
 		Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
-		Owner: store.Owner{Cluster: "cluster-east-1", Kind: "Pod", Namespace: "payments",
+		Owner: decide.Owner{Cluster: "cluster-east-1", Kind: "Pod", Namespace: "payments",
 			Name: fmt.Sprintf("checkout-7d9f8b6c5-%08d", i), UID: fmt.Sprintf("3f2b8c1e-5d4a-4c3b-9e8f-%012d", i)},
 		CreateTime: time.Now(),
 		RequestID:  fmt.Sprint("req-", i),
@@ -125,7 +126,7 @@ func BenchmarkWatchSnapshot(b *testing.B) {
 			var ops []store.Op
 			for ; done < n && len(ops) < 30; done++ { // several etcd ops each, within its --max-txn-ops of 128
 				ops = append(ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{Pool: pool, Address: base,
-					Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", done), UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", done)}}})
+					Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", done), UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", done)}}})
 				base = base.Next()
 			}
 			_, err := s.Commit(ctx, store.Txn{Ops: ops})
@@ -310,7 +311,7 @@ func BenchmarkCommitBatch(b *testing.B) {
 				for range n {
 					i++
 					a := &store.Allocation{Pool: "bench", Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
-						Owner: store.Owner{Cluster: "cluster-east-1", Kind: "Pod", Namespace: "payments",
+						Owner: decide.Owner{Cluster: "cluster-east-1", Kind: "Pod", Namespace: "payments",
 							Name: fmt.Sprintf("checkout-7d9f8b6c5-%08d", i), UID: fmt.Sprintf("3f2b8c1e-5d4a-4c3b-9e8f-%012d", i)}}
 					txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondAllocationAbsent, Pool: "bench", Address: a.Address})
 					txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: a})

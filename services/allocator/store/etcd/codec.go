@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -100,7 +101,7 @@ func decodeAllocWith(v []byte, rev int64, last *allocStrings) (store.Allocation,
 	o := av.Owner
 	return store.Allocation{
 		Pool: av.Pool, Address: av.Address, CreateTime: av.CreateTime, RequestID: av.RequestID, Revision: rev,
-		Owner: store.Owner{Cluster: o.Cluster, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID},
+		Owner: decide.Owner{Cluster: o.Cluster, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID},
 	}, nil
 }
 

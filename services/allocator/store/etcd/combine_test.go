@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -57,7 +58,7 @@ func TestCombinedCommits(t *testing.T) {
 				// and w^2 for the same owner, workers w and w^4 use the
 				// same request id: every commit has a rival.
 				addr := netip.AddrFrom4([4]byte{10, 0, byte(w / 2), byte(i)})
-				owner := store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("o-%d-%d", w&^2, i), UID: "u"}
+				owner := decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("o-%d-%d", w&^2, i), UID: "u"}
 				request := fmt.Sprintf("r-%d-%d", w&^4, i)
 				a := &store.Allocation{Pool: "p", Address: addr, Owner: owner}
 				rev, err := s.Commit(ctx, store.Txn{
@@ -145,7 +146,7 @@ func TestTooManyOps(t *testing.T) {
 	var txn store.Txn
 	for i := range 60 {
 		a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}),
-			Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}}
+			Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}}
 		txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondAllocationAbsent, Pool: "p", Address: a.Address})
 		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: a})
 	}
@@ -189,7 +190,7 @@ func TestCombinedCommitsWithinMaxTxnOps(t *testing.T) {
 			alloc := func(txn *store.Txn) string {
 				i := next.Add(1)
 				a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
-					Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}}
+					Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}}
 				txn.Conds = append(txn.Conds,
 					store.Cond{Kind: store.CondAllocationAbsent, Pool: "p", Address: a.Address},
 					store.Cond{Kind: store.CondOwnerAbsent, Pool: "p", OwnerKey: a.Owner.Key()})

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
@@ -83,7 +84,7 @@ func TestPrefixesAreIndependent(t *testing.T) {
 	require.Equal(t, "/site-a/", a.Prefix())
 	ctx := t.Context()
 	pool := &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/24"}}
-	alloc := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: store.Owner{Kind: "Pod", Name: "x"}}
+	alloc := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: decide.Owner{Kind: "Pod", Name: "x"}}
 	for _, s := range []*etcd.Store{a, b} {
 		_, err := s.Commit(ctx, store.Txn{
 			Conds: []store.Cond{{Kind: store.CondPoolAbsent, Pool: "p"}, {Kind: store.CondAllocationAbsent, Pool: "p", Address: alloc.Address}},
@@ -128,7 +129,7 @@ func TestKeyLayout(t *testing.T) {
 	e := kubetest.StartEtcd(t)
 	s := open(t, e, "/plexus/")
 	ctx := t.Context()
-	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "x", UID: "u"}}
+	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "x", UID: "u"}}
 	rev, err := s.Commit(ctx, store.Txn{Ops: []store.Op{
 		{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/24"}}},
 		{Kind: store.OpPutAllocation, Allocation: a},
@@ -261,7 +262,7 @@ func TestPoolChangesPutTheirMarker(t *testing.T) {
 	require.Equal(t, created, changed())
 
 	_, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
-		Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "x", UID: "u"}}}}})
+		Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "x", UID: "u"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, created, changed(), "an allocation changes no pool")
 

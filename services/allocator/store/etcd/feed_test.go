@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -79,7 +80,7 @@ func TestWatchesShareOneEtcdWatch(t *testing.T) {
 
 			var want []int64
 			for i := range commits {
-				a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Owner: store.Owner{Kind: "Pod", Name: fmt.Sprint("x", i)}}
+				a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Owner: decide.Owner{Kind: "Pod", Name: fmt.Sprint("x", i)}}
 				r, err := s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpPutAllocation, Allocation: a}}})
 				require.NoError(t, err)
 				want = append(want, r)

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -18,7 +19,7 @@ import (
 // as an Allocate with a request id commits it.
 func requestTxn(id string, i int) store.Txn {
 	a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}),
-		Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}, RequestID: id}
+		Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("o-", i), UID: "u"}, RequestID: id}
 	return store.Txn{
 		Conds: []store.Cond{
 			{Kind: store.CondAllocationAbsent, Pool: "p", Address: a.Address},

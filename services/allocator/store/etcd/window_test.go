@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -94,7 +95,7 @@ func seedShapes(t *testing.T, e *kubetest.Etcd) *shapes {
 		slices.SortFunc(addrs, netip.Addr.Compare)
 		for i, a := range addrs {
 			ops = append(ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{Pool: pool, Address: a,
-				Owner: store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint(pool, "-", i), UID: fmt.Sprint(pool, "-", i)}}})
+				Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint(pool, "-", i), UID: fmt.Sprint(pool, "-", i)}}})
 			if len(ops) == 500 {
 				flush()
 			}

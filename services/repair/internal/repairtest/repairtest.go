@@ -22,6 +22,7 @@ import (
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
+	allocdecide "github.com/plexusnet/plexus/services/allocator/decide"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
@@ -95,7 +96,7 @@ func StalledDeletion(t testing.TB, st store.Store, id, cidr, cluster, ns string,
 		addr = addr.Next()
 		txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: &store.Allocation{
 			Pool: id, Address: addr, CreateTime: marked,
-			Owner: store.Owner{Cluster: cluster, Kind: "Pod", Namespace: ns, Name: "gone-" + strconv.Itoa(i), UID: "uid-gone-" + strconv.Itoa(i)}}})
+			Owner: allocdecide.Owner{Cluster: cluster, Kind: "Pod", Namespace: ns, Name: "gone-" + strconv.Itoa(i), UID: "uid-gone-" + strconv.Itoa(i)}}})
 	}
 	if _, err := st.Commit(context.Background(), txn); err != nil {
 		t.Fatalf("write a stalled deletion of pool %s: %v", id, err)

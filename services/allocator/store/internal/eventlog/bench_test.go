@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -19,7 +20,7 @@ func benchEvent(i int) store.Event {
 	rev := int64(i + 1)
 	return store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: &store.Allocation{
 		Pool: fmt.Sprint("pool-", i%4), Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
-		Owner: store.Owner{
+		Owner: decide.Owner{
 			Cluster: fmt.Sprint("cluster-", i%3), Kind: fmt.Sprint("Pod"), Namespace: fmt.Sprint("payments-", i%7),
 			Name: fmt.Sprintf("checkout-7d9f8b6c5-%05d", i), UID: fmt.Sprintf("3f2b8c1e-5d4a-4c3b-9e8f-%012d", i),
 		},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -25,7 +26,7 @@ func mixedEvents(rev int64, n int) []store.Event {
 		pool := fmt.Sprintf("pool-%d", i%3)
 		a := &store.Allocation{
 			Pool: pool, Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}),
-			Owner:      store.Owner{Cluster: "east", Kind: "Service", Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), UID: "3f2b8c1e-5d4a-4c3b-9e8f"},
+			Owner:      decide.Owner{Cluster: "east", Kind: "Service", Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), UID: "3f2b8c1e-5d4a-4c3b-9e8f"},
 			CreateTime: t0.Add(time.Duration(i) * time.Second), RequestID: fmt.Sprintf("req-%d", i), Revision: rev,
 		}
 		switch i % 5 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -25,7 +26,7 @@ func TestValuesRoundTrip(t *testing.T) {
 
 		a := store.Allocation{
 			Pool: "p", Address: netip.MustParseAddr("2001:db8::1"),
-			Owner:      store.Owner{Cluster: "c", Kind: "k", Namespace: "", Name: "n/é", UID: "u"},
+			Owner:      decide.Owner{Cluster: "c", Kind: "k", Namespace: "", Name: "n/é", UID: "u"},
 			CreateTime: tm, RequestID: "r", Revision: 7,
 		}
 		gotA, err := DecodeAllocation("p", a.Address, encodeAllocation(&a, 7))
@@ -43,7 +44,7 @@ func TestValuesRoundTrip(t *testing.T) {
 // allocations cheap to store and to read back.
 func TestAllocationValueSize(t *testing.T) {
 	a := store.Allocation{
-		Owner:      store.Owner{Cluster: "cluster-east-1", Kind: "Pod", Namespace: "payments", Name: "checkout-7d9f8b6c5-x2x9q", UID: "3f2b8c1e-5d4a-4c3b-9e8f-1a2b3c4d5e6f"},
+		Owner:      decide.Owner{Cluster: "cluster-east-1", Kind: "Pod", Namespace: "payments", Name: "checkout-7d9f8b6c5-x2x9q", UID: "3f2b8c1e-5d4a-4c3b-9e8f-1a2b3c4d5e6f"},
 		CreateTime: time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC),
 		Revision:   1_000_000,
 	}
@@ -52,7 +53,7 @@ func TestAllocationValueSize(t *testing.T) {
 }
 
 func TestDecodeRejectsDamage(t *testing.T) {
-	a := store.Allocation{Owner: store.Owner{Name: "n"}, CreateTime: time.Unix(1, 2), Revision: 9}
+	a := store.Allocation{Owner: decide.Owner{Name: "n"}, CreateTime: time.Unix(1, 2), Revision: 9}
 	v := encodeAllocation(&a, 9)
 	for i := range v {
 		_, err := DecodeAllocation("p", netip.MustParseAddr("10.0.0.1"), v[:i])
@@ -71,7 +72,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	for _, addr := range []string{"10.0.0.1", "2001:db8::1"} {
 		a := store.Allocation{
 			Pool: "pool-1", Address: netip.MustParseAddr(addr),
-			Owner:      store.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "n", UID: "u"},
+			Owner:      decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "n", UID: "u"},
 			CreateTime: time.Unix(5, 6).UTC(), RequestID: "r", Revision: 11,
 		}
 		v := EncodeRecord(&a, 11)
@@ -89,7 +90,7 @@ func TestRecordRoundTrip(t *testing.T) {
 // allocate without bound.
 func FuzzDecode(f *testing.F) {
 	p := store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/8"}, Labels: map[string]string{"a": "b"}}
-	a := store.Allocation{Owner: store.Owner{Name: "n"}}
+	a := store.Allocation{Owner: decide.Owner{Name: "n"}}
 	f.Add(EncodePool(&p, 1))
 	f.Add(encodeAllocation(&a, 2))
 	f.Add(EncodeQuarantine(&store.Quarantine{}))
@@ -118,7 +119,7 @@ func encodeAllocation(a *store.Allocation, rev int64) []byte { return AppendAllo
 func TestEventRoundTrip(t *testing.T) {
 	tm := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	p := &store.Pool{ID: "p", CIDRs: []string{"fd00::/64"}, Labels: map[string]string{"a": "b"}, CreateTime: tm, UpdateTime: tm, Revision: 4}
-	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("fd00::1"), Owner: store.Owner{Name: "n", UID: "u"}, CreateTime: tm, RequestID: "r", Revision: 3}
+	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("fd00::1"), Owner: decide.Owner{Name: "n", UID: "u"}, CreateTime: tm, RequestID: "r", Revision: 3}
 	q := &store.Quarantine{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Until: tm}
 	for _, ev := range []store.Event{
 		{Type: store.EventPutPool, Revision: 4, Pool: p},
@@ -141,7 +142,7 @@ func TestEventRoundTrip(t *testing.T) {
 // FuzzDecodeEvent: no bytes make the event decoder panic or allocate
 // without bound, and what decodes is encoded back to the same records.
 func FuzzDecodeEvent(f *testing.F) {
-	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: store.Owner{Name: "n"}}
+	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: decide.Owner{Name: "n"}}
 	f.Add([]byte(AppendEvent(nil, &store.Event{Allocation: a})))
 	f.Add([]byte(AppendEvent(nil, &store.Event{Pool: &store.Pool{ID: "p", Reserved: []string{"x"}}})))
 	f.Add([]byte(AppendEvent(nil, &store.Event{Quarantine: &store.Quarantine{Pool: "p"}})))

@@ -1,4 +1,4 @@
-package allocation
+package decide
 
 import (
 	"fmt"
@@ -39,14 +39,14 @@ func Clip(s string) string {
 	return fmt.Sprintf("%q... (%d bytes)", s[:cut], len(s))
 }
 
-// validateLabels checks a pool's labels as Kubernetes checks an object's:
+// ValidateLabels checks a pool's labels as Kubernetes checks an object's:
 // keys are qualified names (an optional DNS subdomain prefix and "/", then
 // at most 63 characters of [A-Za-z0-9-_.] beginning and ending with an
 // alphanumeric), values at most 63 such characters or empty; at most
 // MaxLabels of them.
-func validateLabels(labels map[string]string) error {
+func ValidateLabels(labels map[string]string) error {
 	if len(labels) > MaxLabels {
-		return invalid("pool.labels", "TOO_MANY_LABELS", "%d labels, at most %d", len(labels), MaxLabels)
+		return Invalid("pool.labels", "TOO_MANY_LABELS", "%d labels, at most %d", len(labels), MaxLabels)
 	}
 	keys := make([]string, 0, len(labels))
 	for k := range labels {
@@ -55,10 +55,10 @@ func validateLabels(labels map[string]string) error {
 	sort.Strings(keys) // the first bad one is the same on every try
 	for _, k := range keys {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return invalid("pool.labels", "INVALID_LABEL", "label key %s: %s", Clip(k), strings.Join(errs, "; "))
+			return Invalid("pool.labels", "INVALID_LABEL", "label key %s: %s", Clip(k), strings.Join(errs, "; "))
 		}
 		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
-			return invalid("pool.labels["+k+"]", "INVALID_LABEL", "label value %s: %s", Clip(labels[k]), strings.Join(errs, "; "))
+			return Invalid("pool.labels["+k+"]", "INVALID_LABEL", "label value %s: %s", Clip(labels[k]), strings.Join(errs, "; "))
 		}
 	}
 	return nil
@@ -71,9 +71,9 @@ func validateLabels(labels map[string]string) error {
 func validateOwnerField(field, v string) error {
 	switch {
 	case len(v) > MaxOwnerField:
-		return invalid(field, "INVALID_OWNER", "at most %d bytes, got %d", MaxOwnerField, len(v))
+		return Invalid(field, "INVALID_OWNER", "at most %d bytes, got %d", MaxOwnerField, len(v))
 	case !utf8.ValidString(v):
-		return invalid(field, "INVALID_OWNER", "not valid UTF-8")
+		return Invalid(field, "INVALID_OWNER", "not valid UTF-8")
 	}
 	for i := 0; i < len(v); i++ { // the common case, ASCII, without unicode tables
 		c := v[i]
@@ -81,10 +81,10 @@ func validateOwnerField(field, v string) error {
 			return validateOwnerRunes(field, v, i)
 		}
 		if c == '/' {
-			return invalid(field, "INVALID_OWNER", "'/' at byte %d: owner fields cannot hold '/'", i)
+			return Invalid(field, "INVALID_OWNER", "'/' at byte %d: owner fields cannot hold '/'", i)
 		}
 		if c < 0x20 || c == 0x7f {
-			return invalid(field, "INVALID_OWNER", "character %U at byte %d: owner fields hold printable characters only", rune(c), i)
+			return Invalid(field, "INVALID_OWNER", "character %U at byte %d: owner fields hold printable characters only", rune(c), i)
 		}
 	}
 	return nil
@@ -97,9 +97,9 @@ func validateOwnerRunes(field, v string, at int) error {
 		i += at
 		switch {
 		case r == '/':
-			return invalid(field, "INVALID_OWNER", "'/' at byte %d: owner fields cannot hold '/'", i)
+			return Invalid(field, "INVALID_OWNER", "'/' at byte %d: owner fields cannot hold '/'", i)
 		case !unicode.IsPrint(r) || unicode.Is(unicode.Cf, r):
-			return invalid(field, "INVALID_OWNER", "character %U at byte %d: owner fields hold printable characters only", r, i)
+			return Invalid(field, "INVALID_OWNER", "character %U at byte %d: owner fields hold printable characters only", r, i)
 		}
 	}
 	return nil

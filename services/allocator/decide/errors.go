@@ -1,11 +1,11 @@
-package allocation
+package decide
 
 import (
 	"errors"
 	"fmt"
 )
 
-// Domain errors of the allocation service. The gRPC server maps each of them
+// Domain errors of the allocator. The gRPC server maps each of them
 // to a status code and a stable reason, once, in one table.
 var (
 	ErrPoolNotFound = errors.New("pool not found")
@@ -54,6 +54,8 @@ func (e *FieldError) Error() string {
 // Unwrap returns the underlying domain error.
 func (e *FieldError) Unwrap() error { return e.Err }
 
-func invalid(field, reason, format string, args ...any) *FieldError {
+// Invalid returns the FieldError of bad input in field, with a stable
+// reason and a message.
+func Invalid(field, reason, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }

@@ -1,4 +1,4 @@
-package allocation
+package decide
 
 import (
 	"strings"
@@ -55,7 +55,7 @@ func FuzzLabels(f *testing.F) {
 	f.Add("a\x00", strings.Repeat("v", 64))
 	f.Add(strings.Repeat("k", 300), "v")
 	f.Fuzz(func(t *testing.T, k, v string) {
-		err := validateLabels(map[string]string{k: v})
+		err := ValidateLabels(map[string]string{k: v})
 		if err != nil {
 			require.Less(t, len(err.Error()), 1200)
 			return

@@ -1,0 +1,51 @@
+package decide
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/plexusnet/plexus/internal/netparse"
+)
+
+// Update returns the spec a pool update leaves: cur with the fields mask
+// names taken from spec, normalized. A pool's family (is4) cannot change.
+func Update(cur PoolSpec, is4 bool, spec PoolSpec, mask UpdateMask) (PoolSpec, error) {
+	merged := cur
+	if mask.CIDRs {
+		merged.CIDRs = spec.CIDRs
+	}
+	if mask.Reserved {
+		merged.Reserved = spec.Reserved
+	}
+	if mask.ReuseDelay {
+		merged.ReuseDelay = spec.ReuseDelay
+	}
+	if mask.Labels {
+		merged.Labels = spec.Labels
+	}
+	if mask.AllowOverlap {
+		merged.AllowOverlap = spec.AllowOverlap
+	}
+	merged, err := merged.Normalize()
+	if err != nil {
+		return merged, err
+	}
+	if strings.Contains(merged.CIDRs[0], ":") == is4 {
+		return merged, &FieldError{Field: "pool.cidrs", Reason: "ADDRESS_FAMILY_MISMATCH", Message: "a pool's family cannot change", Err: ErrFamilyMismatch}
+	}
+	return merged, nil
+}
+
+// Removed returns the address ranges that the CIDRs from cover and the
+// CIDRs to do not: where an update that is not forced must find no
+// allocation.
+func Removed(from, to []netip.Prefix) []netparse.Range {
+	rs := func(ps []netip.Prefix) []netparse.Range {
+		out := make([]netparse.Range, len(ps))
+		for i, p := range ps {
+			out[i] = netparse.PrefixRange(p)
+		}
+		return out
+	}
+	return netparse.Subtract(rs(from), rs(to))
+}
