@@ -298,7 +298,7 @@ func TestOwnerRecreatedGetsAddressWithNewEtag(t *testing.T) {
 // losing is a store that fails the next `lose` commits with ErrConflict,
 // as if another writer had got there first, and writes nothing for them.
 type losing struct {
-	*memory.Store
+	*bolt.Store
 	lose atomic.Int32
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
-	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
 // StoreOptions say which store the allocator keeps its allocations in:
@@ -73,7 +72,7 @@ type StoreHooks struct {
 // store from its flags:
 //
 //	bolt:PATH       the embedded bbolt file at PATH (DefaultStore)
-//	memory          in memory, lost on exit (tests, demos)
+//	memory          lost on exit: a bolt file without a name (tests, demos)
 //	etcd:ENDPOINTS  etcd, shared by several replicas
 func OpenStore(o StoreOptions, logger *slog.Logger, hooks StoreHooks) (st store.Store, shared bool, err error) {
 	kind, arg, hasArg := strings.Cut(o.Spec, ":")
@@ -87,7 +86,7 @@ func OpenStore(o StoreOptions, logger *slog.Logger, hooks StoreHooks) (st store.
 	case kind == "memory" && hasArg:
 		err = errors.New(`the memory store takes no argument: use "memory"`)
 	case kind == "memory":
-		st = memory.New()
+		st, err = bolt.OpenTemp(bolt.WithLogger(logger), bolt.WithExpiredObserver(hooks.Expired))
 	case kind == "etcd":
 		var cfg etcd.Config
 		if cfg, err = o.etcdConfig(arg); err == nil {

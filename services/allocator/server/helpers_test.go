@@ -24,6 +24,7 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocserver "github.com/plexusnet/plexus/services/allocator/server"
 	"github.com/plexusnet/plexus/services/allocator/store"
+	"github.com/plexusnet/plexus/services/allocator/store/bolt"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
@@ -33,7 +34,7 @@ import (
 type env struct {
 	conn     *grpc.ClientConn
 	client   allocatorv1.AllocatorServiceClient
-	store    *memory.Store
+	store    *bolt.Store
 	httpAddr string
 }
 
@@ -77,7 +78,7 @@ func withSharedStore(revision func(context.Context) (int64, error)) envOption {
 // sharedStore is a memory store that tells a revision, as the etcd store
 // does.
 type sharedStore struct {
-	*memory.Store
+	*bolt.Store
 	revision func(context.Context) (int64, error)
 }
 

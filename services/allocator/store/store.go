@@ -10,9 +10,9 @@
 // The allocator keeps its free-space index in memory and uses the store only
 // as the durable record, so a store never has to find a free address.
 //
-// Implementations: memory (tests), bolt (embedded default, group commit),
-// etcd (several replicas). All of them pass the suite in package
-// storetest.
+// Implementations: bolt (embedded default, group commit; package memory
+// is a bolt store in a file without a name, for tests and demos) and etcd
+// (several replicas). Both pass the suite in internal/storetest.
 package store
 
 import (

@@ -214,6 +214,26 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// OpenTemp opens a store in a new file of the temporary directory that
+// has no name: it is unlinked once open, so what the store holds is gone
+// when it closes or the process ends. Commits skip fsync (WithNoSync).
+// It is the memory store of tests and demos (package memory).
+func OpenTemp(opts ...Option) (*Store, error) {
+	f, err := os.CreateTemp("", "plexus-store-*.db")
+	if err != nil {
+		return nil, err
+	}
+	path := f.Name()
+	if err := f.Close(); err != nil {
+		return nil, errors.Join(err, os.Remove(path))
+	}
+	s, err := Open(path, append(opts, WithNoSync(), WithoutWarmUp())...)
+	if rerr := os.Remove(path); err == nil && rerr != nil {
+		return nil, errors.Join(rerr, s.Close())
+	}
+	return s, err
+}
+
 // WaitReady waits until the store can commit: its indexes are built
 // in the background after Open (a second for a million allocations), and
 // a commit made before waits for them. It returns the error that stopped

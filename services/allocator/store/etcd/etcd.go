@@ -215,9 +215,8 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) err
 	for i, p := range ps {
 		ids[i] = p.ID // in key order, which is the order of their segments
 	}
-	var dec allocDecoder
 	if err := s.scanPools(ctx, s.k.prefix+keyAllocs, rev, ids, func(kv *mvccpb.KeyValue) error {
-		a, err := dec.decode(kv.Value, kv.ModRevision)
+		a, err := decodeAlloc(kv.Value, kv.ModRevision)
 		if err != nil {
 			return err
 		}
@@ -266,9 +265,8 @@ func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.A
 	var out []store.Allocation
 	r := s.ranger(s.k.prefix+keyAllocs, 0)
 	within := s.k.poolAllocs(pool)
-	var dec allocDecoder
 	if _, _, err := r.read(ctx, within, rangeEnd(within), 0, keyed(func(kv *mvccpb.KeyValue) error {
-		a, err := dec.decode(kv.Value, kv.ModRevision)
+		a, err := decodeAlloc(kv.Value, kv.ModRevision)
 		if err == nil {
 			out = append(out, a)
 		}
@@ -346,9 +344,8 @@ func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, fro
 		r.bound = s.poolsAt(base, rev)
 	}
 	pg := store.Page{Allocations: make([]store.Allocation, 0, limit)}
-	var dec allocDecoder
 	_, more, err := r.read(ctx, start, rangeEnd(within), limit, keyed(func(kv *mvccpb.KeyValue) error {
-		a, err := dec.decode(kv.Value, kv.ModRevision)
+		a, err := decodeAlloc(kv.Value, kv.ModRevision)
 		if err == nil {
 			pg.Allocations = append(pg.Allocations, a)
 		}

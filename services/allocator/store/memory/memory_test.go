@@ -1,37 +1,36 @@
 package memory_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
+	"github.com/stretchr/testify/require"
+
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
 
-func TestConformance(t *testing.T) {
-	const history = 256
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s := memory.New(memory.WithHistory(history))
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}, storetest.WithHistory(history), storetest.WithRequestRetention(requestRetention, func(t *testing.T) store.Store {
-		s := memory.New()
-		memory.SetRequestRetention(s, requestRetention)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}))
-}
+// TestLeavesNoFile: the store commits and reads like any other, and
+// leaves nothing behind in the temporary directory, open or closed.
+func TestLeavesNoFile(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	s := memory.New()
+	rev, err := s.Commit(t.Context(), store.Txn{Ops: []store.Op{{Kind: store.OpPutPool, Pool: &store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/24"}}}}})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rev)
+	snap, err := s.Snapshot(t.Context())
+	require.NoError(t, err)
+	require.Len(t, snap.Pools, 1)
+	left, err := filepath.Glob(filepath.Join(os.TempDir(), "*"))
+	require.NoError(t, err)
+	require.Empty(t, left, "the file has no name once open")
+	require.NoError(t, s.Close())
 
-// requestRetention is short enough for the suite to wait out.
-const requestRetention = 500 * time.Millisecond
-
-// TestConformanceDefaultHistory runs the suite against the default
-// configuration, where the slow watcher catches up instead.
-func TestConformanceDefaultHistory(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s := memory.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	})
+	s = memory.New()
+	defer s.Close()
+	snap, err = s.Snapshot(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, snap.Pools, "each store starts empty")
+	require.Zero(t, snap.Revision)
 }
