@@ -125,10 +125,8 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	// A store that prepares itself for commits in the background (the
 	// bolt store builds its indexes while the snapshot above is read)
 	// has done so before the allocator counts as started.
-	if r, ok := unwrap(st).(readier); ok {
-		if err := r.WaitReady(ctx); err != nil {
-			return nil, fmt.Errorf("store not ready for commits: %w", err)
-		}
+	if err := st.Ready(ctx); err != nil {
+		return nil, fmt.Errorf("store not ready for commits: %w", err)
 	}
 	s.pools, s.rev, s.cidrs = l.pools, l.rev, nil
 	s.followed.advance(l.rev)
@@ -140,19 +138,6 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		go s.Follow(ctx)
 	}
 	return s, nil
-}
-
-// unorderedSnapshotter is a store that can take a snapshot faster when
-// its allocations need not be sorted (the bolt store, whose records are
-// in the order they were written).
-type unorderedSnapshotter interface {
-	SnapshotUnordered(ctx context.Context) (*store.Snapshot, error)
-}
-
-// readier is a store that is not ready for commits as soon as it is
-// opened: WaitReady waits until it is, or reports why it will not be.
-type readier interface {
-	WaitReady(ctx context.Context) error
 }
 
 // releaseMemory returns to the operating system what loading a snapshot
@@ -168,103 +153,22 @@ type loaded struct {
 	rev   int64
 }
 
-// load rebuilds the pools and their indexes from a snapshot of the store.
+// load rebuilds the pools and their indexes from the store's snapshot,
+// filing each allocation as the store hands it over (in any order), so
+// that no more than the store's page of them is held beside the state
+// built (on etcd a million decoded allocations took ~300 MB more at start
+// and after each rebuild). The pools' tables grow as they fill.
 func load(ctx context.Context, st store.Store, clock func() time.Time, logger *slog.Logger) (*loaded, error) {
-	if ss, ok := unwrap(st).(store.Streamer); ok {
-		return loadStream(ctx, ss, clock, logger)
-	}
-	take := st.Snapshot
-	if u, ok := unwrap(st).(unorderedSnapshotter); ok {
-		take = u.SnapshotUnordered // the pools are rebuilt in any order
-	}
-	snap, err := take(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load store snapshot: %w", err)
-	}
-	pools := make(map[string]*poolState, len(snap.Pools))
-	// Each allocation's pool, by number (unknown: len(snap.Pools)), and
-	// how many each holds: each pool's maps are sized once (grown one
-	// entry at a time, the maps of a million allocations rehash over and
-	// over, which took most of a restart's time), and the allocations
-	// are filed pool by pool (a counting sort on the number), which keeps
-	// one pool's tables in cache while its allocations go in. A file
-	// written across many pools in turn has them interleaved.
-	ids := make(map[string]int32, len(snap.Pools))
-	for i, p := range snap.Pools {
-		ids[p.ID] = int32(i)
-	}
-	unknown := int32(len(snap.Pools))
-	of := make([]int32, len(snap.Allocations))
-	starts := make([]int, len(snap.Pools)+2) // counts at id+1, then where id starts
-	last, lastID := "", unknown
-	for i := range snap.Allocations {
-		if p := snap.Allocations[i].Pool; i == 0 || p != last {
-			id, ok := ids[p]
-			if !ok {
-				id = unknown
-			}
-			last, lastID = p, id
-		}
-		of[i] = lastID
-		starts[lastID+1]++
-	}
-	states := make([]*poolState, len(snap.Pools))
-	for i, p := range snap.Pools {
-		ps, err := newPoolState(p, starts[i+1])
-		if err != nil {
-			return nil, fmt.Errorf("rebuild pool %s: %w", p.ID, err)
-		}
-		pools[p.ID], states[i] = ps, ps
-	}
-	for i := 1; i < len(starts); i++ {
-		starts[i] += starts[i-1]
-	}
-	order := make([]int32, len(snap.Allocations))
-	for i, id := range of {
-		order[starts[id]] = int32(i)
-		starts[id]++
-	}
-	var touched byte
-	for k, i := range order {
-		if k%warmAhead == 0 {
-			touched ^= warm(snap.Allocations, order[k:min(k+warmAhead, len(order))])
-		}
-		a := &snap.Allocations[i]
-		if of[i] == unknown {
-			logger.Warn("allocation of unknown pool ignored", "pool", a.Pool, "address", a.Address)
-			continue
-		}
-		ps := states[of[i]]
-		if err := ps.index.Restore(a.Address); err != nil {
-			return nil, fmt.Errorf("rebuild pool %s: restore %s: %w", a.Pool, a.Address, err)
-		}
-		if err := ps.held.Put(a); err != nil {
-			return nil, fmt.Errorf("rebuild pool %s: %w", a.Pool, err)
-		}
-	}
-	warmSink = touched
-	restoreQuarantine(pools, snap.Quarantine, clock(), logger)
-	logger.Info("allocator state rebuilt", "pools", len(snap.Pools), "allocations", len(snap.Allocations), "revision", snap.Revision)
-	return &loaded{pools: pools, rev: snap.Revision}, nil
-}
-
-// loadStream is load from a store that hands its snapshot over as it
-// decodes it: each allocation is filed as it comes, in (pool, address)
-// order, so that no more than a page of them is held beside the state
-// built (on etcd a million decoded allocations took ~300 MB more at
-// start and after each rebuild). The pools' tables grow as they fill.
-func loadStream(ctx context.Context, st store.Streamer, clock func() time.Time, logger *slog.Logger) (*loaded, error) {
 	pools := map[string]*poolState{}
 	var (
-		n        int
-		last     string
-		ps       *poolState
-		unknown  bool
-		orphaned int
+		n       int
+		last    string
+		ps      *poolState
+		orphans map[string]int // allocations of pools that do not exist
 	)
-	rev, quarantine, err := st.StreamSnapshot(ctx, func(all []store.Pool) error {
-		for _, p := range all {
-			ps, err := newPoolState(p, 0)
+	rev, quarantine, err := st.StreamSnapshot(ctx, func(all []store.Pool, held []int) error {
+		for i, p := range all {
+			ps, err := newPoolState(p, held[i])
 			if err != nil {
 				return fmt.Errorf("rebuild pool %s: %w", p.ID, err)
 			}
@@ -273,15 +177,14 @@ func loadStream(ctx context.Context, st store.Streamer, clock func() time.Time, 
 		return nil
 	}, func(a *store.Allocation) error {
 		if n == 0 || a.Pool != last {
-			last = a.Pool
-			ps, unknown = pools[a.Pool], pools[a.Pool] == nil
-			if unknown {
-				logger.Warn("allocations of unknown pool ignored", "pool", a.Pool)
-			}
+			last, ps = a.Pool, pools[a.Pool]
 		}
 		n++
-		if unknown {
-			orphaned++
+		if ps == nil {
+			if orphans == nil {
+				orphans = map[string]int{}
+			}
+			orphans[a.Pool]++
 			return nil
 		}
 		if err := ps.index.Restore(a.Address); err != nil {
@@ -294,6 +197,11 @@ func loadStream(ctx context.Context, st store.Streamer, clock func() time.Time, 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load store snapshot: %w", err)
+	}
+	orphaned := 0
+	for pool, k := range orphans {
+		logger.Warn("allocations of unknown pool ignored", "pool", pool, "allocations", k)
+		orphaned += k
 	}
 	restoreQuarantine(pools, quarantine, clock(), logger)
 	logger.Info("allocator state rebuilt", "pools", len(pools), "allocations", n-orphaned, "revision", rev)
@@ -312,31 +220,6 @@ func restoreQuarantine(pools map[string]*poolState, qs []store.Quarantine, now t
 			logger.Warn("quarantine record ignored", "pool", q.Pool, "address", q.Address, "err", err)
 		}
 	}
-}
-
-// warmAhead is how many allocations warm reads ahead of their filing.
-const warmAhead = 16
-
-// warmSink keeps warm's reads from being optimized away.
-var warmSink byte
-
-// warm reads a byte of each part of the allocations at idx that filing
-// them reads, so that their cache misses (the allocations of a file
-// written across many pools in turn are filed out of the order they were
-// read in) overlap, instead of coming one after another.
-func warm(all []store.Allocation, idx []int32) byte {
-	var x byte
-	for _, i := range idx {
-		a := &all[i]
-		x ^= byte(a.Revision)
-		if n := a.Owner.Name; n != "" {
-			x ^= n[0]
-		}
-		if u := a.Owner.UID; u != "" {
-			x ^= u[0]
-		}
-	}
-	return x
 }
 
 // newPoolState returns the state of pool p, sized for n allocations.

@@ -316,13 +316,9 @@ func (s *Allocator) Sync(ctx context.Context) error {
 	if !s.follow {
 		return nil
 	}
-	r, ok := unwrap(s.store).(revisioner)
-	if !ok {
-		return nil
-	}
 	ctx, span := tracer.Start(ctx, "allocation.Sync")
 	defer span.End()
-	err := s.sync(ctx, r)
+	err := s.sync(ctx)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -330,14 +326,8 @@ func (s *Allocator) Sync(ctx context.Context) error {
 	return err
 }
 
-// revisioner is a store shared by replicas: it tells the revision of the
-// latest commit by any of them.
-type revisioner interface {
-	Revision(context.Context) (int64, error)
-}
-
-func (s *Allocator) sync(ctx context.Context, r revisioner) error {
-	rev, err := r.Revision(ctx)
+func (s *Allocator) sync(ctx context.Context) error {
+	rev, err := s.store.Revision(ctx)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -418,12 +408,4 @@ func (p *progress) wait(ctx context.Context, rev int64, limit time.Duration) err
 			return context.DeadlineExceeded
 		}
 	}
-}
-
-// unwrap returns the store under the tracing wrapper.
-func unwrap(st store.Store) store.Store {
-	if t, ok := st.(tracedStore); ok {
-		return t.Store
-	}
-	return st
 }

@@ -552,8 +552,8 @@ type WatchEvent struct {
 // when fromRev is 0, a snapshot first (in chunks, then Synced with its
 // revision), then every change after fromRev (or after the snapshot's
 // revision). ctx bounds the watch. On a store that keeps its history in
-// memory (store.CursorStore) a watch has no goroutine or buffer of its
-// own: its reader pulls each event with Next.
+// memory (bolt, and etcd from the history it keeps) a watch has no
+// goroutine or buffer of its own: its reader pulls each event with Next.
 func (s *Allocator) Watch(ctx context.Context, pool string, fromRev int64) (*Watcher, error) {
 	if pool != "-" {
 		if _, err := s.pool(pool); err != nil {
@@ -687,14 +687,13 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 	// Alone on its store, from memory; a follower, from the store: in
 	// pages where it keeps its revisions, else whole.
 	var take func(context.Context) (*poolSnapshot, error)
-	pages, paged := unwrap(s.store).(store.Pager)
 	switch {
 	case !s.follow && pool == "-":
 		take = s.heldSnapshotAll()
 	case !s.follow:
 		take = s.heldSnapshot(pool)
-	case paged && !s.wholeSnapshots:
-		take = pagedSnapshot(pages, pool)
+	case !s.wholeSnapshots:
+		take = pagedSnapshot(s.store, pool)
 	case pool == "-":
 		take = storeSnapshot(s.store)
 	default:
@@ -731,31 +730,24 @@ func snapshotError(rev int64, err error) error {
 // pool's allocation events where the store can leave out the others, so
 // that a watch of a quiet pool is not woken by every commit.
 func (s *Allocator) watchStore(ctx context.Context, fromRev int64, pool string) (store.Cursor, error) {
-	if cs, ok := unwrap(s.store).(store.CursorStore); ok {
-		if pool == "-" {
-			pool = ""
-		}
-		return cs.WatchCursor(ctx, fromRev, pool)
+	if pool == "-" {
+		pool = ""
 	}
-	ch, err := s.store.Watch(ctx, fromRev)
-	if err != nil {
-		return nil, err
-	}
-	return store.ChanCursor(ch), nil
+	return s.store.WatchCursor(ctx, fromRev, pool)
 }
 
 // currentRevision is the store's revision: the latest commit of any
-// replica on a store that tells it (etcd), else the latest this
-// allocator made or loaded (alone on its store, every commit is its own).
+// replica when others share the store, else the latest this allocator
+// made or loaded (alone on its store, every commit is its own).
 func (s *Allocator) currentRevision(ctx context.Context) (int64, error) {
-	if r, ok := unwrap(s.store).(revisioner); ok {
-		rev, err := r.Revision(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("read the store's revision: %w: %w", decide.ErrStoreUnavailable, err)
-		}
-		return rev, nil
+	if !s.follow {
+		return s.followed.load(), nil
 	}
-	return s.followed.load(), nil
+	rev, err := s.store.Revision(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the store's revision: %w: %w", decide.ErrStoreUnavailable, err)
+	}
+	return rev, nil
 }
 
 // Pools returns the ids of every pool, sorted (metrics).

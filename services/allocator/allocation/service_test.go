@@ -526,20 +526,20 @@ func TestRestartSkipsAllocationsOfUnknownPool(t *testing.T) {
 	require.Error(t, err)
 }
 
-// startingStore is a store that offers an unordered snapshot and prepares
-// itself for commits after it is opened, as the bolt store does.
+// startingStore is a store that prepares itself for commits after it is
+// opened, as the bolt store does.
 type startingStore struct {
 	store.Store
-	unordered atomic.Int32
-	ready     chan struct{}
+	streamed atomic.Int32
+	ready    chan struct{}
 }
 
-func (s *startingStore) SnapshotUnordered(ctx context.Context) (*store.Snapshot, error) {
-	s.unordered.Add(1)
-	return s.Snapshot(ctx)
+func (s *startingStore) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []int) error, alloc func(*store.Allocation) error) (int64, []store.Quarantine, error) {
+	s.streamed.Add(1)
+	return s.Store.StreamSnapshot(ctx, pools, alloc)
 }
 
-func (s *startingStore) WaitReady(ctx context.Context) error {
+func (s *startingStore) Ready(ctx context.Context) error {
 	select {
 	case <-s.ready:
 		return nil
@@ -549,8 +549,8 @@ func (s *startingStore) WaitReady(ctx context.Context) error {
 }
 
 // TestNewSeesThroughTracing: the allocator, given its store traced (as
-// the service does), still starts from the store's unordered snapshot
-// and does not count as started before the store is ready for commits.
+// the service does), starts from the store's streamed snapshot and does
+// not count as started before the store is ready for commits.
 func TestNewSeesThroughTracing(t *testing.T) {
 	st := &startingStore{Store: memory.New(), ready: make(chan struct{})}
 	done := make(chan error, 1)
@@ -565,5 +565,5 @@ func TestNewSeesThroughTracing(t *testing.T) {
 	}
 	close(st.ready)
 	require.NoError(t, <-done)
-	require.Equal(t, int32(1), st.unordered.Load(), "the unordered snapshot was taken")
+	require.Equal(t, int32(1), st.streamed.Load(), "the snapshot was streamed")
 }

@@ -76,7 +76,7 @@ type poolSnapshot struct {
 	views []*held.View
 	// pages is set for a snapshot read from the store at rev, of
 	// pagePool ("": every pool).
-	pages    store.Pager
+	pages    store.Store
 	pagePool string
 	// compacted is set once a page of rev was found compacted: the
 	// snapshot serves no new watch.
@@ -376,11 +376,11 @@ func storeSnapshot(st store.Store) func(context.Context) (*poolSnapshot, error) 
 
 // pagedSnapshot reads pool's allocations ("-": every pool's) from the
 // store a chunk at a time, at the revision of the first: what a follower
-// does on a store that keeps its revisions (store.Pager), where
+// does on a store that keeps its revisions (etcd), where
 // storeSnapshot and storePoolSnapshot would hold all of them while the
 // snapshot is sent. A watch that gets to a chunk after the store
 // compacted the revision ends (ErrRevisionTooOld) and starts again.
-func pagedSnapshot(pages store.Pager, pool string) func(context.Context) (*poolSnapshot, error) {
+func pagedSnapshot(pages store.Store, pool string) func(context.Context) (*poolSnapshot, error) {
 	return func(ctx context.Context) (*poolSnapshot, error) {
 		of := pool
 		if pool == "-" {

@@ -36,6 +36,19 @@ func (c *countingStore) SnapshotPool(ctx context.Context, pool string) (int64, [
 	return c.Store.SnapshotPool(ctx, pool)
 }
 
+// PageAllocations counts a read of one pool's first page as a snapshot of
+// the pool, and a read of every pool's as one of the store.
+func (c *countingStore) PageAllocations(ctx context.Context, rev int64, pool string, after store.AllocationKey, limit int) (store.Page, error) {
+	if after == (store.AllocationKey{}) {
+		if pool == "" {
+			c.snapshots.Add(1)
+		} else {
+			c.poolSnapshots.Add(1)
+		}
+	}
+	return c.Store.PageAllocations(ctx, rev, pool, after, limit)
+}
+
 // seed allocates n addresses in pool, in batches.
 func seed(t *testing.T, e *env, pool string, n int) {
 	t.Helper()

@@ -279,19 +279,6 @@ type Cursor interface {
 	Close()
 }
 
-// A CursorStore is a Store whose watches can also be read as cursors
-// (the stores that keep their history in memory).
-type CursorStore interface {
-	Store
-	// WatchCursor is Watch read as a cursor; with a pool, the cursor
-	// may leave out every event but that pool's allocation events, and a
-	// cursor that caught up then waits for the pool's next event only.
-	// ctx bounds the watch where the store needs a goroutine for it
-	// after all (an etcd watch from before the history it keeps in
-	// memory).
-	WatchCursor(ctx context.Context, fromRev int64, pool string) (Cursor, error)
-}
-
 // AllocationKey is where an allocation sorts among those of every pool:
 // by pool id, then address (IPv4 first).
 type AllocationKey struct {
@@ -299,40 +286,23 @@ type AllocationKey struct {
 	Address netip.Addr
 }
 
-// Page is one page of a Pager's allocations.
+// CheckAfter refuses a key PageAllocations cannot start after: one that
+// is not the zero key and does not name an address of pool (of any pool
+// when pool is "").
+func (k AllocationKey) CheckAfter(pool string) error {
+	if k == (AllocationKey{}) || (k.Pool != "" && k.Address.IsValid() && (pool == "" || k.Pool == pool)) {
+		return nil
+	}
+	return fmt.Errorf("page allocations of %q after %q %v: the key must name an address of the pool read", pool, k.Pool, k.Address)
+}
+
+// Page is one page of PageAllocations.
 type Page struct {
 	// Revision is the revision the page was read at.
 	Revision    int64
 	Allocations []Allocation
 	// More is set when allocations follow the page's last.
 	More bool
-}
-
-// A Pager is a Store that keeps the revisions before its current one
-// until it compacts them (etcd), and so can read allocations a page at a
-// time at one revision: a reader of a million holds a page, not the
-// million.
-type Pager interface {
-	// PageAllocations returns up to limit allocations of pool (of every
-	// pool when pool is ""), in (pool, address) order, that sort after
-	// `after` (from the first when after is the zero key; otherwise it
-	// names an allocation's pool, which is pool when pool is set, and
-	// address), as they were at revision rev, or at the current
-	// revision when rev is 0. It returns ErrCompacted once rev is
-	// compacted.
-	PageAllocations(ctx context.Context, rev int64, pool string, after AllocationKey, limit int) (Page, error)
-}
-
-// A Streamer is a Store that can hand its snapshot over as it decodes it
-// (etcd), so that whoever rebuilds its state from it holds a page of the
-// allocations at a time, not all of them beside what it builds.
-type Streamer interface {
-	// StreamSnapshot reads what Snapshot returns, at one revision: it
-	// calls pools once, with every pool, then alloc with each allocation
-	// in Snapshot's order (alloc must not keep the pointer), and returns
-	// the revision and the quarantine records. An error from pools or
-	// alloc ends it and is returned.
-	StreamSnapshot(ctx context.Context, pools func([]Pool) error, alloc func(*Allocation) error) (rev int64, quarantine []Quarantine, err error)
 }
 
 // ChanCursor reads a watch channel (Store.Watch) as a cursor, for a store
@@ -379,6 +349,16 @@ func (c chanCursor) Next(ctx context.Context, buf []Event) ([]Event, error) {
 type Store interface {
 	// Snapshot returns the whole state at the current revision.
 	Snapshot(ctx context.Context) (*Snapshot, error)
+	// StreamSnapshot reads what Snapshot returns, at one revision, for a
+	// reader that rebuilds its state from it and should not hold the
+	// whole of it beside what it builds: it calls pools once, with every
+	// pool and how many allocations each holds where the store knows it
+	// before it hands them over (bolt; 0 on etcd), so the reader sizes its
+	// tables once; then alloc with each allocation, in Snapshot's order
+	// (alloc must not keep the pointer); and returns the revision and the
+	// quarantine records. An error from pools or alloc ends it and is
+	// returned.
+	StreamSnapshot(ctx context.Context, pools func(pools []Pool, held []int) error, alloc func(*Allocation) error) (rev int64, quarantine []Quarantine, err error)
 	// SnapshotPool returns the allocations of one pool, in address order
 	// (IPv4 first), at the current revision, and that revision. It reads
 	// that pool's records only, where Snapshot decodes the whole store;
@@ -391,6 +371,24 @@ type Store interface {
 	// recorded, or recorded longer ago than the store keeps records (see
 	// Request).
 	GetRequest(ctx context.Context, id string) (Request, bool, error)
+	// PageAllocations returns up to limit allocations of pool (of every
+	// pool when pool is ""), in (pool, address) order, that sort after
+	// `after` (from the first when after is the zero key; otherwise it
+	// names an allocation's pool, which is pool when pool is set, and
+	// address), as they were at revision rev, or at the current revision
+	// when rev is 0: a reader of a million holds a page, not the million.
+	// It returns ErrCompacted once rev is gone. etcd keeps the revisions
+	// before its current one until it compacts them; bolt keeps only its
+	// current one, and reads its whole file for each page (alone on a
+	// bolt file, the allocator serves its watches from memory instead).
+	PageAllocations(ctx context.Context, rev int64, pool string, after AllocationKey, limit int) (Page, error)
+	// Revision returns the revision of the latest commit: of any replica
+	// on a store several share (etcd).
+	Revision(ctx context.Context) (int64, error)
+	// Ready returns nil once the store can commit (bolt builds its
+	// indexes in the background after it opens; commits wait for them)
+	// and while it answers (etcd may be down), else why not.
+	Ready(ctx context.Context) error
 	// Watch sends every event with a revision greater than fromRev, in
 	// order, and closes the channel when ctx is done or after an event
 	// carrying Err. fromRev older than the history kept returns
@@ -399,6 +397,12 @@ type Store interface {
 	// resumes from its last revision), or ErrCompacted once they are gone
 	// (it takes a new snapshot). A slow watcher never delays commits.
 	Watch(ctx context.Context, fromRev int64) (<-chan Event, error)
+	// WatchCursor is Watch read as a cursor; with a pool, the cursor may
+	// leave out every event but that pool's allocation events, and a
+	// cursor that caught up then waits for the pool's next event only.
+	// ctx bounds the watch where the store needs a goroutine for it after
+	// all (an etcd watch from before the history it keeps in memory).
+	WatchCursor(ctx context.Context, fromRev int64, pool string) (Cursor, error)
 	// Close releases the store. Watchers get an Err event (ErrClosed);
 	// later calls return ErrClosed. Closing twice is not an error.
 	Close() error

@@ -13,7 +13,7 @@ import (
 
 // pages reads every allocation of pool ("": of every pool) of s at rev a
 // page of limit at a time and checks each page's revision and More.
-func pages(t *testing.T, s store.Pager, rev int64, pool string, limit int) (int64, []store.Allocation) {
+func pages(t *testing.T, s store.Store, rev int64, pool string, limit int) (int64, []store.Allocation) {
 	t.Helper()
 	var (
 		out   []store.Allocation
@@ -37,13 +37,14 @@ func pages(t *testing.T, s store.Pager, rev int64, pool string, limit int) (int6
 	}
 }
 
-// testPageAllocations: a store that reads its allocations in pages
-// (store.Pager) gives what its snapshot holds, in the same order, in pages
-// of the size asked for and across pools whose ids share a start, and one
-// pool's what SnapshotPool gives; a revision read again gives the same
-// pages after later commits; a page starts after the key it is given; and
-// a compacted revision is refused.
-func testPageAllocations(t *testing.T, s store.Store, pg store.Pager) {
+// testPageAllocations: a store's pages give what its snapshot holds, in
+// the same order, in pages of the size asked for and across pools whose
+// ids share a start, and one pool's what SnapshotPool gives; a page starts
+// after the key it is given; a revision read again gives the same pages
+// after later commits where the store keeps past revisions, and is
+// refused where it does not; and a compacted revision is refused.
+func testPageAllocations(t *testing.T, s store.Store, past bool) {
+	pg := s
 	ctx := t.Context()
 	commit(t, s, txn(putPool(newPool("a", "10.0.0.0/24", "2001:db8::/64")), putPool(newPool("ab", "10.1.0.0/24")), putPool(newPool("b", "10.2.0.0/24"))))
 	ops := []store.Op{
@@ -96,10 +97,15 @@ func testPageAllocations(t *testing.T, s store.Store, pg store.Pager) {
 
 	// The revision read again, after commits that change every pool.
 	latest := commit(t, s, txn(delAlloc("a", "10.0.0.9"), putAlloc(newAlloc("ab", "10.1.0.2", "later")), delPool("b")))
-	_, again := pages(t, pg, want.Revision, "", 3)
-	require.Equal(t, want.Allocations, again, "as they were at the revision")
-	_, againB := pages(t, pg, want.Revision, "b", 3)
-	require.Equal(t, want.Allocations[4:], againB, "a pool deleted since")
+	if past {
+		_, again := pages(t, pg, want.Revision, "", 3)
+		require.Equal(t, want.Allocations, again, "as they were at the revision")
+		_, againB := pages(t, pg, want.Revision, "b", 3)
+		require.Equal(t, want.Allocations[4:], againB, "a pool deleted since")
+	} else {
+		_, err := pg.PageAllocations(ctx, want.Revision, "", store.AllocationKey{}, 3)
+		require.ErrorIs(t, err, store.ErrCompacted, "a past revision, not kept")
+	}
 	rev, now := pages(t, pg, 0, "", 3)
 	require.Equal(t, latest, rev)
 	require.Equal(t, snapshot(t, s).Allocations, now)
@@ -115,10 +121,10 @@ func testPageAllocations(t *testing.T, s store.Store, pg store.Pager) {
 	require.Equal(t, now, now2, "the revision it was compacted at is still there")
 }
 
-// testStreamSnapshot: a store that hands its snapshot over as it decodes
-// it (store.Streamer) hands over what Snapshot returns, in its order, and
-// stops at the first error of the caller's.
-func testStreamSnapshot(t *testing.T, s store.Store, st store.Streamer) {
+// testStreamSnapshot: a store hands over what Snapshot returns, in its
+// order, and stops at the first error of the caller's.
+func testStreamSnapshot(t *testing.T, s store.Store) {
+	st := s
 	ctx := t.Context()
 	commit(t, s, txn(putPool(newPool("a", "10.0.0.0/24", "2001:db8::/64")), putPool(newPool("ab", "10.1.0.0/24"))))
 	commit(t, s, txn(putAlloc(newAlloc("a", "2001:db8::1", "v6")), putAlloc(newAlloc("ab", "10.1.0.1", "ab")), putAlloc(newAlloc("a", "10.0.0.9", "nine")), putQuarantine("a", "10.0.0.3")))
@@ -127,21 +133,25 @@ func testStreamSnapshot(t *testing.T, s store.Store, st store.Streamer) {
 	got := &store.Snapshot{}
 	var err error
 	got.Revision, got.Quarantine, err = st.StreamSnapshot(ctx,
-		func(ps []store.Pool) error {
+		func(ps []store.Pool, held []int) error {
 			require.Empty(t, got.Allocations, "the pools first")
 			got.Pools = ps
+			require.Len(t, held, len(ps))
+			if held[0] != 0 { // a store that knows tells the truth
+				require.Equal(t, []int{2, 1}, held)
+			}
 			return nil
 		},
 		func(a *store.Allocation) error { got.Allocations = append(got.Allocations, *a); return nil })
 	require.NoError(t, err)
-	require.Equal(t, want, got)
+	require.Equal(t, want, got, "Snapshot's order")
 
 	stop := errors.New("enough")
 	calls := 0
-	_, _, err = st.StreamSnapshot(ctx, func([]store.Pool) error { return nil }, func(*store.Allocation) error { calls++; return stop })
+	_, _, err = st.StreamSnapshot(ctx, func([]store.Pool, []int) error { return nil }, func(*store.Allocation) error { calls++; return stop })
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, 1, calls)
-	_, _, err = st.StreamSnapshot(ctx, func([]store.Pool) error { return stop }, func(*store.Allocation) error { calls++; return nil })
+	_, _, err = st.StreamSnapshot(ctx, func([]store.Pool, []int) error { return stop }, func(*store.Allocation) error { calls++; return nil })
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, 1, calls)
 }

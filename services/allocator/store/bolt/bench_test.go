@@ -360,7 +360,7 @@ func BenchmarkCommitAmongPools(b *testing.B) {
 			s, err := Open(path)
 			require.NoError(b, err)
 			defer s.Close()
-			require.NoError(b, s.WaitReady(b.Context()))
+			require.NoError(b, s.Ready(b.Context()))
 			// The next host of each pool; a pool of the spread run takes
 			// a few, the one pool takes b.N (past its /24, which the
 			// store does not check: it is alone in its file).

@@ -234,11 +234,11 @@ func OpenTemp(opts ...Option) (*Store, error) {
 	return s, err
 }
 
-// WaitReady waits until the store can commit: its indexes are built
-// in the background after Open (a second for a million allocations), and
-// a commit made before waits for them. It returns the error that stopped
-// them, if any; every commit fails with it.
-func (s *Store) WaitReady(ctx context.Context) error {
+// Ready implements store.Store: it waits until the store can commit. Its
+// indexes are built in the background after Open (a second for a million
+// allocations), and a commit made before waits for them. It returns the
+// error that stopped them, if any; every commit fails with it.
+func (s *Store) Ready(ctx context.Context) error {
 	select {
 	case <-s.indexed:
 		return s.indexErr
@@ -392,19 +392,6 @@ func (s *Store) view(fn func(*bbolt.Tx) error) error {
 // Snapshot implements store.Store. It reads everything in one bbolt read
 // transaction, which sees one committed batch, so one revision.
 func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
-	return s.snapshot(ctx, true)
-}
-
-// SnapshotUnordered is Snapshot with the allocations in the order of
-// their records (the order they were first written) instead of by pool,
-// then address: for a reader that files them by pool itself, as an
-// allocator does when it starts, and need not wait for them to be put in
-// order. Pools and quarantine records are in order.
-func (s *Store) SnapshotUnordered(ctx context.Context) (*store.Snapshot, error) {
-	return s.snapshot(ctx, false)
-}
-
-func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -447,32 +434,129 @@ func (s *Store) snapshot(ctx context.Context, ordered bool) (*store.Snapshot, er
 			owners.share(&a.Owner)
 			snap.Allocations = append(snap.Allocations, a)
 		}
-		if ordered {
-			ord.apply(snap.Allocations)
-		}
+		ord.apply(snap.Allocations)
 		pools := interner{}
 		for _, id := range ord.pools {
 			pools[id] = id
 		}
 
-		c = tx.Bucket(bucketQuarantine).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			pool, addr, err := splitAddrKey(k)
-			if err != nil {
-				return err
-			}
-			q, err := record.DecodeQuarantine(pools.get(pool), addr, v)
-			if err != nil {
-				return err
-			}
-			snap.Quarantine = append(snap.Quarantine, q)
-		}
-		return nil
+		snap.Quarantine, err = quarantine(tx, pools)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", s.path, err)
 	}
 	return snap, nil
+}
+
+// StreamSnapshot implements store.Store: Snapshot, each allocation handed
+// over in its order. The file's records are read whole first, as Snapshot
+// reads them: their order (pool by pool) keeps one pool's tables in the
+// reader's cache while it files them, which a file written across many
+// pools in turn would not.
+func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []int) error, alloc func(*store.Allocation) error) (int64, []store.Quarantine, error) {
+	snap, err := s.Snapshot(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	held := make([]int, len(snap.Pools))
+	for i, k := 0, 0; i < len(snap.Allocations); i++ {
+		for k < len(snap.Pools) && snap.Pools[k].ID < snap.Allocations[i].Pool {
+			k++
+		}
+		if k < len(snap.Pools) && snap.Pools[k].ID == snap.Allocations[i].Pool {
+			held[k]++
+		}
+	}
+	if err := pools(snap.Pools, held); err != nil {
+		return 0, nil, err
+	}
+	for i := range snap.Allocations {
+		if err := alloc(&snap.Allocations[i]); err != nil {
+			return 0, nil, err
+		}
+		snap.Allocations[i] = store.Allocation{} // let go of its strings as the reader goes
+	}
+	return snap.Revision, snap.Quarantine, nil
+}
+
+// quarantine reads every quarantine record, its pool id from ids.
+func quarantine(tx *bbolt.Tx, ids interner) ([]store.Quarantine, error) {
+	var qs []store.Quarantine
+	c := tx.Bucket(bucketQuarantine).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		pool, addr, err := splitAddrKey(k)
+		if err != nil {
+			return nil, err
+		}
+		q, err := record.DecodeQuarantine(ids.get(pool), addr, v)
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+	}
+	return qs, nil
+}
+
+// Revision implements store.Store: the revision of the latest commit.
+func (s *Store) Revision(context.Context) (int64, error) {
+	var rev int64
+	err := s.view(func(tx *bbolt.Tx) error {
+		rev = int64(getUint64(tx.Bucket(bucketMeta), keyRevision))
+		return nil
+	})
+	return rev, err
+}
+
+// PageAllocations implements store.Store. The file keeps its current
+// revision only: an older rev is store.ErrCompacted. Records are filed by
+// sequence number, so each page reads every record of the transaction
+// and keeps the next limit in (pool, address) order.
+func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, after store.AllocationKey, limit int) (store.Page, error) {
+	if err := after.CheckAfter(pool); err != nil {
+		return store.Page{}, err
+	}
+	page := store.Page{}
+	var all []store.Allocation
+	err := s.view(func(tx *bbolt.Tx) error {
+		page.Revision = int64(getUint64(tx.Bucket(bucketMeta), keyRevision))
+		if rev != 0 && rev != page.Revision {
+			return store.ErrCompacted
+		}
+		return tx.Bucket(bucketRecords).ForEach(func(_, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			p, addr, val, err := record.SplitRecord(v)
+			if err != nil || (pool != "" && string(p) != pool) || !keyAfter(string(p), addr, after) {
+				return err
+			}
+			a, err := record.DecodeAllocation(string(p), addr, val)
+			all = append(all, a)
+			return err
+		})
+	})
+	if err != nil {
+		return store.Page{}, err
+	}
+	sortAllocations(all)
+	if limit > 0 && len(all) > limit {
+		all, page.More = all[:limit], true
+	}
+	page.Allocations = all
+	return page, nil
+}
+
+// keyAfter reports whether (pool, addr) sorts after after; everything
+// does after the zero key.
+func keyAfter(pool string, addr netip.Addr, after store.AllocationKey) bool {
+	switch {
+	case after.Pool == "":
+		return true
+	case pool != after.Pool:
+		return pool > after.Pool
+	}
+	return after.Address.Less(addr)
 }
 
 // SnapshotPool implements store.Store. It reads every record in the
@@ -711,8 +795,6 @@ func (s *Store) WatchCursor(_ context.Context, fromRev int64, pool string) (stor
 	}
 	return c, nil
 }
-
-var _ store.CursorStore = (*Store)(nil)
 
 // Compact drops the in-memory event history up to rev. The file keeps no
 // history, so this is what a restart does to watchers, on demand.

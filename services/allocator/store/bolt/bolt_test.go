@@ -175,7 +175,7 @@ func TestBadRecordFailsOnlyItsTransaction(t *testing.T) {
 	bad := netip.MustParseAddr("10.0.0.66")
 	// The indexes are built (in the background) before the bad record
 	// goes in behind their back.
-	require.NoError(t, s.WaitReady(ctx))
+	require.NoError(t, s.Ready(ctx))
 	require.NoError(t, s.db.Update(func(tx *bbolt.Tx) error {
 		rec := record.Encoder(nil).Str("p").Addr(bad)
 		return tx.Bucket(bucketRecords).Put(recordKey(1000), append(rec, record.Version, 0xff))
@@ -328,29 +328,6 @@ func TestSortAllocations(t *testing.T) {
 	}
 }
 
-// TestSnapshotUnordered: the unordered snapshot holds what Snapshot does,
-// at the same revision, in the order the records were written.
-func TestSnapshotUnordered(t *testing.T) {
-	s := openTemp(t)
-	ctx := t.Context()
-	for _, a := range []*store.Allocation{alloc("b", "10.0.0.2", "x"), alloc("a", "10.0.0.9", "y"), alloc("b", "10.0.0.1", "z")} {
-		_, err := s.Commit(ctx, store.Txn{Ops: []store.Op{putAlloc(a)}})
-		require.NoError(t, err)
-	}
-	ordered, err := s.Snapshot(ctx)
-	require.NoError(t, err)
-	unordered, err := s.SnapshotUnordered(ctx)
-	require.NoError(t, err)
-	require.Equal(t, ordered.Revision, unordered.Revision)
-	var names []string
-	for _, a := range unordered.Allocations {
-		names = append(names, a.Owner.Name)
-	}
-	require.Equal(t, []string{"x", "y", "z"}, names)
-	sortAllocations(unordered.Allocations)
-	require.Equal(t, ordered, unordered)
-}
-
 // TestSnapshotSharesOwnerPrefixes: in a snapshot, the cluster, kind and
 // namespace of consecutive owners that are equal are the same strings
 // (the allocator compares them by pointer first); different ones stay
@@ -363,7 +340,7 @@ func TestSnapshotSharesOwnerPrefixes(t *testing.T) {
 		putAlloc(alloc("p", "10.0.0.1", "a")), putAlloc(alloc("p", "10.0.0.2", "b")), putAlloc(other),
 	}})
 	require.NoError(t, err)
-	snap, err := s.SnapshotUnordered(t.Context())
+	snap, err := s.Snapshot(t.Context())
 	require.NoError(t, err)
 	require.Len(t, snap.Allocations, 3)
 	a, b, c := snap.Allocations[0].Owner, snap.Allocations[1].Owner, snap.Allocations[2].Owner

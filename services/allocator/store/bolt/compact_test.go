@@ -95,7 +95,7 @@ func requireOpensAs(t *testing.T, path string, want *store.Snapshot) *Store {
 		require.Equal(t, len(want.Allocations), tx.Bucket(bucketRecords).Stats().KeyN)
 		return nil
 	}))
-	require.NoError(t, s.WaitReady(t.Context()))
+	require.NoError(t, s.Ready(t.Context()))
 	require.Equal(t, len(want.Allocations), s.addrs.len())
 	require.Equal(t, len(want.Allocations), s.owners.len())
 	return s

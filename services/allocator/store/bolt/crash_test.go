@@ -261,7 +261,7 @@ func verifyCrashFile(t *testing.T, path string, m *crashModel) {
 
 	// The owner index built as the file opened files every allocation
 	// under its owner, and nothing else.
-	require.NoError(t, s.WaitReady(t.Context()))
+	require.NoError(t, s.Ready(t.Context()))
 	for _, a := range snap.Allocations {
 		found := false
 		s.owners.each(s.owners.hash(a.Pool, a.Owner.Key()), func(addr netip.Addr) bool {

@@ -20,7 +20,7 @@
 // commit's new allocations go to the end of one tree whichever pools
 // they are in; the indexes by pool and address (index.go) and by owner
 // (owners.go) are kept in memory, built in the background as the file
-// opens (WaitReady; commits wait for them). Values use a small
+// opens (Ready; commits wait for them). Values use a small
 // hand-written binary encoding: a million allocations are read back in
 // well under a second. Compact rewrites a file without its free pages
 // while no allocator has it open; Open rewrites a file of an older

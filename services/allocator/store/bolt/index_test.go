@@ -132,7 +132,7 @@ func TestSeq48(t *testing.T) {
 }
 
 // TestIndexErrorStopsCommits: a record the index cannot read (here, two
-// records of one address) is reported by WaitReady, and every commit
+// records of one address) is reported by Ready, and every commit
 // fails with it; nothing is written.
 func TestIndexErrorStopsCommits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
@@ -152,7 +152,7 @@ func TestIndexErrorStopsCommits(t *testing.T) {
 	s, err = Open(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	require.ErrorContains(t, s.WaitReady(t.Context()), "allocation p/10.0.0.1: two records")
+	require.ErrorContains(t, s.Ready(t.Context()), "allocation p/10.0.0.1: two records")
 	_, err = s.Commit(t.Context(), store.Txn{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.2", "b"))}})
 	require.ErrorContains(t, err, "two records")
 	snap, err := s.Snapshot(t.Context())

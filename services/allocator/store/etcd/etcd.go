@@ -182,7 +182,7 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	snap := &store.Snapshot{}
 	var err error
 	snap.Revision, snap.Quarantine, err = s.StreamSnapshot(ctx,
-		func(ps []store.Pool) error { snap.Pools = ps; return nil },
+		func(ps []store.Pool, _ []int) error { snap.Pools = ps; return nil },
 		func(a *store.Allocation) error { snap.Allocations = append(snap.Allocations, *a); return nil })
 	if err != nil {
 		return nil, err
@@ -192,7 +192,7 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 
 // StreamSnapshot implements store.Streamer: Snapshot's pages, each
 // allocation handed over as it is decoded.
-func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) error, alloc func(*store.Allocation) error) (int64, []store.Quarantine, error) {
+func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []int) error, alloc func(*store.Allocation) error) (int64, []store.Quarantine, error) {
 	if s.isClosed() {
 		return 0, nil, store.ErrClosed
 	}
@@ -208,7 +208,7 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool) err
 	if err != nil {
 		return 0, nil, s.readError(ctx, "snapshot pools", err)
 	}
-	if err := pools(ps); err != nil {
+	if err := pools(ps, make([]int, len(ps))); err != nil {
 		return 0, nil, err
 	}
 	ids := make([]string, len(ps))
@@ -330,10 +330,10 @@ func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, fro
 	}
 	r := s.ranger(base, rev)
 	start := within
-	if from.Pool != "" || from.Address.IsValid() {
-		if from.Pool == "" || !from.Address.IsValid() || (pool != "" && from.Pool != pool) {
-			return store.Page{}, fmt.Errorf("page allocations of %q after %q %v: the key must name an address of the pool read", pool, from.Pool, from.Address)
-		}
+	if err := from.CheckAfter(pool); err != nil {
+		return store.Page{}, err
+	}
+	if from.Pool != "" {
 		start = after([]byte(s.k.alloc(from.Pool, from.Address)))
 		// The first window is the pool's latest, or assumes every
 		// address held, the densest the pool can be; the next ones are

@@ -63,7 +63,7 @@ func TestConformance(t *testing.T) {
 			}, append(c.opts, storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
 				require.NoError(t, s.Close())
 				return open(t, s.(*etcd.Store).Prefix())
-			}), storetest.WithSharedRevisions(), storetest.WithRequestRetention(2*time.Second, func(t *testing.T) store.Store {
+			}), storetest.WithSharedRevisions(), storetest.WithPastRevisions(), storetest.WithRequestRetention(2*time.Second, func(t *testing.T) store.Store {
 				// An etcd of its own: the deletes of its expiring leases
 				// would take revisions of the shared one while later
 				// tests count them.

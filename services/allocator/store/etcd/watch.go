@@ -68,8 +68,6 @@ func (s *Store) WatchCursor(ctx context.Context, fromRev int64, pool string) (st
 	return store.ChanCursor(ch), nil
 }
 
-var _ store.CursorStore = (*Store)(nil)
-
 // watchDirect is a watch with an etcd watch of its own.
 //
 // The etcd watch starts at fromRev itself, not fromRev+1, and the events
