@@ -1,4 +1,4 @@
-// Package service assembles the importer on the shared server runtime:
+// Package app assembles the importer on the shared server runtime:
 // the exports store, one stream per --source, the member cluster's
 // informers, the writer and tracker, the allocator connection, the
 // controller, leader election, readiness and the gRPC API. The command's

@@ -1,4 +1,4 @@
-// Package service assembles the membership service on the shared server
+// Package app assembles the membership service on the shared server
 // runtime: Kubernetes clients, the informer controller, the watch hub, the
 // registry and its heartbeat sweeper, the allocator connection and the gRPC
 // API. The command's main and in-process tests both start it with Setup.

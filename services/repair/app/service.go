@@ -1,4 +1,4 @@
-// Package service assembles the repair service on the shared server
+// Package app assembles the repair service on the shared server
 // runtime: the member cluster's informers and the source memberships (the
 // owner view), the allocator connection, the pass runner, leader election,
 // the periodic passes, Kubernetes Events, readiness and the gRPC API. The
