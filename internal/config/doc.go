@@ -18,7 +18,8 @@
 // A flag given on the command line wins over the environment; an empty
 // variable counts as unset.
 //
-// A service's root command wires it up like this:
+// A service's root command (server.Command builds every service's) wires
+// it up like this:
 //
 //	cfg := config.New(config.Allocator)
 //	cmd := &cobra.Command{

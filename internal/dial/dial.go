@@ -181,14 +181,7 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 		}
 	}
 
-	var list []string
-	if !strings.Contains(target, "://") && strings.Contains(target, ",") {
-		for _, a := range strings.Split(target, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				list = append(list, a)
-			}
-		}
-	}
+	list := replicaList(target)
 	local := isLocal(target)
 	if list != nil {
 		local = true
@@ -196,20 +189,7 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 			local = local && isLocal(a)
 		}
 	}
-
-	var creds credentials.TransportCredentials
-	switch {
-	case o.tlsConfig != nil && o.serverName != "":
-		cfg := o.tlsConfig.Clone()
-		cfg.ServerName = o.serverName
-		creds = credentials.NewTLS(cfg)
-	case o.tlsConfig != nil:
-		creds = credentials.NewTLS(o.tlsConfig)
-	case o.insecure || local:
-		creds = insecure.NewCredentials()
-	default:
-		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
-	}
+	creds := o.transportCredentials(local)
 
 	otelOpts := []otelgrpc.Option{}
 	if o.tracerProvider != nil {
@@ -234,25 +214,63 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 	dialOpts = append(dialOpts, o.dialOptions...)
 	dialTarget := target
 	if list != nil {
-		// A resolver of this connection's own that always answers the
-		// list; round robin (the service config) spreads over it. Each
-		// address is its own TLS server name, as a single target would
-		// be: without it TLS would verify every replica against the
-		// whole list.
-		r := manual.NewBuilderWithScheme("plexus-list")
-		addrs := make([]resolver.Address, len(list))
-		for i, a := range list {
-			addrs[i] = resolver.Address{Addr: a, ServerName: a}
-		}
-		r.InitialState(resolver.State{Addresses: addrs})
-		dialOpts = append(dialOpts, grpc.WithResolvers(r))
-		dialTarget = "plexus-list:///" + strings.Join(list, ",")
+		var withList grpc.DialOption
+		dialTarget, withList = listResolver(list)
+		dialOpts = append(dialOpts, withList)
 	}
 	conn, err := grpc.NewClient(dialTarget, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}
 	return conn, nil
+}
+
+// replicaList returns the addresses of a target that names replicas one
+// by one ("host:port,host:port"), nil for any other target.
+func replicaList(target string) []string {
+	if strings.Contains(target, "://") || !strings.Contains(target, ",") {
+		return nil
+	}
+	var list []string
+	for _, a := range strings.Split(target, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			list = append(list, a)
+		}
+	}
+	return list
+}
+
+// transportCredentials are the TLS options' credentials or, without them,
+// plaintext for a local target (or when asked) and TLS against the system
+// roots for any other.
+func (o *options) transportCredentials(local bool) credentials.TransportCredentials {
+	switch {
+	case o.tlsConfig != nil && o.serverName != "":
+		cfg := o.tlsConfig.Clone()
+		cfg.ServerName = o.serverName
+		return credentials.NewTLS(cfg)
+	case o.tlsConfig != nil:
+		return credentials.NewTLS(o.tlsConfig)
+	case o.insecure || local:
+		return insecure.NewCredentials()
+	default:
+		return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	}
+}
+
+// listResolver is a resolver of the connection's own that always answers
+// the list, and the target that names it; round robin (the service
+// config) spreads over the list. Each address is its own TLS server name,
+// as a single target would be: without it TLS would verify every replica
+// against the whole list.
+func listResolver(list []string) (target string, opt grpc.DialOption) {
+	r := manual.NewBuilderWithScheme("plexus-list")
+	addrs := make([]resolver.Address, len(list))
+	for i, a := range list {
+		addrs[i] = resolver.Address{Addr: a, ServerName: a}
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	return "plexus-list:///" + strings.Join(list, ","), grpc.WithResolvers(r)
 }
 
 // serviceConfig renders the JSON service config: round robin over every

@@ -36,7 +36,8 @@ type Spec struct {
 	Validate func() error
 	// Setup wires the service onto the runtime before it serves. Work it
 	// starts in the background must stop when ctx is done; the returned
-	// cleanup (may be nil) runs after the server has drained.
+	// cleanup (may be nil) runs after the server has drained. Assemble
+	// builds a Setup from steps with one shutdown path.
 	Setup func(ctx context.Context, rt *Runtime) (cleanup func(), err error)
 	// Commands are the service's maintenance commands (may be nil), run
 	// instead of the server: plexus-allocator compact, for example.

@@ -121,16 +121,9 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.logger == nil {
-		l, err := telemetry.NewLogger(os.Stderr, cfg.LogLevel, cfg.LogFormat)
-		if err != nil {
-			return nil, err
-		}
-		o.logger = l
+	o, err := newOptions(cfg, opts)
+	if err != nil {
+		return nil, err
 	}
 	logger := o.logger.With("service", name)
 
@@ -154,7 +147,49 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 	s.drainCtx, s.startDrain = context.WithCancel(context.Background())
 	s.stopCalls = make(chan struct{})
 	s.calls = newCallPool(int(streamWorkers()) / 2)
+	s.ready = newReadiness(logger)
+	lim, panics := s.registerMetrics(cfg)
 
+	grpcOpts, err := s.serverOptions(o, guard, lim, panics)
+	if err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(grpcOpts...)
+	s.health = health.NewServer()
+	// Until Run, the server is not ready for anyone.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	registerReflection(s.grpc, logger)
+
+	if err := s.listen(cfg); err != nil {
+		return nil, err
+	}
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	return s, nil
+}
+
+// newOptions applies opts to the defaults; without WithLogger, the logger
+// is built on stderr from --log-level and --log-format.
+func newOptions(cfg config.Common, opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.logger == nil {
+		l, err := telemetry.NewLogger(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+		if err != nil {
+			return options{}, err
+		}
+		o.logger = l
+	}
+	return o, nil
+}
+
+// registerMetrics registers the runtime's own metrics: the Go and process
+// collectors, the gRPC server metrics, the limits' refusals and in-flight
+// calls, panics and readiness. It returns the limits and the panic
+// counter, which the interceptors feed.
+func (s *Server) registerMetrics(cfg config.Common) (*limits, prometheus.Counter) {
 	s.metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 		grpcprom.WithHistogramBuckets([]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 	))
@@ -171,33 +206,25 @@ func New(cfg config.Common, name string, opts ...Option) (*Server, error) {
 		Name: "plexus_grpc_inflight_calls",
 		Help: "Unary calls being handled (counted only when --max-inflight is set).",
 	}, func() float64 { return float64(lim.inflight.Load()) })
-	s.ready = newReadiness(logger)
 	s.registerer.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		s.metrics, rejected, panics, inflight, s.ready.gauge,
 	)
+	return lim, panics
+}
 
-	grpcOpts, err := s.serverOptions(o, guard, lim, panics)
-	if err != nil {
-		return nil, err
-	}
-	s.grpc = grpc.NewServer(grpcOpts...)
-	s.health = health.NewServer()
-	// Until Run, the server is not ready for anyone.
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	registerReflection(s.grpc, logger)
-
+// listen binds the gRPC and HTTP listeners.
+func (s *Server) listen(cfg config.Common) error {
+	var err error
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("listen --grpc-addr: %w", err)
+		return fmt.Errorf("listen --grpc-addr: %w", err)
 	}
 	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		s.grpcLis.Close()
-		return nil, fmt.Errorf("listen --http-addr: %w", err)
+		return fmt.Errorf("listen --http-addr: %w", err)
 	}
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-	return s, nil
+	return nil
 }
 
 func newGuard(cfg config.Common, logger *slog.Logger) (*auth.Guard, error) {

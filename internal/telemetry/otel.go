@@ -63,6 +63,39 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (Shutdown, e
 		return func(context.Context) error { return nil }, nil
 	}
 
+	res, err := newResource(ctx, serviceName)
+	if err != nil {
+		return nil, err
+	}
+	tp, traceExporter, err := newTracerProvider(ctx, env, res, o.processors)
+	if err != nil {
+		return nil, err
+	}
+	otel.SetTracerProvider(tp)
+	shutdowns := []Shutdown{tp.Shutdown}
+	mp, metricExporter, err := newMeterProvider(ctx, env, res)
+	if err != nil {
+		_ = tp.Shutdown(ctx)
+		return nil, err
+	}
+	if mp != nil {
+		otel.SetMeterProvider(mp)
+		shutdowns = append(shutdowns, mp.Shutdown)
+	}
+
+	o.logger.Info("opentelemetry configured", "service", serviceName, "traces", traceExporter, "metrics", metricExporter)
+	return func(ctx context.Context) error {
+		var errs []error
+		for _, s := range shutdowns {
+			errs = append(errs, s(ctx))
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// newResource describes the process: its service name, the SDK, the host
+// and the pid, then what the OTEL_* environment says.
+func newResource(ctx context.Context, serviceName string) (*resource.Resource, error) {
 	res, err := resource.New(ctx,
 		resource.WithSchemaURL(semconv.SchemaURL),
 		resource.WithAttributes(semconv.ServiceName(serviceName)),
@@ -75,55 +108,53 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (Shutdown, e
 	if err != nil {
 		return nil, fmt.Errorf("build telemetry resource: %w", err)
 	}
+	return res, nil
+}
 
+// newTracerProvider builds the tracer provider with the exporter the
+// environment asks for (its name, or "none", is returned) and the extra
+// processors.
+func newTracerProvider(ctx context.Context, env func(string) string, res *resource.Resource, processors []sdktrace.SpanProcessor) (*sdktrace.TracerProvider, string, error) {
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	traceExporter := "none"
 	if wantExporter(env, "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
 		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("trace exporter from OTEL_* environment: %w", err)
+			return nil, "", fmt.Errorf("trace exporter from OTEL_* environment: %w", err)
 		}
 		if !autoexport.IsNoneSpanExporter(exp) {
 			tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
 			traceExporter = exporterName(env("OTEL_TRACES_EXPORTER"))
 		}
 	}
-	for _, p := range o.processors {
+	for _, p := range processors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
 	}
-	if traceExporter == "none" && len(o.processors) == 0 && env("OTEL_TRACES_SAMPLER") == "" {
+	if traceExporter == "none" && len(processors) == 0 && env("OTEL_TRACES_SAMPLER") == "" {
 		// Nothing would ever read a recorded span: record only when an
 		// upstream caller sampled the trace, so ids still propagate (and
 		// appear in logs) at almost no cost per call.
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
 	}
-	tp := sdktrace.NewTracerProvider(tpOpts...)
-	otel.SetTracerProvider(tp)
-	shutdowns := []Shutdown{tp.Shutdown}
+	return sdktrace.NewTracerProvider(tpOpts...), traceExporter, nil
+}
 
-	metricExporter := "none"
-	if wantExporter(env, "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
-		reader, err := autoexport.NewMetricReader(ctx)
-		if err != nil {
-			_ = tp.Shutdown(ctx)
-			return nil, fmt.Errorf("metric reader from OTEL_* environment: %w", err)
-		}
-		if !autoexport.IsNoneMetricReader(reader) {
-			mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(reader))
-			otel.SetMeterProvider(mp)
-			shutdowns = append(shutdowns, mp.Shutdown)
-			metricExporter = exporterName(env("OTEL_METRICS_EXPORTER"))
-		}
+// newMeterProvider builds a meter provider when the environment asks for a
+// metric exporter (nil and "none" otherwise) and returns the exporter's
+// name.
+func newMeterProvider(ctx context.Context, env func(string) string, res *resource.Resource) (*sdkmetric.MeterProvider, string, error) {
+	if !wantExporter(env, "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
+		return nil, "none", nil
 	}
-
-	o.logger.Info("opentelemetry configured", "service", serviceName, "traces", traceExporter, "metrics", metricExporter)
-	return func(ctx context.Context) error {
-		var errs []error
-		for _, s := range shutdowns {
-			errs = append(errs, s(ctx))
-		}
-		return errors.Join(errs...)
-	}, nil
+	reader, err := autoexport.NewMetricReader(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("metric reader from OTEL_* environment: %w", err)
+	}
+	if autoexport.IsNoneMetricReader(reader) {
+		return nil, "none", nil
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(reader))
+	return mp, exporterName(env("OTEL_METRICS_EXPORTER")), nil
 }
 
 // wantExporter decides whether the operator asked for an exporter of one

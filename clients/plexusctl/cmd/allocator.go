@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -64,13 +65,30 @@ func allocTable(allocs ...*allocatorv1.Allocation) func() *table {
 
 func poolCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "pool", Short: "Manage address pools"}
-	var spec struct {
-		cidrs, reserved []string
-		labels          map[string]string
-		reuse           time.Duration
-		overlap, force  bool
-		etag, requestID string
-	}
+	c.AddCommand(poolCreateCmd(g), poolGetCmd(g), poolListCmd(g), poolUpdateCmd(g), poolDeleteCmd(g))
+	return c
+}
+
+// poolSpec is what the flags of pool create and pool update say of a pool.
+type poolSpec struct {
+	cidrs, reserved []string
+	labels          map[string]string
+	reuse           time.Duration
+	overlap         bool
+	requestID       string
+}
+
+func (spec *poolSpec) addFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&spec.cidrs, "cidr", nil, "CIDR of the pool (repeatable)")
+	fs.StringSliceVar(&spec.reserved, "reserved", nil, "reserved CIDR, address or range a-b (repeatable)")
+	fs.StringToStringVar(&spec.labels, "label", nil, "label key=value (repeatable)")
+	fs.DurationVar(&spec.reuse, "reuse-delay", 0, "a released address is not reused before this delay")
+	fs.BoolVar(&spec.overlap, "allow-overlap", false, "allow the pool to overlap other pools")
+	fs.StringVar(&spec.requestID, "request-id", "", "idempotency key")
+}
+
+func poolCreateCmd(g *globals) *cobra.Command {
+	var spec poolSpec
 	create := &cobra.Command{
 		Use: "create POOL --cidr CIDR...", Short: "Create a pool", Args: cobra.ExactArgs(1),
 		Example: "  plexusctl pool create vips --cidr 10.96.0.0/16 --reserved 10.96.0.0/28",
@@ -88,14 +106,12 @@ func poolCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	create.Flags().StringSliceVar(&spec.cidrs, "cidr", nil, "CIDR of the pool (repeatable)")
-	create.Flags().StringSliceVar(&spec.reserved, "reserved", nil, "reserved CIDR, address or range a-b (repeatable)")
-	create.Flags().StringToStringVar(&spec.labels, "label", nil, "label key=value (repeatable)")
-	create.Flags().DurationVar(&spec.reuse, "reuse-delay", 0, "a released address is not reused before this delay")
-	create.Flags().BoolVar(&spec.overlap, "allow-overlap", false, "allow the pool to overlap other pools")
-	create.Flags().StringVar(&spec.requestID, "request-id", "", "idempotency key")
+	spec.addFlags(create.Flags())
+	return create
+}
 
-	get := &cobra.Command{
+func poolGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use: "get POOL", Short: "Show a pool and its statistics", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -107,7 +123,10 @@ func poolCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	list := &cobra.Command{
+}
+
+func poolListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use: "list", Short: "List pools", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -127,12 +146,18 @@ func poolCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+}
+
+func poolUpdateCmd(g *globals) *cobra.Command {
+	var spec poolSpec
+	var etag string
+	var force bool
 	update := &cobra.Command{
 		Use: "update POOL", Short: "Change a pool: set its CIDRs, reserved ranges, labels or reuse delay", Args: cobra.ExactArgs(1),
 		Example: "  plexusctl pool update vips --cidr 10.96.0.0/16 --cidr 10.97.0.0/16",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
-				p := &allocatorv1.Pool{Name: poolName(args[0]), Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap, Etag: spec.etag}
+				p := &allocatorv1.Pool{Name: poolName(args[0]), Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap, Etag: etag}
 				mask := &fieldmaskpb.FieldMask{}
 				for flag, path := range map[string]string{"cidr": "cidrs", "reserved": "reserved", "label": "labels", "reuse-delay": "reuse_delay", "allow-overlap": "allow_overlap"} {
 					if cmd.Flags().Changed(flag) {
@@ -143,7 +168,7 @@ func poolCmd(g *globals) *cobra.Command {
 					return errors.New("nothing to update: pass --cidr, --reserved, --label, --reuse-delay or --allow-overlap")
 				}
 				p.ReuseDelay = durationpb.New(spec.reuse)
-				resp, err := allocatorv1.NewAllocatorServiceClient(cc).UpdatePool(ctx, &allocatorv1.UpdatePoolRequest{Pool: p, UpdateMask: mask, Force: spec.force})
+				resp, err := allocatorv1.NewAllocatorServiceClient(cc).UpdatePool(ctx, &allocatorv1.UpdatePoolRequest{Pool: p, UpdateMask: mask, Force: force})
 				if err != nil {
 					return err
 				}
@@ -151,17 +176,23 @@ func poolCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	update.Flags().AddFlagSet(create.Flags())
-	update.Flags().BoolVar(&spec.force, "force", false, "remove CIDRs that still hold allocations (they become out of range)")
-	update.Flags().StringVar(&spec.etag, "etag", "", "update only this version of the pool")
+	spec.addFlags(update.Flags())
+	update.Flags().BoolVar(&force, "force", false, "remove CIDRs that still hold allocations (they become out of range)")
+	update.Flags().StringVar(&etag, "etag", "", "update only this version of the pool")
+	return update
+}
+
+func poolDeleteCmd(g *globals) *cobra.Command {
+	var etag string
+	var force bool
 	del := &cobra.Command{
 		Use: "delete POOL", Short: "Delete a pool", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
 				client := allocatorv1.NewAllocatorServiceClient(cc)
-				resp, err := client.DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: poolName(args[0]), Force: spec.force, Etag: spec.etag})
+				resp, err := client.DeletePool(ctx, &allocatorv1.DeletePoolRequest{Name: poolName(args[0]), Force: force, Etag: etag})
 				released := ""
-				if spec.force && status.Code(err) == codes.DeadlineExceeded {
+				if force && status.Code(err) == codes.DeadlineExceeded {
 					// Gone just after the deadline: how many went is not known.
 					resp, released, err = &allocatorv1.DeletePoolResponse{}, "?", stillDeleting(cmd.Context(), client, args[0], g.timeout, err)
 				}
@@ -176,10 +207,9 @@ func poolCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	del.Flags().BoolVar(&spec.force, "force", false, "delete even though allocations exist; they are released (over 4,096 in chunks, the pool marked deleting meanwhile: the deletion goes on past --timeout, and running this again finishes one cut short)")
-	del.Flags().StringVar(&spec.etag, "etag", "", "delete only this version of the pool")
-	c.AddCommand(create, get, list, update, del)
-	return c
+	del.Flags().BoolVar(&force, "force", false, "delete even though allocations exist; they are released (over 4,096 in chunks, the pool marked deleting meanwhile: the deletion goes on past --timeout, and running this again finishes one cut short)")
+	del.Flags().StringVar(&etag, "etag", "", "delete only this version of the pool")
+	return del
 }
 
 // stillDeleting explains a forced deletion that outlasted the call (err):
@@ -218,10 +248,13 @@ func (o *ownerFlags) proto() *allocatorv1.Owner {
 
 func allocCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "alloc", Short: "Allocate, inspect, release and watch addresses"}
+	c.AddCommand(allocCreateCmd(g), allocGetCmd(g), allocListCmd(g), allocReleaseCmd(g), allocWatchCmd(g))
+	return c
+}
+
+func allocCreateCmd(g *globals) *cobra.Command {
 	var owner ownerFlags
-	var address, requestID, etag, pool string
-	var allowMissing bool
-	var fromRev int64
+	var address, requestID string
 	create := &cobra.Command{
 		Use: "create POOL --owner-kind KIND --owner-name NAME", Short: "Allocate an address (idempotent per owner)", Args: cobra.ExactArgs(1),
 		Example: "  plexusctl alloc create vips --owner-kind Pod --owner-namespace default --owner-name web-0 --owner-uid 1234",
@@ -238,8 +271,11 @@ func allocCmd(g *globals) *cobra.Command {
 	owner.add(create, true)
 	create.Flags().StringVar(&address, "address", "", "ask for this address")
 	create.Flags().StringVar(&requestID, "request-id", "", "idempotency key")
+	return create
+}
 
-	get := &cobra.Command{
+func allocGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use: "get POOL ADDRESS", Short: "Show an allocation", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -251,6 +287,9 @@ func allocCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+}
+
+func allocListCmd(g *globals) *cobra.Command {
 	var listOwner ownerFlags
 	list := &cobra.Command{
 		Use: "list [POOL]", Short: "List allocations of a pool (all pools when omitted)", Args: cobra.MaximumNArgs(1),
@@ -279,6 +318,12 @@ func allocCmd(g *globals) *cobra.Command {
 		},
 	}
 	listOwner.add(list, false)
+	return list
+}
+
+func allocReleaseCmd(g *globals) *cobra.Command {
+	var etag string
+	var allowMissing bool
 	var relOwner ownerFlags
 	release := &cobra.Command{
 		Use: "release (POOL ADDRESS | POOL --owner-kind KIND --owner-name NAME)", Short: "Release an allocation, optionally guarded by etag and owner uid", Args: cobra.RangeArgs(1, 2),
@@ -301,10 +346,15 @@ func allocCmd(g *globals) *cobra.Command {
 	relOwner.add(release, false)
 	release.Flags().StringVar(&etag, "etag", "", "release only this version of the allocation")
 	release.Flags().BoolVar(&allowMissing, "allow-missing", false, "succeed when there is nothing to release")
+	return release
+}
+
+func allocWatchCmd(g *globals) *cobra.Command {
+	var fromRev int64
 	watch := &cobra.Command{
 		Use: "watch [POOL]", Short: "Stream allocation events (snapshot first unless --from-revision)", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool = "pools/-"
+			pool := "pools/-"
 			if len(args) == 1 {
 				pool = poolName(args[0])
 			}
@@ -326,23 +376,28 @@ func allocCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := out.render(ev, func() *table {
-					t := allocTable(ev.GetAllocation())()
-					t.header = append([]string{"EVENT", "REVISION"}, t.header...)
-					for i := range t.rows {
-						t.rows[i] = append([]string{strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"), fmt.Sprint(ev.GetRevision())}, t.rows[i]...)
-					}
-					if ev.GetAllocation() == nil {
-						t.rows = [][]string{{strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"), fmt.Sprint(ev.GetRevision())}}
-					}
-					return t
-				}); err != nil {
+				if err := out.render(ev, allocEventTable(ev)); err != nil {
 					return err
 				}
 			}
 		},
 	}
 	watch.Flags().Int64Var(&fromRev, "from-revision", 0, "resume after this revision instead of starting with a snapshot")
-	c.AddCommand(create, get, list, release, watch)
-	return c
+	return watch
+}
+
+// allocEventTable renders an allocation event: its type and revision, then
+// the allocation, if it has one.
+func allocEventTable(ev *allocatorv1.WatchAllocationsResponse) func() *table {
+	return func() *table {
+		t := allocTable(ev.GetAllocation())()
+		t.header = append([]string{"EVENT", "REVISION"}, t.header...)
+		for i := range t.rows {
+			t.rows[i] = append([]string{strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"), fmt.Sprint(ev.GetRevision())}, t.rows[i]...)
+		}
+		if ev.GetAllocation() == nil {
+			t.rows = [][]string{{strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"), fmt.Sprint(ev.GetRevision())}}
+		}
+		return t
+	}
 }

@@ -49,8 +49,12 @@ func (f *inventoryFlags) client() (dynamic.Interface, error) {
 
 func clustersCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "clusters", Aliases: []string{"cluster"}, Short: "See and change the member clusters the importers and repair follow"}
+	c.AddCommand(clustersListCmd(g), clustersJoinCmd(g), clustersLeaveCmd(g))
+	return c
+}
 
-	list := &cobra.Command{
+func clustersListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List the source clusters an importer follows, with each stream's state",
 		Long: `List the source clusters the importer at --importer-addr follows (from its
@@ -79,7 +83,9 @@ its stream is down, and the last error.`,
 			})
 		},
 	}
+}
 
+func clustersJoinCmd(g *globals) *cobra.Command {
 	var inv inventoryFlags
 	var member fleet.Member
 	var clusterSet string
@@ -131,6 +137,10 @@ with another address moves it: the importers reconnect and resume.`,
 	join.Flags().StringVar(&clusterSet, "clusterset", "", "clusterset the cluster belongs to (the clusterset.k8s.io property; importers of another clusterset skip it)")
 	_ = join.MarkFlagRequired("address")
 
+	return join
+}
+
+func clustersLeaveCmd(g *globals) *cobra.Command {
 	var leaveInv inventoryFlags
 	leave := &cobra.Command{
 		Use:   "leave NAME (--inventory-namespace NS | --sources-file FILE)",
@@ -173,8 +183,7 @@ with another address moves it: the importers reconnect and resume.`,
 		},
 	}
 	leaveInv.add(leave)
-	c.AddCommand(list, join, leave)
-	return c
+	return leave
 }
 
 func sourceTable(srcs []*importerv1.Source) func() *table {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -124,12 +125,7 @@ func configUseContextCmd(g *globals) *cobra.Command {
 }
 
 func configSetContextCmd(g *globals) *cobra.Command {
-	var (
-		addrs                     = map[string]*string{}
-		caFile, certFile, keyFile string
-		tokenFile                 string
-		timeout                   time.Duration
-	)
+	var flags contextFlags
 	c := &cobra.Command{
 		Use:   "set-context NAME [--allocator ADDR] [--membership ADDR] [--importer ADDR] [--repair ADDR] [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE] [--token-file FILE] [--timeout DURATION]",
 		Short: "Create a context or change the fields given of an existing one",
@@ -147,38 +143,8 @@ func configSetContextCmd(g *globals) *cobra.Command {
 				ctx = &namedContext{Name: name}
 				cf.Contexts = append(cf.Contexts, ctx)
 			}
-			fs := cmd.Flags()
-			for _, svc := range serviceOrder {
-				if fs.Changed(svc) {
-					*ctx.addr(svc) = *addrs[svc]
-				}
-			}
-			tls := ctx.tls()
-			for _, f := range []struct {
-				flag  string
-				value string
-				dst   *string
-			}{
-				{"tls-ca", caFile, &tls.CA},
-				{"tls-cert", certFile, &tls.Cert},
-				{"tls-key", keyFile, &tls.Key},
-				{"token-file", tokenFile, &ctx.TokenFile},
-			} {
-				if !fs.Changed(f.flag) {
-					continue
-				}
-				p, err := absPath(f.value)
-				if err != nil {
-					return fmt.Errorf("--%s: %w", f.flag, err)
-				}
-				*f.dst = p
-			}
-			ctx.TLS = nil
-			if tls != (contextTLS{}) {
-				ctx.TLS = &tls
-			}
-			if fs.Changed("timeout") {
-				ctx.Timeout = timeout
+			if err := flags.apply(cmd.Flags(), ctx); err != nil {
+				return err
 			}
 			if err := cf.write(); err != nil {
 				return err
@@ -191,18 +157,68 @@ func configSetContextCmd(g *globals) *cobra.Command {
 			return err
 		}),
 	}
-	fs := c.Flags()
+	flags.add(c.Flags())
+	return c
+}
+
+// contextFlags are the fields of a context as set-context's flags.
+type contextFlags struct {
+	addrs                     map[string]*string
+	caFile, certFile, keyFile string
+	tokenFile                 string
+	timeout                   time.Duration
+}
+
+func (f *contextFlags) add(fs *pflag.FlagSet) {
+	f.addrs = map[string]*string{}
 	for _, svc := range serviceOrder {
-		addrs[svc] = fs.String(svc, "", "address of the "+svc+" service")
+		f.addrs[svc] = fs.String(svc, "", "address of the "+svc+" service")
 	}
 	// These shadow the global --tls-* and --timeout, which the config
 	// commands do not use: here they are the context's fields.
-	fs.StringVar(&caFile, "tls-ca", "", "CA bundle to verify servers with")
-	fs.StringVar(&certFile, "tls-cert", "", "client certificate for mutual TLS")
-	fs.StringVar(&keyFile, "tls-key", "", "client key for mutual TLS")
-	fs.StringVar(&tokenFile, "token-file", "", "file holding the bearer token")
-	fs.DurationVar(&timeout, "timeout", 0, "deadline of each call (0 for the built-in default)")
-	return c
+	fs.StringVar(&f.caFile, "tls-ca", "", "CA bundle to verify servers with")
+	fs.StringVar(&f.certFile, "tls-cert", "", "client certificate for mutual TLS")
+	fs.StringVar(&f.keyFile, "tls-key", "", "client key for mutual TLS")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token")
+	fs.DurationVar(&f.timeout, "timeout", 0, "deadline of each call (0 for the built-in default)")
+}
+
+// apply sets the fields of ctx whose flags were given on fs; file paths
+// are made absolute.
+func (f *contextFlags) apply(fs *pflag.FlagSet, ctx *namedContext) error {
+	for _, svc := range serviceOrder {
+		if fs.Changed(svc) {
+			*ctx.addr(svc) = *f.addrs[svc]
+		}
+	}
+	tls := ctx.tls()
+	for _, file := range []struct {
+		flag  string
+		value string
+		dst   *string
+	}{
+		{"tls-ca", f.caFile, &tls.CA},
+		{"tls-cert", f.certFile, &tls.Cert},
+		{"tls-key", f.keyFile, &tls.Key},
+		{"token-file", f.tokenFile, &ctx.TokenFile},
+	} {
+		if !fs.Changed(file.flag) {
+			continue
+		}
+		p, err := absPath(file.value)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", file.flag, err)
+		}
+		*file.dst = p
+	}
+	ctx.TLS = nil
+	if tls != (contextTLS{}) {
+		ctx.TLS = &tls
+	}
+	if fs.Changed("timeout") {
+		ctx.Timeout = f.timeout
+	}
+	return nil
 }
 
 // absPath makes a path given on the command line absolute, so it keeps

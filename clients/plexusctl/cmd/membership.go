@@ -106,14 +106,20 @@ func workloadCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "workload", Short: "Register and manage external workloads (VMs, bare-metal hosts)"}
 	var ns string
 	c.PersistentFlags().StringVarP(&ns, "namespace", "n", "default", "namespace of the workload")
+	c.AddCommand(workloadRegisterCmd(g, &ns), workloadHeartbeatCmd(g, &ns), workloadDeregisterCmd(g, &ns), workloadGetCmd(g, &ns), workloadListCmd(g, &ns))
+	return c
+}
 
+// workloadRegisterCmd is plexusctl workload register; ns points at the
+// --namespace of its parent.
+func workloadRegisterCmd(g *globals, ns *string) *cobra.Command {
 	var spec struct {
-		labels                map[string]string
-		addresses, ports      []string
-		zone, node, hostname  string
-		pool, requestID, etag string
-		ready, allowMissing   bool
-		ttl                   time.Duration
+		labels               map[string]string
+		addresses, ports     []string
+		zone, node, hostname string
+		pool, requestID      string
+		ready                bool
+		ttl                  time.Duration
 	}
 	register := &cobra.Command{
 		Use: "register NAME (--address IP... | --pool POOL)", Short: "Register a workload, or update its registration (idempotent)", Args: cobra.ExactArgs(1),
@@ -121,7 +127,7 @@ func workloadCmd(g *globals) *cobra.Command {
 			"  plexusctl workload register vm-2 -n shop --label app=db --pool ext --port sql:5432",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := &membershipv1.Workload{
-				Name: resourceName(args[0], ns, "workloads"), Labels: spec.labels, Addresses: spec.addresses,
+				Name: resourceName(args[0], *ns, "workloads"), Labels: spec.labels, Addresses: spec.addresses,
 				Zone: spec.zone, Node: spec.node, Hostname: spec.hostname, Ready: spec.ready,
 			}
 			for _, p := range spec.ports {
@@ -157,11 +163,15 @@ func workloadCmd(g *globals) *cobra.Command {
 	register.Flags().DurationVar(&spec.ttl, "ttl", 0, "the workload is not ready when no heartbeat arrived for this long (server default 30s)")
 	register.Flags().StringVar(&spec.requestID, "request-id", "", "idempotency key")
 
+	return register
+}
+
+func workloadHeartbeatCmd(g *globals, ns *string) *cobra.Command {
 	var hbReady bool
 	heartbeat := &cobra.Command{
 		Use: "heartbeat NAME", Short: "Tell membership the workload is alive (and, with --ready, whether it is ready)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := &membershipv1.HeartbeatWorkloadRequest{Name: resourceName(args[0], ns, "workloads")}
+			req := &membershipv1.HeartbeatWorkloadRequest{Name: resourceName(args[0], *ns, "workloads")}
 			if cmd.Flags().Changed("ready") {
 				req.Ready = &hbReady
 			}
@@ -176,13 +186,19 @@ func workloadCmd(g *globals) *cobra.Command {
 	}
 	heartbeat.Flags().BoolVar(&hbReady, "ready", true, "new readiness; unchanged when the flag is not given")
 
+	return heartbeat
+}
+
+func workloadDeregisterCmd(g *globals, ns *string) *cobra.Command {
+	var etag string
+	var allowMissing bool
 	deregister := &cobra.Command{
 		Use: "deregister NAME", Short: "Delete a workload and release its allocated address", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name := resourceName(args[0], ns, "workloads")
+			name := resourceName(args[0], *ns, "workloads")
 			return g.call(cmd, "membership", func(ctx context.Context, cc *grpc.ClientConn) error {
 				resp, err := membershipv1.NewMembershipServiceClient(cc).DeregisterWorkload(ctx, &membershipv1.DeregisterWorkloadRequest{
-					Name: name, Etag: spec.etag, AllowMissing: spec.allowMissing,
+					Name: name, Etag: etag, AllowMissing: allowMissing,
 				})
 				if err != nil {
 					return err
@@ -199,14 +215,18 @@ func workloadCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	deregister.Flags().StringVar(&spec.etag, "etag", "", "deregister only this version of the workload")
-	deregister.Flags().BoolVar(&spec.allowMissing, "allow-missing", false, "succeed when the workload does not exist")
+	deregister.Flags().StringVar(&etag, "etag", "", "deregister only this version of the workload")
+	deregister.Flags().BoolVar(&allowMissing, "allow-missing", false, "succeed when the workload does not exist")
 
-	get := &cobra.Command{
+	return deregister
+}
+
+func workloadGetCmd(g *globals, ns *string) *cobra.Command {
+	return &cobra.Command{
 		Use: "get NAME", Short: "Show a workload", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "membership", func(ctx context.Context, cc *grpc.ClientConn) error {
-				resp, err := membershipv1.NewMembershipServiceClient(cc).GetWorkload(ctx, &membershipv1.GetWorkloadRequest{Name: resourceName(args[0], ns, "workloads")})
+				resp, err := membershipv1.NewMembershipServiceClient(cc).GetWorkload(ctx, &membershipv1.GetWorkloadRequest{Name: resourceName(args[0], *ns, "workloads")})
 				if err != nil {
 					return err
 				}
@@ -214,13 +234,15 @@ func workloadCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+}
 
+func workloadListCmd(g *globals, ns *string) *cobra.Command {
 	var selector string
 	var all bool
 	list := &cobra.Command{
 		Use: "list", Short: "List workloads", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			namespace := ns
+			namespace := *ns
 			if all {
 				namespace = ""
 			}
@@ -244,8 +266,7 @@ func workloadCmd(g *globals) *cobra.Command {
 	list.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. app=db,tier!=cache")
 	list.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list every namespace")
 
-	c.AddCommand(register, heartbeat, deregister, get, list)
-	return c
+	return list
 }
 
 // endpointRows renders the endpoints of a set, one row per endpoint.

@@ -1,4 +1,4 @@
-// Package service assembles the importer on the shared server runtime:
+// Package app assembles the importer on the shared server runtime:
 // the exports store, one stream per --source, the member cluster's
 // informers, the writer and tracker, the allocator connection, the
 // controller, leader election, readiness and the gRPC API. The command's
@@ -31,7 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"log/slog"
 
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
@@ -56,145 +56,114 @@ import (
 	"github.com/plexusnet/plexus/services/importer/sources"
 )
 
-// importer is the importer's parts as Setup assembles them.
-type importer struct {
-	rt       *server.Runtime
-	o        Options
-	identity string
-	clients  *kubeclient.Clients
+// service is the importer's parts as Setup assembles them.
+type service struct {
+	rt *server.Runtime
+	o  Options
+
+	clients *kubeclient.Clients
 	// clusterSet is the clusterset's name from its ClusterProperty, if
 	// any.
 	clusterSet string
-	conns      []interface{ Close() error }
+	// pools are the VIP pools as "pools/ID"; allocConn is nil without.
+	pools     []string
+	allocConn *grpc.ClientConn
+	identity  string
+	// logger names this replica's identity.
+	logger   *slog.Logger
+	recorder record.EventRecorder
 
 	store     *exports.Store
 	informers *kube.Informers
-	recorder  record.EventRecorder
 	lead      *leader.Elector
 	ctrl      *controller.Controller
 	inventory fleet.Inventory
 	group     *fleet.Group
 	api       *iserver.Server
-	shutdown  []func()
 }
 
-// Setup wires the importer onto rt. Everything it starts stops when ctx
-// ends; the cleanup waits for it and closes the connections.
+// Setup wires the importer onto rt: open the clients, build the store,
+// the controller and the sources, register the gRPC API, start the
+// loops. Everything it starts stops when ctx ends; the cleanup waits for
+// it and closes the connections.
 func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	im := &importer{rt: rt, o: o, identity: o.identity}
-	if err := im.assemble(ctx); err != nil {
-		im.close()
-		return nil, err
-	}
-	return im.start(ctx), nil
+	s := &service{rt: rt, o: o, identity: o.identity}
+	return server.Assemble(ctx, rt.Logger, s.open, s.build, s.register, s.start)
 }
 
-// close closes the connections and stops the event broadcaster.
-func (im *importer) close() {
-	for _, f := range im.shutdown {
-		f()
-	}
-	for _, c := range im.conns {
-		if err := c.Close(); err != nil {
-			im.rt.Logger.Warn("close connection", "error", err)
-		}
-	}
-}
-
-// assemble builds every part, in the order they depend on each other.
-func (im *importer) assemble(ctx context.Context) error {
-	cfg, o, rt := im.rt.Config, im.o, im.rt
-	pools, err := poolNames(o.VIPPools)
-	if err != nil {
+// open connects to the member cluster, learns its id, connects to the
+// allocator when VIPs come from its pools, and starts recording Events.
+func (s *service) open(ctx context.Context, c *server.Cleanup) error {
+	cfg, o, rt := s.rt.Config, s.o, s.rt
+	var err error
+	if s.pools, err = poolNames(o.VIPPools); err != nil {
 		return fmt.Errorf("--vip-pool: %w", err)
 	}
-	if im.clients, err = kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()}); err != nil {
+	if s.clients, err = kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()}); err != nil {
 		return err
 	}
 	// The importer tells the member cluster's own exports from the others'
 	// by its id.
-	id, err := clusterid.Apply(ctx, im.clients.Dynamic, cfg.ClusterName, rt.Logger)
+	id, err := clusterid.Apply(ctx, s.clients.Dynamic, cfg.ClusterName, rt.Logger)
 	if err != nil {
 		return err
 	}
 	cfg.ClusterName = id.Cluster
-	im.clusterSet = id.ClusterSet
-	if im.identity == "" {
-		if im.identity, err = leader.NewIdentity(); err != nil {
+	s.clusterSet = id.ClusterSet
+	if s.identity == "" {
+		if s.identity, err = leader.NewIdentity(); err != nil {
 			return err
 		}
 	}
-	im.store = exports.New(func(ch exports.Change) {
-		if im.ctrl != nil {
-			im.ctrl.Changed(ch)
+	s.logger = rt.Logger.With("identity", s.identity)
+	if len(s.pools) > 0 {
+		if s.allocConn, err = dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...); err != nil {
+			return fmt.Errorf("allocator connection: %w", err)
 		}
-	})
-	alloc, err := im.allocator(pools)
-	if err != nil {
-		return err
+		c.Close("allocator connection", s.allocConn)
 	}
-	im.events()
-	if err := im.controller(alloc, pools); err != nil {
-		return err
-	}
-	if err := im.sources(); err != nil {
-		return err
-	}
-	rt.Server.AddHealthInfo(leader.Header, func() string { l, _ := im.lead.Leader(); return l })
-	if im.api, err = iserver.New(iserver.Config{Imports: im.ctrl, Store: im.store, Leader: im.lead, Synced: im.informers.HasSynced, Sources: im.sourceInfos}); err != nil {
-		return err
-	}
-	im.api.Register(rt.Server.GRPC())
-	// Until the caches are synced every read would be NOT_SYNCED.
-	rt.Server.SetServing(iserver.ServiceName, false)
-	rt.Server.AddReadinessCheck("informers", func(context.Context) error {
-		if !im.informers.HasSynced() {
-			return errors.New("informer caches not synced yet")
-		}
-		return nil
-	})
-	rt.Server.AddReadinessCheck("leader-election", im.lead.Check)
+	s.events(c)
 	return nil
 }
 
-// allocator connects to the allocator when VIPs come from its pools.
-func (im *importer) allocator(pools []string) (allocatorv1.AllocatorServiceClient, error) {
-	if len(pools) == 0 {
-		return nil, nil
-	}
-	conn, err := dial.New(im.rt.Config.AllocatorAddr, dial.FromConfig(im.rt.Config)...)
-	if err != nil {
-		return nil, fmt.Errorf("allocator connection: %w", err)
-	}
-	im.conns = append(im.conns, conn)
-	im.rt.Server.AddReadinessCheck("allocator", dial.HealthCheck(conn, "plexus.allocator.v1.AllocatorService"))
-	return allocatorv1.NewAllocatorServiceClient(conn), nil
+// events starts the Event broadcaster. It is not bound to the setup's
+// context: the lease release on shutdown still records its Event; the
+// cleanup shuts the broadcaster down after it.
+func (s *service) events(c *server.Cleanup) {
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.clients.Kube.CoreV1().Events(metav1.NamespaceAll)})
+	s.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "plexus-importer", Host: s.identity})
+	c.Defer(broadcaster.Shutdown)
 }
 
-// events starts the Event broadcaster. It is not bound to the setup's
-// context: the lease release on shutdown still records its Event; close
-// shuts the broadcaster down after it.
-func (im *importer) events() {
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: im.clients.Kube.CoreV1().Events(metav1.NamespaceAll)})
-	im.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "plexus-importer", Host: im.identity})
-	im.shutdown = append(im.shutdown, broadcaster.Shutdown)
+// build builds the exports store, the controller that writes what it
+// holds, and the sources that fill it.
+func (s *service) build(context.Context, *server.Cleanup) error {
+	s.store = exports.New(func(ch exports.Change) {
+		if s.ctrl != nil {
+			s.ctrl.Changed(ch)
+		}
+	})
+	if err := s.controller(); err != nil {
+		return err
+	}
+	return s.sources()
 }
 
 // controller builds the caches, the writer, leader election and the
 // controller.
-func (im *importer) controller(alloc allocatorv1.AllocatorServiceClient, pools []string) error {
-	reg, o := im.rt.Server.Registerer(), im.o
-	kubeClient := im.clients.Kube
+func (s *service) controller() error {
+	reg, o := s.rt.Server.Registerer(), s.o
+	kubeClient := s.clients.Kube
 	tracker := kube.NewTracker(0)
 	var err error
-	if im.informers, err = kube.NewInformers(kubeClient, im.clients.MCS, tracker); err != nil {
+	if s.informers, err = kube.NewInformers(kubeClient, s.clients.MCS, tracker); err != nil {
 		return err
 	}
-	writer, err := kube.NewWriter(kubeClient, im.clients.MCS, tracker, reg)
+	writer, err := kube.NewWriter(kubeClient, s.clients.MCS, tracker, reg)
 	if err != nil {
 		return err
 	}
@@ -202,68 +171,97 @@ func (im *importer) controller(alloc allocatorv1.AllocatorServiceClient, pools [
 	if err != nil {
 		return fmt.Errorf("--max-endpoints-per-slice: %w", err)
 	}
-	if im.lead, err = leader.NewElector(im.identity, "plexus_importer_leader", "1 while this replica is the importer leader (the one that writes), 0 otherwise.", reg); err != nil {
+	if s.lead, err = leader.NewElector(s.identity, "plexus_importer_leader", "1 while this replica is the importer leader (the one that writes), 0 otherwise.", reg); err != nil {
 		return err
 	}
 	// Every write first checks that this replica still holds its lease:
 	// resourceVersions guard against a stale cache, not against a stale
 	// view of the sources that a paused, deposed leader would write.
-	writer.Guard(im.lead.Valid)
-	if im.ctrl, err = controller.New(controller.Config{
-		Store: im.store, Informers: im.informers, Tracker: tracker, Writer: writer, Kube: kubeClient,
-		Allocator: alloc, VIPPools: pools, Guard: im.lead.Valid, Packer: packer, Recorder: im.recorder,
-		Workers: o.Workers, SourceGrace: o.SourceGrace, ClusterName: im.rt.Config.ClusterName, ManageServiceCIDRs: o.ManageServiceCIDRs,
-		Logger: im.rt.Logger.With("component", "controller"), Registerer: reg,
+	writer.Guard(s.lead.Valid)
+	var alloc allocatorv1.AllocatorServiceClient
+	if s.allocConn != nil {
+		alloc = allocatorv1.NewAllocatorServiceClient(s.allocConn)
+	}
+	if s.ctrl, err = controller.New(controller.Config{
+		Store: s.store, Informers: s.informers, Tracker: tracker, Writer: writer, Kube: kubeClient,
+		Allocator: alloc, VIPPools: s.pools, Guard: s.lead.Valid, Packer: packer, Recorder: s.recorder,
+		Workers: o.Workers, SourceGrace: o.SourceGrace, ClusterName: s.rt.Config.ClusterName, ManageServiceCIDRs: o.ManageServiceCIDRs,
+		Logger: s.rt.Logger.With("component", "controller"), Registerer: reg,
 	}); err != nil {
 		return err
 	}
-	return im.informers.AddHandlers(kube.Handlers{Service: im.ctrl.Enqueue, Namespace: im.ctrl.EnqueueNamespace})
+	return s.informers.AddHandlers(kube.Handlers{Service: s.ctrl.Enqueue, Namespace: s.ctrl.EnqueueNamespace})
 }
 
 // sources builds the group that follows the source clusters the
 // inventory names (--source, --sources-file or --inventory-namespace):
 // one stream per member, reconnected when its address changes; a member
 // that left is withdrawn after --source-grace.
-func (im *importer) sources() error {
-	rt := im.rt
+func (s *service) sources() error {
+	rt := s.rt
 	srcMetrics, err := sources.NewMetrics(rt.Server.Registerer())
 	if err != nil {
 		return err
 	}
-	if im.inventory, err = im.o.Flags.Inventory(im.clients.Dynamic, "plexus-importer/"+server.Version(), im.clusterSet, rt.Logger.With("component", "inventory")); err != nil {
+	if s.inventory, err = s.o.Flags.Inventory(s.clients.Dynamic, "plexus-importer/"+server.Version(), s.clusterSet, rt.Logger.With("component", "inventory")); err != nil {
 		return err
 	}
-	im.group, err = fleet.NewGroup(fleet.GroupConfig{
+	s.group, err = fleet.NewGroup(fleet.GroupConfig{
 		Dial: fleet.Dialer(rt.Config),
 		Start: func(m fleet.Member, conn *grpc.ClientConn, prev fleet.Runner) (fleet.Runner, error) {
-			im.store.AddSource(m.Name)
+			s.store.AddSource(m.Name)
 			var from sources.Position
 			if p, ok := prev.(*sources.Source); ok {
 				from = p.Position()
 			}
-			return sources.New(sources.Config{Name: m.Name, Addr: m.Addr, Conn: conn, Sink: im.store, Start: from,
+			return sources.New(sources.Config{Name: m.Name, Addr: m.Addr, Conn: conn, Sink: s.store, Start: from,
 				Logger: rt.Logger.With("component", "source"), Metrics: srcMetrics})
 		},
 		Gone: func(m fleet.Member) {
-			n := im.store.RemoveSource(m.Name)
+			n := s.store.RemoveSource(m.Name)
 			rt.Logger.Info("withdrew the exports of a cluster that left the fleet", "cluster", m.Name, "services", n)
 		},
-		Grace:      im.o.SourceGrace,
+		Grace:      s.o.SourceGrace,
 		Logger:     rt.Logger.With("component", "fleet"),
 		Registerer: rt.Server.Registerer(),
 	})
 	return err
 }
 
+// register registers the gRPC API, not serving until the caches have
+// synced, who leads, and the readiness checks.
+func (s *service) register(context.Context, *server.Cleanup) error {
+	srv := s.rt.Server
+	if s.allocConn != nil {
+		srv.AddReadinessCheck("allocator", dial.HealthCheck(s.allocConn, "plexus.allocator.v1.AllocatorService"))
+	}
+	srv.AddHealthInfo(leader.Header, func() string { l, _ := s.lead.Leader(); return l })
+	var err error
+	if s.api, err = iserver.New(iserver.Config{Imports: s.ctrl, Store: s.store, Leader: s.lead, Synced: s.informers.HasSynced, Sources: s.sourceInfos}); err != nil {
+		return err
+	}
+	s.api.Register(srv.GRPC())
+	// Until the caches are synced every read would be NOT_SYNCED.
+	srv.SetServing(iserver.ServiceName, false)
+	srv.AddReadinessCheck("informers", func(context.Context) error {
+		if !s.informers.HasSynced() {
+			return errors.New("informer caches not synced yet")
+		}
+		return nil
+	})
+	srv.AddReadinessCheck("leader-election", s.lead.Check)
+	return nil
+}
+
 // sourceInfos is the sources' state for ListSources: the fleet's members
 // and leavers, with what the store and each stream know.
-func (im *importer) sourceInfos() []iserver.SourceInfo {
-	states := im.store.Sources()
-	members := im.group.States()
+func (s *service) sourceInfos() []iserver.SourceInfo {
+	states := s.store.Sources()
+	members := s.group.States()
 	out := make([]iserver.SourceInfo, 0, len(members))
 	for _, m := range members {
 		info := iserver.SourceInfo{Cluster: m.Member.Name, Addr: m.Member.Addr, ServerName: m.Member.ServerName,
-			Since: m.Since, LeftAt: m.LeftAt, Exported: im.store.Exported(m.Member.Name)}
+			Since: m.Since, LeftAt: m.LeftAt, Exported: s.store.Exported(m.Member.Name)}
 		if st, ok := states[m.Member.Name]; ok {
 			info.Connected, info.Synced, info.LastHeard = st.Connected, st.Synced, st.LastHeard
 		}
@@ -283,53 +281,52 @@ func (im *importer) sourceInfos() []iserver.SourceInfo {
 	return out
 }
 
-// start runs the caches, the sources and leadership terms until ctx ends,
-// and returns the cleanup that waits for them.
-func (im *importer) start(ctx context.Context) func() {
-	rt, o, lead := im.rt, im.o, im.lead
-	logger := rt.Logger.With("identity", im.identity)
-	im.informers.Start(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := im.group.Run(ctx, im.inventory); err != nil && ctx.Err() == nil {
-			logger.Error("stopped following the member clusters", "error", err)
+// start runs the caches and the sources until ctx ends, serves the API
+// once the caches have synced, and runs the controller while this replica
+// leads.
+func (s *service) start(ctx context.Context, c *server.Cleanup) error {
+	s.informers.Start(ctx)
+	c.Go(func() {
+		if err := s.group.Run(ctx, s.inventory); err != nil && ctx.Err() == nil {
+			s.logger.Error("stopped following the member clusters", "error", err)
 		}
 	})
-	wg.Go(func() {
-		if im.informers.WaitForSync(ctx) {
-			rt.Server.SetServing(iserver.ServiceName, true)
-			logger.Info("importer caches synced", "sources", len(im.group.States()))
+	c.Go(func() {
+		if s.informers.WaitForSync(ctx) {
+			s.rt.Server.SetServing(iserver.ServiceName, true)
+			s.logger.Info("importer caches synced", "sources", len(s.group.States()))
 		}
 	})
-	term := func(term context.Context) {
-		if err := im.ctrl.Run(term); err != nil && term.Err() == nil {
-			logger.Error("controller stopped", "error", err)
-		}
-	}
-	if o.LeaderElect {
-		lock := &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaseNamespace, Name: o.LeaseName},
-			Client:     im.clients.Kube.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: im.identity, EventRecorder: im.recorder},
-		}
-		wg.Go(func() {
-			lead.Run(ctx, lock, o.Config, func(t context.Context) {
-				lead.Start(t)
-				term(t)
-				if n := im.api.EndTerm(); n > 0 {
-					logger.Info("forgot the pushes of the ended term; their clusters push again to the next leader", "exports", n)
-				}
-			}, logger)
+	if !s.o.LeaderElect {
+		s.lead.Start(ctx)
+		c.Go(func() {
+			s.runController(ctx)
+			s.lead.Stop()
 		})
-	} else {
-		lead.Start(ctx)
-		wg.Go(func() {
-			term(ctx)
-			lead.Stop()
-		})
+		return nil
 	}
-	return func() {
-		wg.Wait()
-		im.close()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: s.o.LeaseNamespace, Name: s.o.LeaseName},
+		Client:     s.clients.Kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: s.identity, EventRecorder: s.recorder},
+	}
+	c.Go(func() { s.lead.Run(ctx, lock, s.o.Config, s.term, s.logger) })
+	return nil
+}
+
+// term runs one leadership term: the controller writes until the term
+// ends, then the term's pushes are forgotten.
+func (s *service) term(term context.Context) {
+	s.lead.Start(term)
+	s.runController(term)
+	if n := s.api.EndTerm(); n > 0 {
+		s.logger.Info("forgot the pushes of the ended term; their clusters push again to the next leader", "exports", n)
+	}
+}
+
+// runController runs the controller until ctx ends.
+func (s *service) runController(ctx context.Context) {
+	if err := s.ctrl.Run(ctx); err != nil && ctx.Err() == nil {
+		s.logger.Error("controller stopped", "error", err)
 	}
 }

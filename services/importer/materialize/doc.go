@@ -6,8 +6,9 @@
 // talks to a server, so every rule is tested with tables, without a
 // kube-apiserver.
 //
-// The runner (package controller) reads a View from its caches and calls,
-// in order:
+// The runner (package reconcile, one service at a time for the loop of
+// package controller) builds a View from the exports store and the member
+// cluster's caches and calls, in order:
 //
 //   - Decide: merge the exports (package mcs) and say whether the service
 //     is materialised, removed, or held back by a problem (a foreign
@@ -26,7 +27,7 @@
 //     renders it onto the ServiceImport; the gRPC API serves the same
 //     value.
 //
-// Removal (Remove, for the Withdrawn verdict) is the other branch: the slices of clusters whose word
-// is final, then the derived Service and the ServiceImport once nothing
-// holds them back.
+// Removal (Remove, for the Withdrawn verdict) is the other branch: the
+// slices of clusters whose word is final, then the derived Service and the
+// ServiceImport once nothing holds them back.
 package materialize

@@ -128,18 +128,7 @@ type metrics struct {
 // REST client of the ExternalWorkload API (see package
 // api/workload/v1alpha1/client).
 func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Interface, hub *Hub, opts Options) (*Controller, error) {
-	if opts.Workers <= 0 {
-		opts.Workers = 4
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = otel.GetTracerProvider()
-	}
-	if opts.Propagator == nil {
-		opts.Propagator = otel.GetTextMapPropagator()
-	}
+	opts = opts.withDefaults()
 	c := &Controller{
 		opts:     opts,
 		logger:   opts.Logger,
@@ -152,8 +141,36 @@ func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Inte
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[selector.ServiceKey](),
 			workqueue.TypedRateLimitingQueueConfig[selector.ServiceKey]{Name: "membership_services"}),
+		metrics: newMetrics(),
 	}
-	c.metrics = metrics{
+	if err := c.registerMetrics(opts.Registerer); err != nil {
+		return nil, err
+	}
+	if err := c.buildInformers(kube, mcs, workloads); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// withDefaults fills in what was left unset.
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
+	}
+	if o.Propagator == nil {
+		o.Propagator = otel.GetTextMapPropagator()
+	}
+	return o
+}
+
+func newMetrics() metrics {
+	return metrics{
 		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "plexus_membership_reconcile_duration_seconds",
 			Help:    "Time to recompute one Service's endpoint set, by result (changed, unchanged, deleted, error).",
@@ -165,18 +182,27 @@ func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Inte
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 	}
-	if r := opts.Registerer; r != nil {
-		depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "plexus_membership_queue_depth",
-			Help: "Services waiting to be reconciled.",
-		}, func() float64 { return float64(c.queue.Len()) })
-		if err := registerAll(r, c.metrics.reconcile, c.metrics.latency, depth); err != nil {
-			return nil, err
-		}
-	}
+}
 
-	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(kube, opts.Resync, informers.WithTransform(trim))
-	c.mcsFactory = mcsinformers.NewSharedInformerFactoryWithOptions(mcs, opts.Resync, mcsinformers.WithTransform(trim))
+// registerMetrics registers the metrics and the queue's depth on r, when
+// there is one.
+func (c *Controller) registerMetrics(r prometheus.Registerer) error {
+	if r == nil {
+		return nil
+	}
+	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_membership_queue_depth",
+		Help: "Services waiting to be reconciled.",
+	}, func() float64 { return float64(c.queue.Len()) })
+	return registerAll(r, c.metrics.reconcile, c.metrics.latency, depth)
+}
+
+// buildInformers builds the shared informers, their indexes (Pods by node
+// and by address, ExternalWorkloads by address) and their event handlers.
+func (c *Controller) buildInformers(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Interface) error {
+	resync := c.opts.Resync
+	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(trim))
+	c.mcsFactory = mcsinformers.NewSharedInformerFactoryWithOptions(mcs, resync, mcsinformers.WithTransform(trim))
 	svcInf := c.kubeFactory.Core().V1().Services()
 	podInf := c.kubeFactory.Core().V1().Pods()
 	nodeInf := c.kubeFactory.Core().V1().Nodes()
@@ -189,19 +215,18 @@ func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Inte
 		}
 		return nil, nil
 	}}); err != nil {
-		return nil, fmt.Errorf("index pods by node: %w", err)
+		return fmt.Errorf("index pods by node: %w", err)
 	}
 	if err := c.podInf.AddIndexers(cache.Indexers{addressIndex: podAddresses}); err != nil {
-		return nil, fmt.Errorf("index pods by address: %w", err)
+		return fmt.Errorf("index pods by address: %w", err)
 	}
-	c.workloadInf = workloadclient.NewInformer(workloads, metav1.NamespaceAll, opts.Resync)
+	c.workloadInf = workloadclient.NewInformer(workloads, metav1.NamespaceAll, resync)
 	if err := c.workloadInf.SetTransform(trim); err != nil {
-		return nil, fmt.Errorf("external workload informer: %w", err)
+		return fmt.Errorf("external workload informer: %w", err)
 	}
 	if err := c.workloadInf.AddIndexers(cache.Indexers{addressIndex: workloadAddresses}); err != nil {
-		return nil, fmt.Errorf("index external workloads by address: %w", err)
+		return fmt.Errorf("index external workloads by address: %w", err)
 	}
-
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
 		fns cache.ResourceEventHandlerFuncs
@@ -214,11 +239,11 @@ func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Inte
 	} {
 		reg, err := h.inf.AddEventHandler(h.fns)
 		if err != nil {
-			return nil, fmt.Errorf("add event handler: %w", err)
+			return fmt.Errorf("add event handler: %w", err)
 		}
 		c.handlers = append(c.handlers, reg)
 	}
-	return c, nil
+	return nil
 }
 
 func registerAll(r prometheus.Registerer, cs ...prometheus.Collector) error {

@@ -1,4 +1,4 @@
-// Package informers is membership's Kubernetes adapter: it keeps the
+// Package kube is membership's Kubernetes adapter: it keeps the
 // endpoint set of every Service of one cluster in a watch.Hub, from shared
 // informers over Services, Pods, Nodes (for zones), ServiceExports and
 // ExternalWorkloads.

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
@@ -55,53 +56,96 @@ func (c *Controller) sync(ctx context.Context, key selector.ServiceKey) (err err
 		// by nobody in particular: the reconcile itself is the observation.
 		obs = observation{at: start, span: span.SpanContext()}
 	}
-	wkey := watch.Key(key)
+	result, err = c.reconcile(ctx, key, obs, span)
+	return err
+}
 
+// reconcile publishes the endpoint set of the Service key names when it
+// differs from the hub's. It returns the result the metrics count
+// (changed, unchanged, deleted, error); a failed status write is returned
+// with the result, so that the reconcile is retried without holding back
+// the endpoints.
+func (c *Controller) reconcile(ctx context.Context, key selector.ServiceKey, obs observation, span trace.Span) (string, error) {
 	svc, err := c.services.Services(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
-		if export, _ := c.exports.ServiceExports(key.Namespace).Get(key.Name); export != nil {
-			_, conds := exportConditions(nil)
-			if err := c.writeExportStatus(ctx, export, conds); err != nil {
-				return err
-			}
-		}
-		result = "unchanged"
-		if _, _, _, _, ok := c.hub.Get(wkey); ok {
-			result = "deleted"
-			rev := c.hub.Publish(watch.Change[*membershipv1.ServiceEndpoints]{
-				Key: wkey, ObserveTime: obs.at, TraceContext: c.traceContext(obs.span),
-			})
-			c.published(key, rev, obs, span)
-		}
-		return nil
+		return c.removed(ctx, key, obs, span)
 	}
 	if err != nil {
-		return fmt.Errorf("get service %s/%s from cache: %w", key.Namespace, key.Name, err)
+		return "error", fmt.Errorf("get service %s/%s from cache: %w", key.Namespace, key.Name, err)
 	}
-	export, err := c.exports.ServiceExports(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
-		export, err = nil, nil
-	}
+	export, statusErr, err := c.exportOf(ctx, svc)
 	if err != nil {
-		return fmt.Errorf("get service export %s/%s from cache: %w", key.Namespace, key.Name, err)
+		return "error", err
 	}
-	// A failed status write is retried with the reconcile, but does not
-	// hold back the endpoints.
-	var statusErr error
-	if export != nil {
-		valid, conds := exportConditions(svc)
-		statusErr = c.writeExportStatus(ctx, export, conds)
-		if !valid {
-			export = nil // not published as exported: the clusterset cannot serve it
-		}
+	workloads, err := c.workloadsOf(key, svc)
+	if err != nil {
+		return "error", err
 	}
+	set := endpoints.Compute(ServiceModel(svc), workloads, endpoints.WithClusterName(c.opts.ClusterName))
+	value := ServiceEndpoints(svc, &set, export)
+	span.SetAttributes(attribute.Int("membership.workloads", len(workloads)))
 
+	wkey := watch.Key(key)
+	cur, curExported, _, _, ok := c.hub.Get(wkey)
+	if ok && curExported == (export != nil) && proto.Equal(cur, value) {
+		return "unchanged", statusErr
+	}
+	rev := c.hub.Publish(watch.Change[*membershipv1.ServiceEndpoints]{
+		Key: wkey, Present: true, Value: value, Exported: export != nil,
+		ObserveTime: obs.at, TraceContext: c.traceContext(obs.span),
+	})
+	c.published(key, rev, obs, span)
+	return "changed", statusErr
+}
+
+// removed handles a Service that is gone: its ServiceExport, if any, says
+// so in its status, and its deletion is published once.
+func (c *Controller) removed(ctx context.Context, key selector.ServiceKey, obs observation, span trace.Span) (string, error) {
+	if export, _ := c.exports.ServiceExports(key.Namespace).Get(key.Name); export != nil {
+		_, conds := exportConditions(nil)
+		if err := c.writeExportStatus(ctx, export, conds); err != nil {
+			return "error", err
+		}
+	}
+	wkey := watch.Key(key)
+	if _, _, _, _, ok := c.hub.Get(wkey); !ok {
+		return "unchanged", nil
+	}
+	rev := c.hub.Publish(watch.Change[*membershipv1.ServiceEndpoints]{
+		Key: wkey, ObserveTime: obs.at, TraceContext: c.traceContext(obs.span),
+	})
+	c.published(key, rev, obs, span)
+	return "deleted", nil
+}
+
+// exportOf writes the status of svc's ServiceExport and returns it when
+// the clusterset can serve svc; nil when svc is not exported or not valid
+// for export. statusErr is the status write's failure.
+func (c *Controller) exportOf(ctx context.Context, svc *corev1.Service) (export *mcsv1beta1.ServiceExport, statusErr, err error) {
+	export, err = c.exports.ServiceExports(svc.Namespace).Get(svc.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("get service export %s/%s from cache: %w", svc.Namespace, svc.Name, err)
+	}
+	valid, conds := exportConditions(svc)
+	statusErr = c.writeExportStatus(ctx, export, conds)
+	if !valid {
+		return nil, statusErr, nil // not published as exported: the clusterset cannot serve it
+	}
+	return export, statusErr, nil
+}
+
+// workloadsOf returns the workloads the selector index says svc selects,
+// as the caches hold them now.
+func (c *Controller) workloadsOf(key selector.ServiceKey, svc *corev1.Service) ([]endpoints.Workload, error) {
 	members := c.index.Members(key.Namespace, key.Name)
 	workloads := make([]endpoints.Workload, 0, len(members))
 	for _, m := range members {
 		w, ok, err := c.member(m)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
 			continue // deleted since the index saw it; its event is on the way
@@ -113,22 +157,7 @@ func (c *Controller) sync(ctx context.Context, key selector.ServiceKey) (err err
 		}
 		workloads = append(workloads, w)
 	}
-	set := endpoints.Compute(ServiceModel(svc), workloads, endpoints.WithClusterName(c.opts.ClusterName))
-	value := ServiceEndpoints(svc, &set, export)
-	span.SetAttributes(attribute.Int("membership.workloads", len(workloads)))
-
-	cur, curExported, _, _, ok := c.hub.Get(wkey)
-	if ok && curExported == (export != nil) && proto.Equal(cur, value) {
-		result = "unchanged"
-		return statusErr
-	}
-	result = "changed"
-	rev := c.hub.Publish(watch.Change[*membershipv1.ServiceEndpoints]{
-		Key: wkey, Present: true, Value: value, Exported: export != nil,
-		ObserveTime: obs.at, TraceContext: c.traceContext(obs.span),
-	})
-	c.published(key, rev, obs, span)
-	return statusErr
+	return workloads, nil
 }
 
 func (c *Controller) published(key selector.ServiceKey, rev uint64, obs observation, span trace.Span) {

@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +18,6 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
-	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
@@ -153,93 +148,6 @@ func podOwner(p *corev1.Pod) *allocatorv1.Owner {
 
 func workloadOwner(w *workloadv1alpha1.ExternalWorkload) *allocatorv1.Owner {
 	return &allocatorv1.Owner{Cluster: memberCluster, Kind: "ExternalWorkload", Namespace: w.Namespace, Name: w.Name, Uid: string(w.UID)}
-}
-
-// fakeMembership serves WatchServices (exported_only) from a set the test
-// changes: a snapshot on every call, then the changes.
-type fakeMembership struct {
-	membershipv1.UnimplementedMembershipServiceServer
-	mu       sync.Mutex
-	exported map[string]bool
-	subs     map[chan *membershipv1.WatchServicesResponse]struct{}
-	addr     string
-	stop     func()
-}
-
-func startMembership(t *testing.T, exported ...string) *fakeMembership {
-	t.Helper()
-	m := &fakeMembership{exported: map[string]bool{}, subs: map[chan *membershipv1.WatchServicesResponse]struct{}{}}
-	for _, s := range exported {
-		m.exported[s] = true
-	}
-	gs := grpc.NewServer()
-	membershipv1.RegisterMembershipServiceServer(gs, m)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = gs.Serve(lis) }()
-	m.addr = lis.Addr().String()
-	m.stop = gs.Stop
-	t.Cleanup(gs.Stop)
-	return m
-}
-
-func serviceName(nsName string) string {
-	ns, name, _ := strings.Cut(nsName, "/")
-	return "namespaces/" + ns + "/services/" + name
-}
-
-// set exports ("ns/name", true) or unexports a service.
-func (m *fakeMembership) set(nsName string, exported bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ev := &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_DELETE,
-		Endpoints: &membershipv1.ServiceEndpoints{Service: serviceName(nsName), Cluster: "source"}}
-	if exported {
-		ev.Type = membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT
-		ev.Endpoints.Export = &membershipv1.ExportInfo{Exported: true}
-		m.exported[nsName] = true
-	} else {
-		delete(m.exported, nsName)
-	}
-	for ch := range m.subs {
-		ch <- ev
-	}
-}
-
-func (m *fakeMembership) WatchServices(req *membershipv1.WatchServicesRequest, stream grpc.ServerStreamingServer[membershipv1.WatchServicesResponse]) error {
-	if !req.GetExportedOnly() {
-		return fmt.Errorf("the fake serves exported_only watches only")
-	}
-	ch := make(chan *membershipv1.WatchServicesResponse, 64)
-	m.mu.Lock()
-	snapshot := []*membershipv1.WatchServicesResponse{{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START}}
-	for s := range m.exported {
-		snapshot = append(snapshot, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT,
-			Endpoints: &membershipv1.ServiceEndpoints{Service: serviceName(s), Cluster: "source", Export: &membershipv1.ExportInfo{Exported: true}}})
-	}
-	snapshot = append(snapshot, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END})
-	m.subs[ch] = struct{}{}
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.subs, ch)
-		m.mu.Unlock()
-	}()
-	for _, ev := range snapshot {
-		if err := stream.Send(ev); err != nil {
-			return err
-		}
-	}
-	for {
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case ev := <-ch:
-			if err := stream.Send(ev); err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // repair is one repair service running in-process.

@@ -167,9 +167,9 @@ func testMembers(t *testing.T, e *kubeEnv) {
 	alloc := startAllocator(t)
 	alloc.createPool(t, "vips", "10.23.0.0/24")
 	vip := alloc.allocate(t, "vips", &allocatorv1.Owner{Kind: mcsnames.OwnerKindClusterSetService, Namespace: ns, Name: "db"}, "")
-	src := startMembership(t, ns+"/db")
+	src := repairtest.StartMembership(t, ns+"/db")
 	path := filepath.Join(t.TempDir(), "fleet.yaml")
-	member := fleet.Member{Name: "east", Addr: src.addr}
+	member := fleet.Member{Name: "east", Addr: src.Addr}
 	edit := func(ms ...fleet.Member) {
 		require.NoError(t, fleet.EditFile(path, func([]fleet.Member) ([]fleet.Member, error) { return ms, nil }))
 	}
@@ -205,10 +205,10 @@ func testReappear(t *testing.T, e *kubeEnv) {
 	alloc := startAllocator(t)
 	alloc.createPool(t, "vips", "10.22.0.0/24")
 	vip := alloc.allocate(t, "vips", &allocatorv1.Owner{Kind: mcsnames.OwnerKindClusterSetService, Namespace: ns, Name: "db"}, "")
-	src := startMembership(t, ns+"/db")
+	src := repairtest.StartMembership(t, ns+"/db")
 
 	o := testOptions()
-	o.Sources = []string{"east=" + src.addr}
+	o.Sources = []string{"east=" + src.Addr}
 	r := startRepair(t, e, alloc.addr, o)
 	require.Eventually(t, func() bool {
 		rep, _ := r.run(t, true)
@@ -216,7 +216,7 @@ func testReappear(t *testing.T, e *kubeEnv) {
 	}, 10*time.Second, 20*time.Millisecond, "the source never synced")
 	sleepPastGrace(vip, time.Second)
 
-	src.set(ns+"/db", false)
+	src.Set(ns+"/db", false)
 	r.waitFinding(t, leak, vip.GetAddress())
 	for pass := 1; pass <= 2; pass++ {
 		_, fs := r.run(t, false)
@@ -225,7 +225,7 @@ func testReappear(t *testing.T, e *kubeEnv) {
 		require.EqualValues(t, pass, f.GetStrikes())
 	}
 
-	src.set(ns+"/db", true)
+	src.Set(ns+"/db", true)
 	require.Eventually(t, func() bool {
 		_, fs := r.run(t, true)
 		return len(fs) == 0
@@ -233,7 +233,7 @@ func testReappear(t *testing.T, e *kubeEnv) {
 	_, fs := r.run(t, false)
 	require.Empty(t, fs, "an exported service is alive")
 
-	src.set(ns+"/db", false)
+	src.Set(ns+"/db", false)
 	r.waitFinding(t, leak, vip.GetAddress())
 	_, fs = r.run(t, false)
 	f := find(fs, leak, vip.GetAddress())
@@ -678,9 +678,9 @@ func testDuplicates(t *testing.T, e *kubeEnv) {
 	squatter := e.createPod(t, ns, "squatter")
 	e.setPodIP(t, squatter, taken.GetAddress())
 
-	src := startMembership(t, ns+"/shared")
+	src := repairtest.StartMembership(t, ns+"/shared")
 	o := testOptions()
-	o.Sources = []string{"east=" + src.addr}
+	o.Sources = []string{"east=" + src.Addr}
 	r := startRepair(t, e, alloc.addr, o)
 	r.waitFinding(t, duplicate, taken.GetAddress())
 	require.Eventually(t, func() bool {

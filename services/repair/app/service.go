@@ -1,4 +1,4 @@
-// Package service assembles the repair service on the shared server
+// Package app assembles the repair service on the shared server
 // runtime: the member cluster's informers and the source memberships (the
 // owner view), the allocator connection, the pass runner, leader election,
 // the periodic passes, Kubernetes Events, readiness and the gRPC API. The
@@ -41,7 +41,7 @@ package app
 import (
 	"context"
 	"fmt"
-	"sync"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
@@ -64,160 +64,194 @@ import (
 	rserver "github.com/plexusnet/plexus/services/repair/server"
 )
 
-// Setup wires repair onto rt. Everything it starts stops when ctx ends; the
-// cleanup waits for it and closes the connections.
+// service is repair's parts as Setup assembles them.
+type service struct {
+	rt *server.Runtime
+	o  Options
+
+	clients *kubeclient.Clients
+	// clusterSet is the clusterset's name from its ClusterProperty, if
+	// any.
+	clusterSet string
+	allocConn  *grpc.ClientConn
+	identity   string
+	// logger names this replica's identity.
+	logger   *slog.Logger
+	recorder record.EventRecorder
+
+	view      *owners.View
+	inventory fleet.Inventory
+	group     *fleet.Group
+	elector   *leader.Elector
+	runner    *pass.Runner
+}
+
+// Setup wires repair onto rt: open the clients, build the owner view and
+// the pass runner, register the gRPC API, start the loops. Everything it
+// starts stops when ctx ends; the cleanup waits for it and closes the
+// connections.
 func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	cfg := rt.Config
-	clients, err := kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-repair/" + server.Version()})
-	if err != nil {
-		return nil, err
+	s := &service{rt: rt, o: o, identity: o.identity}
+	return server.Assemble(ctx, rt.Logger, s.open, s.build, s.register, s.start)
+}
+
+// open connects to the member cluster, learns its id, connects to the
+// allocator and starts recording Events.
+func (s *service) open(ctx context.Context, c *server.Cleanup) error {
+	cfg, o := s.rt.Config, s.o
+	var err error
+	if s.clients, err = kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-repair/" + server.Version()}); err != nil {
+		return err
 	}
-	kube, mcs, workloads := clients.Kube, clients.MCS, clients.Workloads
 	// Repair resolves the Pods and ExternalWorkloads of this cluster only.
-	id, err := clusterid.Apply(ctx, clients.Dynamic, cfg.ClusterName, rt.Logger)
+	id, err := clusterid.Apply(ctx, s.clients.Dynamic, cfg.ClusterName, s.rt.Logger)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg.ClusterName = id.Cluster
-
-	var conns []interface{ Close() error }
-	closeAll := func() {
-		for _, c := range conns {
-			if err := c.Close(); err != nil {
-				rt.Logger.Warn("close connection", "error", err)
-			}
+	s.clusterSet = id.ClusterSet
+	if s.allocConn, err = dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...); err != nil {
+		return fmt.Errorf("allocator connection: %w", err)
+	}
+	c.Close("allocator connection", s.allocConn)
+	if s.identity == "" {
+		if s.identity, err = leader.NewIdentity(); err != nil {
+			return err
 		}
 	}
-	view, err := owners.New(owners.Config{
-		Cluster: cfg.ClusterName, Kube: kube, MCS: mcs, Workloads: workloads,
+	s.logger = s.rt.Logger.With("identity", s.identity)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.clients.Kube.CoreV1().Events(metav1.NamespaceAll)})
+	s.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "plexus-repair", Host: s.identity})
+	c.Defer(broadcaster.Shutdown)
+	return nil
+}
+
+// build builds the owner view with the sources that follow the fleet,
+// leader election and the pass runner.
+func (s *service) build(context.Context, *server.Cleanup) error {
+	rt, cfg := s.rt, s.rt.Config
+	var err error
+	if s.view, err = owners.New(owners.Config{
+		Cluster: cfg.ClusterName, Kube: s.clients.Kube, MCS: s.clients.MCS, Workloads: s.clients.Workloads,
 		Logger: rt.Logger.With("component", "owners"),
-	})
-	if err != nil {
-		return nil, err
+	}); err != nil {
+		return err
 	}
-	// The sources follow the fleet. A member that leaves stops counting at
-	// once: its services stay alive through this cluster's ServiceImports
-	// until the importer withdraws them, after its own grace.
-	inventory, err := o.Flags.Inventory(clients.Dynamic, "plexus-repair/"+server.Version(), id.ClusterSet, rt.Logger.With("component", "inventory"))
-	if err != nil {
-		return nil, err
+	if err := s.sources(); err != nil {
+		return err
 	}
-	group, err := fleet.NewGroup(fleet.GroupConfig{
-		Dial: fleet.Dialer(cfg),
+	if s.elector, err = leader.NewElector(s.identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registerer()); err != nil {
+		return err
+	}
+	s.runner, err = pass.New(s.o.decideConfig(s.view.Scopes()), allocatorv1.NewAllocatorServiceClient(s.allocConn), s.view,
+		pass.WithLogger(rt.Logger.With("component", "pass")),
+		pass.WithRecorder(s.recorder),
+		pass.WithRegisterer(rt.Server.Registerer()),
+		pass.WithBeforeAct(s.o.beforeAct),
+		// The term's context ends only when a renew round has failed;
+		// a leader whose lease is no longer fresh stops writing first.
+		pass.WithGuard(s.elector.Valid))
+	return err
+}
+
+// sources builds the group that follows the source clusters the
+// inventory names, each member's exports a source of the owner view. A
+// member that leaves stops counting at once: its services stay alive
+// through this cluster's ServiceImports until the importer withdraws them,
+// after its own grace.
+func (s *service) sources() error {
+	rt := s.rt
+	var err error
+	if s.inventory, err = s.o.Flags.Inventory(s.clients.Dynamic, "plexus-repair/"+server.Version(), s.clusterSet, rt.Logger.With("component", "inventory")); err != nil {
+		return err
+	}
+	s.group, err = fleet.NewGroup(fleet.GroupConfig{
+		Dial: fleet.Dialer(rt.Config),
 		Start: func(m fleet.Member, conn *grpc.ClientConn, _ fleet.Runner) (fleet.Runner, error) {
 			src := owners.NewSource(m.Name, m.Addr, conn, rt.Logger.With("component", "source"))
-			view.AddSource(src)
+			s.view.AddSource(src)
 			return src, nil
 		},
-		Left:       func(m fleet.Member) { view.RemoveSource(m.Name) },
+		Left:       func(m fleet.Member) { s.view.RemoveSource(m.Name) },
 		Logger:     rt.Logger.With("component", "fleet"),
 		Registerer: rt.Server.Registerer(),
 	})
-	if err != nil {
-		return nil, err
-	}
-	allocConn, err := dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...)
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("allocator connection: %w", err)
-	}
-	conns = append(conns, allocConn)
+	return err
+}
 
-	identity := o.identity
-	if identity == "" {
-		if identity, err = leader.NewIdentity(); err != nil {
-			closeAll()
-			return nil, err
-		}
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events(metav1.NamespaceAll)})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "plexus-repair", Host: identity})
-
-	elector, err := leader.NewElector(identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registerer())
-	if err != nil {
-		broadcaster.Shutdown()
-		closeAll()
-		return nil, err
-	}
-	runner, err := pass.New(o.decideConfig(view.Scopes()), allocatorv1.NewAllocatorServiceClient(allocConn), view,
-		pass.WithLogger(rt.Logger.With("component", "pass")),
-		pass.WithRecorder(recorder),
-		pass.WithRegisterer(rt.Server.Registerer()),
-		pass.WithBeforeAct(o.beforeAct),
-		// The term's context ends only when a renew round has failed;
-		// a leader whose lease is no longer fresh stops writing first.
-		pass.WithGuard(elector.Valid))
-	if err != nil {
-		broadcaster.Shutdown()
-		closeAll()
-		return nil, err
-	}
-	rserver.New(runner, elector).Register(rt.Server.GRPC())
-	rt.Server.AddHealthInfo(leader.Header, func() string { l, _ := elector.Leader(); return l })
-
+// register registers the gRPC API, not serving until the informers have
+// synced, who leads, and the readiness checks.
+func (s *service) register(context.Context, *server.Cleanup) error {
+	srv := s.rt.Server
+	rserver.New(s.runner, s.elector).Register(srv.GRPC())
+	srv.AddHealthInfo(leader.Header, func() string { l, _ := s.elector.Leader(); return l })
 	// Until the caches are synced every pass would be UNSYNCED.
-	rt.Server.SetServing(rserver.ServiceName, false)
-	rt.Server.AddReadinessCheck("informers", func(context.Context) error { return view.InformersSynced() })
-	rt.Server.AddReadinessCheck("sources", func(context.Context) error { return view.SourcesSynced() })
-	rt.Server.AddReadinessCheck("allocator", dial.HealthCheck(allocConn, "plexus.allocator.v1.AllocatorService"))
-	rt.Server.AddReadinessCheck("leader-election", elector.Check)
+	srv.SetServing(rserver.ServiceName, false)
+	srv.AddReadinessCheck("informers", func(context.Context) error { return s.view.InformersSynced() })
+	srv.AddReadinessCheck("sources", func(context.Context) error { return s.view.SourcesSynced() })
+	srv.AddReadinessCheck("allocator", dial.HealthCheck(s.allocConn, "plexus.allocator.v1.AllocatorService"))
+	srv.AddReadinessCheck("leader-election", s.elector.Check)
+	return nil
+}
 
-	logger := rt.Logger.With("identity", identity)
-	var wg sync.WaitGroup
-	wg.Go(func() { view.Run(ctx) })
-	wg.Go(func() {
-		if err := group.Run(ctx, inventory); err != nil && ctx.Err() == nil {
+// start runs the informers and the sources until ctx ends, serves the API
+// once the informers have synced, and runs the periodic passes while this
+// replica leads.
+func (s *service) start(ctx context.Context, c *server.Cleanup) error {
+	logger := s.logger
+	c.Go(func() { s.view.Run(ctx) })
+	c.Go(func() {
+		if err := s.group.Run(ctx, s.inventory); err != nil && ctx.Err() == nil {
 			logger.Error("stopped following the member clusters", "error", err)
 		}
 	})
-	wg.Go(func() {
-		if view.WaitForSync(ctx) {
-			rt.Server.SetServing(rserver.ServiceName, true)
+	c.Go(func() {
+		if s.view.WaitForSync(ctx) {
+			s.rt.Server.SetServing(rserver.ServiceName, true)
 			logger.Info("repair informers synced")
 		}
 	})
-	periodic := func(term context.Context) {
-		t := time.NewTicker(o.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-term.Done():
-				return
-			case <-t.C:
-			}
-			if _, err := runner.Run(term, o.DryRun); err != nil && term.Err() == nil {
-				logger.Warn("periodic pass not run", "error", err)
-			}
-		}
-	}
-	// lead runs one term: forget the strikes of any earlier term, accept
-	// RunRepair, and run the periodic passes until the term ends.
-	lead := func(term context.Context) {
-		if err := runner.Reset(term); err != nil {
-			return
-		}
-		elector.Start(term)
-		periodic(term)
-	}
-	if o.LeaderElect {
-		lock := &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaseNamespace, Name: o.LeaseName},
-			Client:     kube.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder},
-		}
-		wg.Go(func() { elector.Run(ctx, lock, o.Config, lead, logger) })
-	} else {
+	if !s.o.LeaderElect {
 		// The only replica leads from the start.
-		elector.Start(ctx)
-		wg.Go(func() { periodic(ctx) })
+		s.elector.Start(ctx)
+		c.Go(func() { s.periodic(ctx) })
+		return nil
 	}
-	return func() {
-		wg.Wait()
-		broadcaster.Shutdown()
-		closeAll()
-	}, nil
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: s.o.LeaseNamespace, Name: s.o.LeaseName},
+		Client:     s.clients.Kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: s.identity, EventRecorder: s.recorder},
+	}
+	c.Go(func() { s.elector.Run(ctx, lock, s.o.Config, s.lead, logger) })
+	return nil
+}
+
+// lead runs one term: forget the strikes of any earlier term, accept
+// RunRepair, and run the periodic passes until the term ends.
+func (s *service) lead(term context.Context) {
+	if err := s.runner.Reset(term); err != nil {
+		return
+	}
+	s.elector.Start(term)
+	s.periodic(term)
+}
+
+// periodic runs a pass every --interval until the term ends.
+func (s *service) periodic(term context.Context) {
+	t := time.NewTicker(s.o.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-term.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.runner.Run(term, s.o.DryRun); err != nil && term.Err() == nil {
+			s.logger.Warn("periodic pass not run", "error", err)
+		}
+	}
 }

@@ -251,91 +251,120 @@ func (p *pass) scan() error {
 	return nil
 }
 
+// scanRange scans the allocations [lo, hi) into c.
 func (p *pass) scanRange(c *chunk, lo, hi int) {
 	c.records = make(map[int]*record)
 	c.poolCounts = make([]int, len(p.pools.list))
 	c.unknown = make(map[string]int)
 	for i := lo; i < hi; i++ {
 		a := &p.in.Allocations[i]
-		if !a.Address.IsValid() || a.Address.Zone() != "" {
-			c.err = fmt.Errorf("allocation %d in pool %q: invalid address: %w", i, a.Pool, ErrInvalidInput)
+		if c.err = checkAllocation(i, a); c.err != nil {
 			return
 		}
-		if a.Etag == "" {
-			// Without an etag a release could not be guarded.
-			c.err = fmt.Errorf("allocation %s in pool %q: no etag: %w", a.Address, a.Pool, ErrInvalidInput)
-			return
-		}
-
-		pi := p.pools.byID[a.Pool]
-		if pi != nil {
-			c.poolCounts[pi.idx]++
-			if pi.deleting {
-				c.inDeletion++
-				continue
-			}
-			if !containedIn(a.Address, pi.cidrs) {
-				recordIn(c.records, i).outOfRange = true
-				if inOther(a.Address, a.Pool, p.pools.all) {
-					c.cross = append(c.cross, i)
-					c.strays = append(c.strays, a.Address)
-				}
-			} else if len(pi.foreign) > 0 && inOther(a.Address, a.Pool, pi.foreign) {
-				c.cross = append(c.cross, i)
-			}
-		} else {
-			// A pool created after the pools were listed: its range
-			// cannot be judged, but its allocations still count.
-			c.unknown[a.Pool]++
-		}
-
-		claims := p.in.Owners.Claims(a.Address)
-		selfUse := false
-		var successor *Claim
-		for ci := range claims {
-			cl := &claims[ci]
-			switch {
-			case same(cl.Owner, a.Owner):
-				selfUse = true
-			case cl.Owner.Identity() == a.Owner.Identity():
-				successor = cl
-			default:
-				r := recordIn(c.records, i)
-				r.dups = append(r.dups, dup{other: cl.Owner, source: cl.Source})
-			}
-		}
-
-		live := alive
-		var uids []string
-		if _, ok := p.scopes[Scope{Kind: a.Owner.Kind, Cluster: a.Owner.Cluster}]; !ok {
-			c.unresolved++
-			live = unresolved
-		} else if !selfUse {
-			uids = p.in.Owners.UIDs(a.Owner.Identity())
-			switch {
-			case isAlive(a.Owner.UID, uids):
-			case len(uids) == 0 && successor == nil:
-				live = gone
-			default:
-				live = replaced
-			}
-		}
-		if successor != nil && live != replaced {
-			// Another incarnation claims the address while this one is
-			// alive or cannot be judged: two owners, one address.
-			r := recordIn(c.records, i)
-			r.dups = append(r.dups, dup{other: successor.Owner, source: successor.Source})
-			successor = nil
-		}
-		if live == alive || live == unresolved {
-			if r, ok := c.records[i]; ok {
-				r.live = live
-			}
+		if p.scanPool(c, i, a) {
 			continue
 		}
-		r := recordIn(c.records, i)
-		r.live, r.liveUIDs, r.successor = live, uids, successor
+		selfUse, successor := p.scanClaims(c, i, a)
+		p.scanOwner(c, i, a, selfUse, successor)
 	}
+}
+
+// checkAllocation refuses an allocation that could not be judged or
+// released safely.
+func checkAllocation(i int, a *Allocation) error {
+	if !a.Address.IsValid() || a.Address.Zone() != "" {
+		return fmt.Errorf("allocation %d in pool %q: invalid address: %w", i, a.Pool, ErrInvalidInput)
+	}
+	if a.Etag == "" {
+		// Without an etag a release could not be guarded.
+		return fmt.Errorf("allocation %s in pool %q: no etag: %w", a.Address, a.Pool, ErrInvalidInput)
+	}
+	return nil
+}
+
+// scanPool counts allocation i in its pool and records whether its
+// address is out of the pool's range or inside another pool's. It reports
+// whether the pool is being deleted: such allocations are judged no
+// further.
+func (p *pass) scanPool(c *chunk, i int, a *Allocation) (deleting bool) {
+	pi := p.pools.byID[a.Pool]
+	if pi == nil {
+		// A pool created after the pools were listed: its range
+		// cannot be judged, but its allocations still count.
+		c.unknown[a.Pool]++
+		return false
+	}
+	c.poolCounts[pi.idx]++
+	if pi.deleting {
+		c.inDeletion++
+		return true
+	}
+	if !containedIn(a.Address, pi.cidrs) {
+		recordIn(c.records, i).outOfRange = true
+		if inOther(a.Address, a.Pool, p.pools.all) {
+			c.cross = append(c.cross, i)
+			c.strays = append(c.strays, a.Address)
+		}
+	} else if len(pi.foreign) > 0 && inOther(a.Address, a.Pool, pi.foreign) {
+		c.cross = append(c.cross, i)
+	}
+	return false
+}
+
+// scanClaims records the other owners that claim allocation i's address
+// as duplicates. It reports whether the owner itself uses the address,
+// and the claim of another incarnation of the owner (same identity, other
+// uid), if any.
+func (p *pass) scanClaims(c *chunk, i int, a *Allocation) (selfUse bool, successor *Claim) {
+	claims := p.in.Owners.Claims(a.Address)
+	for ci := range claims {
+		cl := &claims[ci]
+		switch {
+		case same(cl.Owner, a.Owner):
+			selfUse = true
+		case cl.Owner.Identity() == a.Owner.Identity():
+			successor = cl
+		default:
+			r := recordIn(c.records, i)
+			r.dups = append(r.dups, dup{other: cl.Owner, source: cl.Source})
+		}
+	}
+	return selfUse, successor
+}
+
+// scanOwner judges whether allocation i's owner is alive, gone, replaced
+// by another incarnation, or out of the view's scope, and records it.
+func (p *pass) scanOwner(c *chunk, i int, a *Allocation, selfUse bool, successor *Claim) {
+	live := alive
+	var uids []string
+	if _, ok := p.scopes[Scope{Kind: a.Owner.Kind, Cluster: a.Owner.Cluster}]; !ok {
+		c.unresolved++
+		live = unresolved
+	} else if !selfUse {
+		uids = p.in.Owners.UIDs(a.Owner.Identity())
+		switch {
+		case isAlive(a.Owner.UID, uids):
+		case len(uids) == 0 && successor == nil:
+			live = gone
+		default:
+			live = replaced
+		}
+	}
+	if successor != nil && live != replaced {
+		// Another incarnation claims the address while this one is
+		// alive or cannot be judged: two owners, one address.
+		r := recordIn(c.records, i)
+		r.dups = append(r.dups, dup{other: successor.Owner, source: successor.Source})
+		successor = nil
+	}
+	if live == alive || live == unresolved {
+		if r, ok := c.records[i]; ok {
+			r.live = live
+		}
+		return
+	}
+	r := recordIn(c.records, i)
+	r.live, r.liveUIDs, r.successor = live, uids, successor
 }
 
 func isAlive(uid string, live []string) bool {

@@ -296,31 +296,10 @@ func (r *Runner) run(ctx context.Context, dryRun bool) *Result {
 	if err != nil {
 		return fail(err)
 	}
-	// An informer that lost its watch, or a source that went away, while
-	// the allocations were listed makes the view as incomplete as one
-	// that was never synced.
-	if ok, why := r.view.Synced(); !ok {
-		if synced {
-			reason = why
-		} else if why != reason {
-			reason = reason + "; then: " + why
-		}
-		synced = false
-	}
+	synced, reason = r.stillSynced(synced, reason)
 
 	t = time.Now()
-	out, err := r.decide(ctx, decide.Input{
-		Now:            time.Now(),
-		Pools:          pools,
-		Allocations:    allocs,
-		Owners:         r.view,
-		Slices:         r.view.Slices(),
-		Synced:         synced,
-		UnsyncedReason: reason,
-		DryRun:         dryRun,
-		Strikes:        r.strikes,
-		Config:         r.cfg,
-	})
+	out, err := r.decide(ctx, r.input(pools, allocs, synced, reason, dryRun))
 	res.Timings.Decide = time.Since(t)
 	if err != nil {
 		return fail(fmt.Errorf("decide: %w", err))
@@ -335,21 +314,66 @@ func (r *Runner) run(ctx context.Context, dryRun bool) *Result {
 	r.strikes = out.Strikes
 
 	r.fill(res, &out, done)
-	if logger.Enabled(ctx, slog.LevelDebug) {
-		for _, f := range res.Findings {
-			logger.Debug("finding", "kind", KindName(f.GetKind()), "pool", f.GetPool(), "address", f.GetAddress(),
-				"slice", f.GetEndpointSlice(), "strikes", f.GetStrikes(), "action", ActionName(f.GetAction()), "message", f.GetMessage())
-		}
-	}
+	logFindings(ctx, logger, res.Findings)
 	res.Report.EndTime = timestamp(time.Now())
 	res.Timings.Total = time.Since(start)
 	if out.State == decide.StateComplete && !dryRun {
 		r.emitEvents(&out, done)
 	}
 	r.metrics.observe(res)
+	finished(span, logger, res, &out, len(allocs))
+	return res
+}
+
+// stillSynced is whether the view is complete after the listing: an
+// informer that lost its watch, or a source that went away, while the
+// allocations were listed makes the view as incomplete as one that was
+// never synced. synced and reason are what the view said before.
+func (r *Runner) stillSynced(synced bool, reason string) (bool, string) {
+	ok, why := r.view.Synced()
+	if ok {
+		return synced, reason
+	}
+	if synced {
+		reason = why
+	} else if why != reason {
+		reason = reason + "; then: " + why
+	}
+	return false, reason
+}
+
+// input is what the pass hands to the decision.
+func (r *Runner) input(pools []decide.Pool, allocs []decide.Allocation, synced bool, reason string, dryRun bool) decide.Input {
+	return decide.Input{
+		Now:            time.Now(),
+		Pools:          pools,
+		Allocations:    allocs,
+		Owners:         r.view,
+		Slices:         r.view.Slices(),
+		Synced:         synced,
+		UnsyncedReason: reason,
+		DryRun:         dryRun,
+		Strikes:        r.strikes,
+		Config:         r.cfg,
+	}
+}
+
+// logFindings logs every finding, at debug.
+func logFindings(ctx context.Context, logger *slog.Logger, findings []*repairv1.Finding) {
+	if !logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	for _, f := range findings {
+		logger.Debug("finding", "kind", KindName(f.GetKind()), "pool", f.GetPool(), "address", f.GetAddress(),
+			"slice", f.GetEndpointSlice(), "strikes", f.GetStrikes(), "action", ActionName(f.GetAction()), "message", f.GetMessage())
+	}
+}
+
+// finished records a pass that ran to its end on its span and in the log.
+func finished(span trace.Span, logger *slog.Logger, res *Result, out *decide.Output, allocs int) {
 	span.SetAttributes(
 		attribute.String("plexus.repair.state", res.Report.GetState().String()),
-		attribute.Int("plexus.repair.allocations", len(allocs)),
+		attribute.Int("plexus.repair.allocations", allocs),
 		attribute.Int("plexus.repair.findings", len(res.Findings)),
 		attribute.Int64("plexus.repair.released", int64(res.Report.GetReleased())),
 	)
@@ -358,7 +382,6 @@ func (r *Runner) run(ctx context.Context, dryRun bool) *Result {
 		"in_deletion", out.Stats.InDeletion, "slices", out.Stats.Slices, "findings", len(out.Findings), "released", res.Report.GetReleased(),
 		"slices_deleted", res.Report.GetSlicesDeleted(), "pools_deleted", res.Report.GetPoolsDeleted(), "took", res.Timings.Total,
 		"list", res.Timings.List, "decide", res.Timings.Decide, "act", res.Timings.Act)
-	return res
 }
 
 // list reads every pool and every allocation, a page at a time.

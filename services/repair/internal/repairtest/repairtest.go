@@ -1,14 +1,17 @@
 // Package repairtest holds what the repair tests share: a real allocator
-// served on loopback (memory store), and an owner view held in memory that a
-// test changes as it likes.
+// served on loopback (memory store), an owner view held in memory that a
+// test changes as it likes, and a source membership whose exports it
+// changes.
 package repairtest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	allocdecide "github.com/plexusnet/plexus/services/allocator/decide"
@@ -250,4 +254,96 @@ func (v *View) Reference(o decide.Owner) *corev1.ObjectReference {
 		return nil
 	}
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.Namespace, Name: o.Name, UID: types.UID(uids[0])}
+}
+
+// Membership is a membership on a loopback port that serves WatchServices
+// (exported_only) from a set the test changes: a snapshot on every call,
+// then the changes.
+type Membership struct {
+	membershipv1.UnimplementedMembershipServiceServer
+	mu       sync.Mutex
+	exported map[string]bool
+	subs     map[chan *membershipv1.WatchServicesResponse]struct{}
+	// Addr is the gRPC address.
+	Addr string
+}
+
+// StartMembership starts a Membership exporting the services named
+// ("ns/name"), until the test ends.
+func StartMembership(t testing.TB, exported ...string) *Membership {
+	t.Helper()
+	m := &Membership{exported: map[string]bool{}, subs: map[chan *membershipv1.WatchServicesResponse]struct{}{}}
+	for _, s := range exported {
+		m.exported[s] = true
+	}
+	gs := grpc.NewServer()
+	membershipv1.RegisterMembershipServiceServer(gs, m)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	m.Addr = lis.Addr().String()
+	t.Cleanup(gs.Stop)
+	return m
+}
+
+func serviceName(nsName string) string {
+	ns, name, _ := strings.Cut(nsName, "/")
+	return "namespaces/" + ns + "/services/" + name
+}
+
+// Set exports ("ns/name", true) or unexports a service.
+func (m *Membership) Set(nsName string, exported bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ev := &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_DELETE,
+		Endpoints: &membershipv1.ServiceEndpoints{Service: serviceName(nsName), Cluster: "source"}}
+	if exported {
+		ev.Type = membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT
+		ev.Endpoints.Export = &membershipv1.ExportInfo{Exported: true}
+		m.exported[nsName] = true
+	} else {
+		delete(m.exported, nsName)
+	}
+	for ch := range m.subs {
+		ch <- ev
+	}
+}
+
+// WatchServices serves the exported set, then its changes.
+func (m *Membership) WatchServices(req *membershipv1.WatchServicesRequest, stream grpc.ServerStreamingServer[membershipv1.WatchServicesResponse]) error {
+	if !req.GetExportedOnly() {
+		return fmt.Errorf("the fake serves exported_only watches only")
+	}
+	ch := make(chan *membershipv1.WatchServicesResponse, 64)
+	m.mu.Lock()
+	snapshot := []*membershipv1.WatchServicesResponse{{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START}}
+	for s := range m.exported {
+		snapshot = append(snapshot, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT,
+			Endpoints: &membershipv1.ServiceEndpoints{Service: serviceName(s), Cluster: "source", Export: &membershipv1.ExportInfo{Exported: true}}})
+	}
+	snapshot = append(snapshot, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END})
+	m.subs[ch] = struct{}{}
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.subs, ch)
+		m.mu.Unlock()
+	}()
+	for _, ev := range snapshot {
+		if err := stream.Send(ev); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case ev := <-ch:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
 }

@@ -133,20 +133,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	if err != nil {
 		return err
 	}
-	dir := o.dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "localkube-"); err != nil {
-			return fmt.Errorf("create work folder: %w", err)
-		}
-		defer func() {
-			if rmErr := os.RemoveAll(dir); rmErr != nil {
-				err = errors.Join(err, fmt.Errorf("remove work folder: %w", rmErr))
-			}
-		}()
+	dir, removeDir, err := workDir(o.dir)
+	if err != nil {
+		return err
 	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		return fmt.Errorf("resolve work folder: %w", err)
-	}
+	defer func() { err = errors.Join(err, removeDir()) }()
 	envPath := filepath.Join(dir, "env")
 	// A stale env file would tell a waiting script that this run is ready.
 	if err := os.Remove(envPath); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -154,14 +145,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	}
 
 	start := time.Now()
-	etcdDir, err := freshDir(dir, "etcd")
-	if err != nil {
-		return err
-	}
-	// The allocator replicas of the demo share this etcd: the limits
-	// docs/deploy.md gives, so a BatchAllocate takes up to the API's
-	// 10,000 addresses.
-	etcd, err := kubetest.LaunchEtcd(ctx, kubetest.EtcdConfig{Binaries: bins, Dir: etcdDir, Args: []string{"--max-txn-ops=32768", "--max-request-bytes=10485760"}})
+	etcd, err := startEtcd(ctx, bins, dir)
 	if err != nil {
 		return err
 	}
@@ -184,42 +168,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 		return launchErr
 	}
 	log.Info("control plane ready", "clusters", len(clusters), "elapsed", time.Since(start).Round(time.Millisecond))
-	var coredns string
-	if o.dataPlane {
-		if coredns, err = dataplane.Ready(bins); err != nil {
-			// One line, on stdout too: scripts and people both see it.
-			fmt.Fprintf(stdout, "# localkube: %v; Pods are reported Running but nothing runs in them\n", err)
-			log.Warn("no data plane", "reason", err)
-			o.dataPlane = false
-		}
+	procs, stopAround, err := startAround(ctx, &o, bins, dir, clusters, stdout, log, start)
+	if err != nil {
+		return err
 	}
-	if o.runPods && !o.dataPlane {
-		runPods(ctx, clusters, log)
-	}
-	if o.controllers {
-		for _, c := range clusters {
-			m, err := kubetest.LaunchControllerManager(bins, c, filepath.Join(dir, c.Name))
-			if err != nil {
-				return err
-			}
-			defer func() {
-				if stopErr := m.Stop(); stopErr != nil {
-					err = errors.Join(err, stopErr)
-				}
-			}()
-		}
-		log.Info("controllers running", "controllers", kubetest.Controllers)
-	}
-	var procs []*kubetest.Process
-	if o.dataPlane {
-		p, err := startDataPlane(ctx, bins, coredns, dir, clusters, log)
-		if err != nil {
-			return err
-		}
-		defer func() { err = errors.Join(err, p.Stop()) }()
-		procs = p.Processes()
-		log.Info("data plane ready", "elapsed", time.Since(start).Round(time.Millisecond))
-	}
+	defer func() { err = errors.Join(err, stopAround()) }()
 
 	env := envLines(dir, etcd, clusters, o.dataPlane)
 	if err := atomicfile.Write(envPath, []byte(env), 0o600); err != nil {
@@ -229,6 +182,93 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 		return fmt.Errorf("write to stdout: %w", err)
 	}
 	return waitForEnd(ctx, etcd, clusters, procs, log)
+}
+
+// workDir returns the absolute path of the work folder: dir, or a
+// temporary folder that remove deletes.
+func workDir(dir string) (abs string, remove func() error, err error) {
+	remove = func() error { return nil }
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "localkube-"); err != nil {
+			return "", nil, fmt.Errorf("create work folder: %w", err)
+		}
+		tmp := dir
+		remove = func() error {
+			if err := os.RemoveAll(tmp); err != nil {
+				return fmt.Errorf("remove work folder: %w", err)
+			}
+			return nil
+		}
+	}
+	if abs, err = filepath.Abs(dir); err != nil {
+		return "", nil, errors.Join(fmt.Errorf("resolve work folder: %w", err), remove())
+	}
+	return abs, remove, nil
+}
+
+// startEtcd starts the etcd every cluster stores its objects in. The
+// allocator replicas of the demo share it: the limits docs/deploy.md
+// gives, so a BatchAllocate takes up to the API's 10,000 addresses.
+func startEtcd(ctx context.Context, bins kubetest.Binaries, dir string) (*kubetest.Etcd, error) {
+	etcdDir, err := freshDir(dir, "etcd")
+	if err != nil {
+		return nil, err
+	}
+	return kubetest.LaunchEtcd(ctx, kubetest.EtcdConfig{Binaries: bins, Dir: etcdDir, Args: []string{"--max-txn-ops=32768", "--max-request-bytes=10485760"}})
+}
+
+// startAround starts what runs around the control plane, as o asks: the
+// data plane (o.dataPlane is turned off when this machine cannot run
+// one) or the pod runner, and the controller managers. It returns the data
+// plane's processes and a stop that stops what it started, last first;
+// when starting fails, what was started is stopped before the error is
+// returned.
+func startAround(ctx context.Context, o *options, bins kubetest.Binaries, dir string, clusters []*kubetest.Cluster, stdout io.Writer, log *slog.Logger, start time.Time) (procs []*kubetest.Process, stop func() error, err error) {
+	var stops []func() error
+	stopAll := func() error {
+		var errs []error
+		for i := len(stops) - 1; i >= 0; i-- {
+			errs = append(errs, stops[i]())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, stopAll())
+		}
+	}()
+	var coredns string
+	if o.dataPlane {
+		if coredns, err = dataplane.Ready(bins); err != nil {
+			// One line, on stdout too: scripts and people both see it.
+			fmt.Fprintf(stdout, "# localkube: %v; Pods are reported Running but nothing runs in them\n", err)
+			log.Warn("no data plane", "reason", err)
+			o.dataPlane, err = false, nil
+		}
+	}
+	if o.runPods && !o.dataPlane {
+		runPods(ctx, clusters, log)
+	}
+	if o.controllers {
+		for _, c := range clusters {
+			m, err := kubetest.LaunchControllerManager(bins, c, filepath.Join(dir, c.Name))
+			if err != nil {
+				return nil, nil, err
+			}
+			stops = append(stops, m.Stop)
+		}
+		log.Info("controllers running", "controllers", kubetest.Controllers)
+	}
+	if o.dataPlane {
+		p, err := startDataPlane(ctx, bins, coredns, dir, clusters, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		stops = append(stops, p.Stop)
+		procs = p.Processes()
+		log.Info("data plane ready", "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+	return procs, stopAll, nil
 }
 
 func binaries(dir string) (kubetest.Binaries, error) {
