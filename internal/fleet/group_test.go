@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,62 +95,79 @@ func newTestGroup(t *testing.T, grace time.Duration) (*Group, *recorder) {
 	return g, rec
 }
 
+// The test runs in a bubble: the grace is fake time, so a member that comes
+// back within it is seen not to be gone once the grace has surely passed,
+// and synctest.Wait says when the Group has acted on a change.
 func TestGroupJoinMoveLeave(t *testing.T) {
-	g, rec := newTestGroup(t, 300*time.Millisecond)
-	inv := make(pushed)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- g.Run(ctx, inv) }()
+	synctest.Test(t, func(t *testing.T) {
+		const grace = 300 * time.Millisecond
+		g, rec := newTestGroup(t, grace)
+		inv := make(pushed)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- g.Run(ctx, inv) }()
 
-	east := Member{Name: "east", Addr: "127.0.0.1:1"}
-	west := Member{Name: "west", Addr: "127.0.0.1:2"}
-	inv <- []Member{east, west}
-	require.Eventually(t, func() bool { return rec.last("east") != nil && rec.last("west") != nil }, 5*time.Second, time.Millisecond)
-	<-rec.last("east").running
-	require.Len(t, g.States(), 2)
+		east := Member{Name: "east", Addr: "127.0.0.1:1"}
+		west := Member{Name: "west", Addr: "127.0.0.1:2"}
+		inv <- []Member{east, west}
+		synctest.Wait()
+		require.NotNil(t, rec.last("west"))
+		<-rec.last("east").running
+		require.Len(t, g.States(), 2)
 
-	// east moves: its follower is stopped, and the successor is handed it.
-	moved := Member{Name: "east", Addr: "127.0.0.1:3"}
-	first := rec.last("east")
-	inv <- []Member{moved, west}
-	require.Eventually(t, func() bool { return rec.last("east") != first }, 5*time.Second, time.Millisecond)
-	<-first.stopped
-	require.Same(t, first, rec.last("east").prev, "the successor resumes from its predecessor")
-	require.Equal(t, moved, g.States()[0].Member)
+		// east moves: its follower is stopped, and the successor is handed it.
+		moved := Member{Name: "east", Addr: "127.0.0.1:3"}
+		first := rec.last("east")
+		inv <- []Member{moved, west}
+		synctest.Wait()
+		require.NotSame(t, first, rec.last("east"))
+		<-first.stopped
+		require.Same(t, first, rec.last("east").prev, "the successor resumes from its predecessor")
+		require.Equal(t, moved, g.States()[0].Member)
 
-	// west leaves: stopped at once, gone after the grace.
-	inv <- []Member{moved}
-	<-rec.last("west").stopped
-	require.Eventually(t, func() bool {
+		// west leaves: stopped at once, gone after the grace.
+		inv <- []Member{moved}
+		<-rec.last("west").stopped
+		synctest.Wait()
 		st := g.States()
-		return len(st) == 2 && !st[1].LeftAt.IsZero() && st[1].Runner == nil
-	}, 5*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return len(rec.goneList()) == 1 }, 5*time.Second, time.Millisecond)
-	require.Equal(t, []string{"west"}, rec.goneList())
-	require.Len(t, g.States(), 1)
+		require.Len(t, st, 2)
+		require.False(t, st[1].LeftAt.IsZero())
+		require.Nil(t, st[1].Runner)
+		require.Empty(t, rec.goneList(), "gone only once the grace has passed")
+		time.Sleep(grace)
+		synctest.Wait()
+		require.Equal(t, []string{"west"}, rec.goneList())
+		require.Len(t, g.States(), 1)
 
-	// east leaves and comes back within the grace: never gone.
-	inv <- []Member{}
-	<-rec.last("east").stopped
-	inv <- []Member{moved}
-	require.Eventually(t, func() bool { st := g.States(); return len(st) == 1 && st[0].LeftAt.IsZero() }, 5*time.Second, time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
-	require.Equal(t, []string{"west"}, rec.goneList(), "a member back within its grace keeps what it left behind")
+		// east leaves and comes back within the grace: never gone.
+		inv <- []Member{}
+		<-rec.last("east").stopped
+		time.Sleep(grace / 2)
+		inv <- []Member{moved}
+		synctest.Wait()
+		st = g.States()
+		require.Len(t, st, 1)
+		require.True(t, st[0].LeftAt.IsZero())
+		time.Sleep(2 * grace)
+		synctest.Wait()
+		require.Equal(t, []string{"west"}, rec.goneList(), "a member back within its grace keeps what it left behind")
 
-	// An invalid set changes nothing.
-	inv <- []Member{moved, {Name: "Bad Name", Addr: "x:1"}}
-	inv <- []Member{moved} // processed after the invalid one
-	require.Len(t, g.States(), 1)
+		// An invalid set changes nothing.
+		inv <- []Member{moved, {Name: "Bad Name", Addr: "x:1"}}
+		synctest.Wait()
+		require.Len(t, g.States(), 1)
+		require.Same(t, rec.last("east"), g.States()[0].Runner, "the follower was not restarted")
 
-	require.Equal(t, 1.0, testutil.ToFloat64(g.members))
-	require.Equal(t, 3.0, testutil.ToFloat64(g.changes.WithLabelValues("joined")))
-	require.Equal(t, 1.0, testutil.ToFloat64(g.changes.WithLabelValues("moved")))
-	require.Equal(t, 2.0, testutil.ToFloat64(g.changes.WithLabelValues("left")))
-	require.Equal(t, 1.0, testutil.ToFloat64(g.changes.WithLabelValues("gone")))
+		require.Equal(t, 1.0, testutil.ToFloat64(g.members))
+		require.Equal(t, 3.0, testutil.ToFloat64(g.changes.WithLabelValues("joined")))
+		require.Equal(t, 1.0, testutil.ToFloat64(g.changes.WithLabelValues("moved")))
+		require.Equal(t, 2.0, testutil.ToFloat64(g.changes.WithLabelValues("left")))
+		require.Equal(t, 1.0, testutil.ToFloat64(g.changes.WithLabelValues("gone")))
 
-	cancel()
-	require.NoError(t, <-done)
-	<-rec.last("east").stopped
+		cancel()
+		require.NoError(t, <-done)
+		<-rec.last("east").stopped
+	})
 }
 
 // A sources file is followed as it changes, including the way the kubelet

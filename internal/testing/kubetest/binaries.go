@@ -94,26 +94,25 @@ func FindCoreDNS() (string, error) {
 
 // RequireCoreDNS returns the CoreDNS binary hack/coredns.sh built
 // ($PLEXUS_COREDNS, else the cache). Like RequireBinaries, a missing binary
-// skips the test on a developer machine and fails it in CI (CI set; make
-// test builds CoreDNS first), so CI cannot pass without the DNS test.
+// fails the test with the command that builds it; only `go test -short`
+// skips it.
 func RequireCoreDNS(t testing.TB) string {
 	t.Helper()
-	path := os.Getenv("PLEXUS_COREDNS")
-	if path == "" {
-		cache, err := cacheDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		path = filepath.Join(cache, "coredns-"+CoreDNSVersion, "coredns")
-	}
-	info, err := os.Stat(path)
-	if err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+	return requireCoreDNS(t, testing.Short())
+}
+
+// requireCoreDNS is RequireCoreDNS with -short as an argument.
+func requireCoreDNS(t testing.TB, short bool) string {
+	t.Helper()
+	path, err := FindCoreDNS()
+	if err == nil {
 		return path
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI is set and CoreDNS is missing at %s (%v): make coredns builds it", path, err)
+	if short {
+		t.Skipf("skipping in -short: %v", err)
+		return ""
 	}
-	t.Skipf("skipping: CoreDNS not built at %s (%v): run make coredns", path, err)
+	t.Fatalf("%v (or run go test -short to skip the tests that need it)", err)
 	return ""
 }
 
@@ -145,18 +144,26 @@ func BinariesIn(dir string) (Binaries, error) {
 }
 
 // RequireBinaries returns the binaries for a test. When they are missing the
-// test is skipped on a developer machine but fails in CI (CI set), so a CI
-// job can never pass without having run the Kubernetes tests.
+// test fails and names the command that builds them (make test builds them
+// first), so no run passes without the Kubernetes tests by accident; only
+// `go test -short` skips them.
 func RequireBinaries(t testing.TB) Binaries {
+	t.Helper()
+	return requireBinaries(t, testing.Short())
+}
+
+// requireBinaries is RequireBinaries with -short as an argument, so both of
+// its paths can be tested.
+func requireBinaries(t testing.TB, short bool) Binaries {
 	t.Helper()
 	b, err := FindBinaries()
 	if err == nil {
 		return b
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI is set and the control plane binaries are missing: %v", err)
+	if short {
+		t.Skipf("skipping in -short: %v", err)
 		return Binaries{}
 	}
-	t.Skipf("skipping: %v", err)
+	t.Fatalf("%v (or run go test -short to skip the tests that need them)", err)
 	return Binaries{}
 }

@@ -63,8 +63,9 @@ func TestFindBinaries(t *testing.T) {
 	}
 }
 
-// recordingTB stands in for a test so RequireBinaries' skip and fatal paths
-// can be observed without ending the real test.
+// recordingTB stands in for a test so the skip and fatal paths of
+// RequireBinaries and RequireCoreDNS can be observed without ending the real
+// test.
 type recordingTB struct {
 	testing.TB
 	skipped, failed string
@@ -74,28 +75,33 @@ func (r *recordingTB) Helper()                           {}
 func (r *recordingTB) Skipf(format string, args ...any)  { r.skipped = fmt.Sprintf(format, args...) }
 func (r *recordingTB) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
 
-func TestRequireBinariesMissing(t *testing.T) {
+func TestRequireMissing(t *testing.T) {
 	tests := []struct {
-		name     string
-		ci       string
-		wantSkip bool
+		name    string
+		require func(tb testing.TB, short bool)
+		command string
 	}{
-		{name: "developer machine skips", wantSkip: true},
-		{name: "CI fails", ci: "true"},
+		{name: "kube binaries", require: func(tb testing.TB, short bool) { requireBinaries(tb, short) }, command: BuildCommand},
+		{name: "coredns", require: func(tb testing.TB, short bool) { requireCoreDNS(tb, short) }, command: "make coredns"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(EnvKubeBin, t.TempDir())
-			t.Setenv("CI", tc.ci)
-			r := &recordingTB{TB: t}
-			RequireBinaries(r)
-			if tc.wantSkip {
-				require.Contains(t, r.skipped, BuildCommand)
-				require.Empty(t, r.failed)
-				return
-			}
-			require.Contains(t, r.failed, "CI is set")
-			require.Empty(t, r.skipped)
-		})
+		for _, short := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s short=%v", tc.name, short), func(t *testing.T) {
+				empty := t.TempDir()
+				t.Setenv(EnvKubeBin, empty)
+				t.Setenv("PLEXUS_COREDNS", filepath.Join(empty, "coredns"))
+				r := &recordingTB{TB: t}
+				tc.require(r, short)
+				if short {
+					require.Contains(t, r.skipped, tc.command)
+					require.Empty(t, r.failed)
+					return
+				}
+				// CI or not, a missing binary fails and says how to build it.
+				require.Contains(t, r.failed, tc.command)
+				require.Contains(t, r.failed, "-short")
+				require.Empty(t, r.skipped)
+			})
+		}
 	}
 }

@@ -14,6 +14,7 @@
 // Pod status through the status subresource themselves.
 //
 // The binaries are found through PLEXUS_KUBE_BIN or the default cache folder.
-// When they are missing tests are skipped, except when CI is set: then they
-// fail, so CI cannot pass without running them.
+// When they are missing a test fails and names the command that builds them
+// (make kube-binaries, make coredns), so no run can pass without the tests
+// that need them; only `go test -short` skips those tests.
 package kubetest

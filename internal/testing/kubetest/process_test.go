@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		os.Stdout.WriteString("ignoring SIGTERM\n")
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // a child that will not stop: what the test kills
 		os.Exit(3)
 	case "exit":
 		os.Stdout.WriteString("bind: address already in use\n")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,23 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	"github.com/plexusnet/plexus/internal/testing/proctest"
 )
-
-// grpcurlPath returns the pinned grpcurl that `make tools` installs. In CI
-// (CI set) a missing grpcurl fails the test, since the Makefile builds it
-// before the tests; on a developer machine the test is skipped with the
-// command that fixes it.
-func grpcurlPath(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(repoRoot(t), ".bin", "grpcurl")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set and grpcurl is missing (%v): `make tools` installs it", err)
-		}
-		t.Skipf("grpcurl not installed (%v): run `make tools`", err)
-	}
-	return p
-}
 
 // runCmd runs a binary with a deadline and returns its stdout; a failure
 // shows stderr.
@@ -72,7 +56,7 @@ func unmarshal(t *testing.T, text string, m proto.Message) {
 }
 
 func TestGrpcurlAndPlexusctl(t *testing.T) {
-	grpcurl := grpcurlPath(t)
+	grpcurl := proctest.Tool(t, "grpcurl")
 	a := startAllocator(t, "--store=bolt:"+filepath.Join(t.TempDir(), "cli.db"))
 	const svc = "plexus.allocator.v1.AllocatorService"
 	gc := func(args ...string) string {

@@ -308,6 +308,8 @@ func TestReplicasSurviveKills(t *testing.T) {
 	rng := rand.New(rand.NewPCG(42, 42))
 	kills := 0
 	for deadline := time.Now().Add(runFor); time.Now().Before(deadline); kills++ {
+		// The cadence of kills and restarts is the test's load, not a
+		// wait for anything.
 		time.Sleep(every)
 		i := rng.IntN(replicas)
 		rs.kill(i)

@@ -113,7 +113,7 @@ func (p *slowProxy) pipe(src, dst net.Conn, reply bool) {
 	go func() {
 		defer dst.Close()
 		for c := range chunks {
-			time.Sleep(time.Until(c.due))
+			time.Sleep(time.Until(c.due)) // the slow link the tests are about
 			if _, err := dst.Write(c.b); err != nil {
 				_ = src.Close()
 				for range chunks { // let the reader finish

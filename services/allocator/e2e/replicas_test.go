@@ -43,24 +43,36 @@ func TestReplicasOnEtcd(t *testing.T) {
 	const workers, each = 32, 25
 	var mu sync.Mutex
 	got := map[string]string{}
-	var wg sync.WaitGroup
+	// The workers report to the test goroutine, which alone may end the
+	// test.
+	errs := make(chan error, workers)
 	for w := range workers {
-		wg.Go(func() {
-			c := clients[w%2]
-			for i := range each {
-				name := fmt.Sprintf("w%d-%d", w, i)
-				resp, err := c.Allocate(ctx, &allocatorv1.AllocateRequest{Pool: "pools/p",
-					Owner: &allocatorv1.Owner{Cluster: "a", Kind: "Pod", Namespace: "ns", Name: name, Uid: "u-" + name}})
-				require.NoError(t, err)
-				mu.Lock()
-				other, dup := got[resp.GetAllocation().GetAddress()]
-				got[resp.GetAllocation().GetAddress()] = name
-				mu.Unlock()
-				require.False(t, dup, "%s handed to %s and %s", resp.GetAllocation().GetAddress(), other, name)
-			}
-		})
+		go func() {
+			errs <- func() error {
+				c := clients[w%2]
+				for i := range each {
+					name := fmt.Sprintf("w%d-%d", w, i)
+					resp, err := c.Allocate(ctx, &allocatorv1.AllocateRequest{Pool: "pools/p",
+						Owner: &allocatorv1.Owner{Cluster: "a", Kind: "Pod", Namespace: "ns", Name: name, Uid: "u-" + name}})
+					if err != nil {
+						return fmt.Errorf("allocate %s: %w", name, err)
+					}
+					addr := resp.GetAllocation().GetAddress()
+					mu.Lock()
+					other, dup := got[addr]
+					got[addr] = name
+					mu.Unlock()
+					if dup {
+						return fmt.Errorf("%s handed to %s and %s", addr, other, name)
+					}
+				}
+				return nil
+			}()
+		}()
 	}
-	wg.Wait()
+	for range workers {
+		require.NoError(t, <-errs)
+	}
 	require.Len(t, got, workers*each)
 	// Reads are as fresh as the store: each replica lists every
 	// acknowledged allocation at once, whichever replica made it.

@@ -455,6 +455,8 @@ func TestConcurrentAllocateReleaseThroughTheServer(t *testing.T) {
 				resp, err := e.client.Allocate(ctx(t), &allocatorv1.AllocateRequest{Pool: "pools/small", Owner: o})
 				if status.Code(err) == codes.ResourceExhausted {
 					exhausted.Add(1)
+					// Back off as a client would: part of the load, not
+					// a wait for anything.
 					time.Sleep(time.Millisecond)
 					continue
 				}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// blocked reports whether take waits (for 50 ms at least).
+// blocked reports whether take waits. The tests that call it run in a
+// bubble, so its deadline passes only once nothing else can happen: a take
+// that would get a turn has got it by then.
 func blocked(t *testing.T, tr *turns) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
@@ -24,6 +27,10 @@ func blocked(t *testing.T, tr *turns) bool {
 }
 
 func TestTurns(t *testing.T) {
+	synctest.Test(t, testTurns)
+}
+
+func testTurns(t *testing.T) {
 	tr := newTurns(2, time.Hour)
 	var waits atomic.Int64
 	tr.observe = func(time.Duration) { waits.Add(1) }
@@ -69,6 +76,10 @@ func (m *manualTimer) runOut() {
 }
 
 func TestTurnRunsOut(t *testing.T) {
+	synctest.Test(t, testTurnRunsOut)
+}
+
+func testTurnRunsOut(t *testing.T) {
 	tr := newTurns(1, time.Second)
 	timers := make(chan *manualTimer, 2)
 	tr.afterFunc = func(_ time.Duration, f func()) interface{ Stop() bool } {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -67,6 +68,17 @@ func (e *env) awaitRefused(t *testing.T, probe *discovery.EndpointSlice) {
 	}, waitFor, 200*time.Millisecond, "the admission policy was not enforced")
 }
 
+// awaitAdmitted waits until the API server would create probe (a dry
+// run): a policy that refused it is gone from admission.
+func (e *env) awaitAdmitted(t *testing.T, probe *discovery.EndpointSlice) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := e.kube.DiscoveryV1().EndpointSlices(probe.Namespace).Create(context.Background(), probe,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		assert.NoError(c, err, "the admission policy is still enforced")
+	}, waitFor, 100*time.Millisecond)
+}
+
 func probeSlice(ns string, labels map[string]string, addr string) *discovery.EndpointSlice {
 	return &discovery.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-", Labels: labels},
@@ -97,7 +109,8 @@ func TestRefusedClusterDoesNotFreezeOthers(t *testing.T) {
 	const pusher = "a-vms" // sorts before the real source
 	lift := e.refuseSlices(t, "refuse-a-vms",
 		fmt.Sprintf("has(object.metadata.labels) && object.metadata.labels[?'%s'].orValue('') == '%s'", mcsnames.LabelSourceCluster, pusher))
-	e.awaitRefused(t, probeSlice("shop", map[string]string{mcsnames.LabelSourceCluster: pusher}, "10.9.9.9"))
+	probe := probeSlice("shop", map[string]string{mcsnames.LabelSourceCluster: pusher}, "10.9.9.9")
+	e.awaitRefused(t, probe)
 
 	east := sourcetest.Start(t, "east")
 	im := e.startImporter(t, e.options("vips"), east)
@@ -135,7 +148,7 @@ func TestRefusedClusterDoesNotFreezeOthers(t *testing.T) {
 
 	// Once the cluster's slices can be written, its next change recovers it.
 	lift()
-	time.Sleep(2 * time.Second) // the policy's removal reaches the admission plugin
+	e.awaitAdmitted(t, probe)
 	push.Groups[0].Endpoints = append(push.Groups[0].Endpoints, &membershipv1.Endpoint{Addresses: []string{"10.3.0.2"}, Conditions: &membershipv1.EndpointConditions{Ready: true}})
 	_, err = im.api.ApplyImport(ctxFor(t), &importerv1.ApplyImportRequest{Endpoints: push})
 	require.NoError(t, err)
@@ -196,7 +209,8 @@ func TestReplacementWithBadEntries(t *testing.T) {
 
 	// One slice of the next replacement is refused.
 	lift := e.refuseSlices(t, "refuse-one", "object.endpoints.exists(ep, '10.4.20.1' in ep.addresses)")
-	e.awaitRefused(t, probeSlice("shop", nil, "10.4.20.1"))
+	probe := probeSlice("shop", nil, "10.4.20.1")
+	e.awaitRefused(t, probe)
 	east.Set(sourcetest.Endpoints("shop", "web", []string{"http=80"}, addrs("10.4", 10000)...))
 	require.Eventually(t, func() bool {
 		si, err := e.serviceImport("shop", "web")
@@ -208,7 +222,7 @@ func TestReplacementWithBadEntries(t *testing.T) {
 	require.Equal(t, written, int(got.GetEndpoints()))
 
 	lift()
-	time.Sleep(2 * time.Second)
+	e.awaitAdmitted(t, probe)
 	east.Set(sourcetest.Endpoints("shop", "web", []string{"http=80"}, addrs("10.4", 10001)...))
 	require.Eventually(t, func() bool {
 		si, err := e.serviceImport("shop", "web")

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -187,6 +188,36 @@ func labelsMatch(m *dto.Metric, match map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// gauge returns the value of a gauge without labels.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	require.Failf(t, "no such gauge", "%s", name)
+	return 0
+}
+
+// idle waits until the importer has nothing left to do: every write it
+// made is in its caches (whose events queue the services the writes
+// touched), no service waits in the queue and none is being reconciled.
+// Work moves through those stages in that order, so they are read in that
+// order, between two reads of the writes that show none was made meanwhile.
+func idle(t *testing.T, im *importer) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		before := writes(t, im.registry)
+		quiet := gauge(t, im.registry, "plexus_importer_unobserved_writes") == 0 &&
+			gauge(t, im.registry, "plexus_importer_queue_depth") == 0 &&
+			gauge(t, im.registry, "plexus_importer_reconciles_running") == 0
+		return quiet && maps.Equal(before, writes(t, im.registry))
+	}, waitFor, tick, "the importer did not become idle")
 }
 
 // writes returns the importer's Kubernetes writes so far, by "kind

@@ -363,25 +363,32 @@ func TestPausedLeaderStaleCreateIsCleanedUp(t *testing.T) {
 	t.Logf("duplicate endpoints for at most %s after A's create landed", time.Since(landed).Round(time.Millisecond))
 	require.Len(t, f.e.slicesOf(t, "shop", "web"), before)
 	var events []string
-	var stale bool
-	for drained := false; !drained; {
+	for stale := false; !stale; {
 		select {
 		case ev := <-w.ResultChan():
 			s, ok := ev.Object.(*discovery.EndpointSlice)
 			require.True(t, ok, "watch event %s %T", ev.Type, ev.Object)
 			ready, _ := readiness([]discovery.EndpointSlice{*s})
 			events = append(events, fmt.Sprintf("%s %s %v", ev.Type, s.Name, ready))
-			stale = stale || (ev.Type == watch.Added && fmt.Sprint(ready) == "map[10.1.0.3:true]")
-		case <-time.After(200 * time.Millisecond):
-			drained = true
+			stale = ev.Type == watch.Added && fmt.Sprint(ready) == "map[10.1.0.3:true]"
+		case <-time.After(waitFor):
+			require.FailNow(t, "A's stale slice was not seen", "%v", events)
 		}
 	}
-	t.Logf("slice events after A woke: %v", events)
-	require.True(t, stale, "A's stale slice was not seen: %v", events)
-	// And it stays clean.
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		ready, twice := readiness(f.e.slicesOf(t, "shop", "web"))
-		require.Equal(t, second, ready)
-		require.Empty(t, twice)
-	}
+	t.Logf("slice events after A woke, up to its stale slice: %v", events)
+	// And it stays clean: every request A held has been answered, A no
+	// longer leads, so it writes nothing more, and B has done all that
+	// followed; nothing is left to change the slices.
+	require.Eventually(t, func() bool {
+		for _, x := range f.pauseA.all() {
+			if !x.sent {
+				return false
+			}
+		}
+		return !leading(t, f.a.registry)
+	}, waitFor, tick, "A's held requests: %v", f.pauseA.all())
+	idle(t, f.b)
+	ready, twice := readiness(f.e.slicesOf(t, "shop", "web"))
+	require.Equal(t, second, ready)
+	require.Empty(t, twice)
 }

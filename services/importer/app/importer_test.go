@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,8 +150,7 @@ func TestExportImportChangeWithdraw(t *testing.T) {
 	require.NotNil(t, got.GetReconcileTime())
 
 	// One endpoint changes: exactly one slice is written, nothing else.
-	require.Eventually(t, func() bool { return im.get(t, "shop", "web").GetReconcileTime() != nil }, waitFor, tick)
-	time.Sleep(300 * time.Millisecond) // let the informers see the last status write
+	idle(t, im) // the informers saw the last status write, and nothing follows from it
 	before := writes(t, im.registry)
 	latencies := counter(t, im.registry, "plexus_importer_export_import_duration_seconds", nil)
 	list, err := e.kube.DiscoveryV1().EndpointSlices("shop").List(ctxFor(t), metav1.ListOptions{})
@@ -166,7 +167,7 @@ func TestExportImportChangeWithdraw(t *testing.T) {
 		_, ep := findEndpoint(e.slicesOf(t, "shop", "web"), "10.1.0.7")
 		return ep != nil && !*ep.Conditions.Ready
 	}, waitFor, tick)
-	time.Sleep(time.Second) // room for any write that should not happen
+	idle(t, im) // whatever the change leads to has been done
 	after := writes(t, im.registry)
 	delta := map[string]float64{}
 	for k, v := range after {
@@ -175,16 +176,37 @@ func TestExportImportChangeWithdraw(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]float64{"EndpointSlice update": 1}, delta)
-	events := map[watch.EventType]int{}
-	for drained := false; !drained; {
-		select {
-		case ev := <-w.ResultChan():
-			events[ev.Type]++
-		case <-time.After(200 * time.Millisecond):
-			drained = true
+	// The API server agrees: the same slices, one of them changed, and
+	// that change is the first and only event of the watch up to it.
+	now, err := e.kube.DiscoveryV1().EndpointSlices("shop").List(ctxFor(t), metav1.ListOptions{})
+	require.NoError(t, err)
+	versions := func(l *discovery.EndpointSliceList) map[string]string {
+		out := map[string]string{}
+		for _, s := range l.Items {
+			out[s.Name] = s.ResourceVersion
+		}
+		return out
+	}
+	was, is := versions(list), versions(now)
+	require.Equal(t, slices.Sorted(maps.Keys(was)), slices.Sorted(maps.Keys(is)), "no slice created or deleted")
+	var changedSlice string
+	for name, rv := range is {
+		if rv != was[name] {
+			require.Empty(t, changedSlice, "more than one slice changed")
+			changedSlice = name
 		}
 	}
-	require.Equal(t, map[watch.EventType]int{watch.Modified: 1}, events)
+	require.NotEmpty(t, changedSlice)
+	select {
+	case ev := <-w.ResultChan():
+		require.Equal(t, watch.Modified, ev.Type)
+		s, ok := ev.Object.(*discovery.EndpointSlice)
+		require.True(t, ok, "%T", ev.Object)
+		require.Equal(t, changedSlice, s.Name)
+		require.Equal(t, is[changedSlice], s.ResourceVersion)
+	case <-time.After(waitFor):
+		require.FailNow(t, "the watch did not see the slice change")
+	}
 	require.Equal(t, latencies+1, counter(t, im.registry, "plexus_importer_export_import_duration_seconds", nil), "the change's latency is observed once")
 
 	// The reconcile span links to the change's trace and the slice write

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,6 +98,11 @@ type Controller struct {
 	mu        sync.Mutex
 	queue     workqueue.TypedRateLimitingInterface[exports.Key]
 	termStart time.Time
+
+	// running counts the reconciles in progress: with the queue's
+	// length, what is left to do (a key added while it is reconciled
+	// waits, uncounted by the queue, until its reconcile is done).
+	running atomic.Int64
 }
 
 // New returns a Controller.
@@ -421,7 +427,11 @@ func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 		if shutdown {
 			return
 		}
+		c.running.Add(1)
 		func() {
+			// Uncounted only once Done has put the key back, if it was
+			// added meanwhile: the queue or running always shows it.
+			defer c.running.Add(-1)
 			defer q.Done(key)
 			start := time.Now()
 			after, err := c.rec.Reconcile(ctx, key, c.authoritative)
@@ -484,11 +494,15 @@ func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
 		Name: "plexus_importer_queue_depth",
 		Help: "Services waiting to be reconciled.",
 	}, func() float64 { return float64(c.queueLen()) })
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_importer_reconciles_running",
+		Help: "Services being reconciled now; with the queue depth, the importer is idle when both are 0.",
+	}, func() float64 { return float64(c.running.Load()) })
 	imports := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "plexus_importer_services",
 		Help: "Services exported by at least one source cluster.",
 	}, func() float64 { return float64(c.cfg.Store.Len()) })
-	for _, col := range []prometheus.Collector{m.reconcile, m.orphans, depth, imports} {
+	for _, col := range []prometheus.Collector{m.reconcile, m.orphans, depth, running, imports} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register controller metrics: %w", err)
 		}

@@ -94,6 +94,7 @@
 // and links to the trace contexts of the changes it handles, and the
 // Kubernetes API calls made under it are its child spans.
 // plexus_importer_writes_total counts writes by kind and operation,
-// plexus_importer_queue_depth the services waiting and
+// plexus_importer_queue_depth the services waiting,
+// plexus_importer_reconciles_running those being reconciled and
 // plexus_importer_reconcile_duration_seconds the reconciles by result.
 package controller

@@ -56,6 +56,8 @@ func testRegisterDeregisterRace(ctx context.Context, t *testing.T, e *env) {
 		var wg sync.WaitGroup
 		wg.Go(func() { _, regErr = register(ctx, e, w) })
 		wg.Go(func() {
+			// Staggers the race with the register by round: the
+			// interleaving is the test, nothing is waited for.
 			time.Sleep(time.Duration(round%8) * time.Millisecond)
 			_, deregErr = e.api.DeregisterWorkload(ctx, &membershipv1.DeregisterWorkloadRequest{Name: name, AllowMissing: true})
 		})

@@ -315,30 +315,41 @@ type view struct {
 	snap map[watch.Key]string
 }
 
-func (v *view) apply(t *testing.T, evs []watch.Event[string]) {
-	t.Helper()
+// apply applies evs, or says how they break the order a client relies
+// on. It returns an error rather than ending the test, so a reader
+// goroutine can use it too.
+func (v *view) apply(evs []watch.Event[string]) error {
 	for _, e := range evs {
 		switch e.Type {
 		case watch.SnapshotStart:
-			require.Nil(t, v.snap, "snapshots do not nest")
+			if v.snap != nil {
+				return fmt.Errorf("revision %d: snapshots do not nest", e.Revision)
+			}
 			v.snap = map[watch.Key]string{}
 		case watch.SnapshotEnd:
-			require.GreaterOrEqual(t, e.Revision, v.rev)
+			if e.Revision < v.rev {
+				return fmt.Errorf("snapshot ends at revision %d, before %d", e.Revision, v.rev)
+			}
 			v.data, v.snap, v.rev = v.snap, nil, e.Revision
 		case watch.Upsert:
 			if v.snap != nil {
 				v.snap[e.Key] = e.Value
 				continue
 			}
-			require.Greater(t, e.Revision, v.rev, "revisions increase")
+			if e.Revision <= v.rev {
+				return fmt.Errorf("upsert of %v at revision %d after %d: revisions increase", e.Key, e.Revision, v.rev)
+			}
 			v.data[e.Key] = e.Value
 			v.rev = e.Revision
 		case watch.Delete:
-			require.Greater(t, e.Revision, v.rev, "revisions increase")
+			if e.Revision <= v.rev {
+				return fmt.Errorf("delete of %v at revision %d after %d: revisions increase", e.Key, e.Revision, v.rev)
+			}
 			delete(v.data, e.Key)
 			v.rev = e.Revision
 		}
 	}
+	return nil
 }
 
 // TestRandomHistories publishes random changes while subscribers of every
@@ -360,7 +371,7 @@ func TestRandomHistories(t *testing.T) {
 			subs := make([]*watch.Subscription[string], len(filters))
 			open := func(i int) {
 				s := h.Subscribe(filters[i], watch.Position{Epoch: h.Epoch(), Revision: views[i].rev})
-				views[i].apply(t, s.Snapshot())
+				require.NoError(t, views[i].apply(s.Snapshot()))
 				subs[i] = s
 			}
 			for i := range filters {
@@ -387,7 +398,7 @@ func TestRandomHistories(t *testing.T) {
 							open(i)
 							continue
 						}
-						views[i].apply(t, s.Next(nil, 1+r.IntN(3)))
+						require.NoError(t, views[i].apply(s.Next(nil, 1+r.IntN(3))))
 					}
 				}
 			}
@@ -395,7 +406,7 @@ func TestRandomHistories(t *testing.T) {
 				if subs[i].Err() != nil {
 					open(i)
 				}
-				views[i].apply(t, subs[i].Next(nil, 1<<20))
+				require.NoError(t, views[i].apply(subs[i].Next(nil, 1<<20)))
 				want := map[watch.Key]string{}
 				for k, st := range truth {
 					if (f.Namespace == "" || f.Namespace == k.Namespace) && (!f.ExportedOnly || st.exported) {
@@ -425,22 +436,24 @@ func TestConcurrentPublishers(t *testing.T) {
 	}
 	v := &view{data: map[watch.Key]string{}}
 	stop := make(chan struct{})
-	readerDone := make(chan struct{})
+	readerDone := make(chan error, 1)
 	go func() {
-		defer close(readerDone)
 		for {
 			select {
 			case <-reader.Ready():
-				v.apply(t, reader.Next(nil, 16))
+				if err := v.apply(reader.Next(nil, 16)); err != nil {
+					readerDone <- err
+					return
+				}
 			case <-stop:
-				v.apply(t, reader.Next(nil, 1<<20))
+				readerDone <- v.apply(reader.Next(nil, 1<<20))
 				return
 			}
 		}
 	}()
 	wg.Wait()
 	close(stop)
-	<-readerDone
+	require.NoError(t, <-readerDone)
 	require.Len(t, v.data, 200)
 	require.Equal(t, h.Revision(), v.rev)
 	require.Equal(t, 200, stuck.Pending())

@@ -204,6 +204,8 @@ func runAndKill(t *testing.T, path string, after time.Duration) []string {
 		_ = cmd.Process.Kill()
 		require.FailNow(t, "child printed nothing", stderr.String())
 	}
+	// The crash point is the test: the child is killed this long into
+	// its writes, not once something has happened.
 	time.Sleep(after)
 	require.NoError(t, cmd.Process.Kill())
 	require.NoError(t, <-readErr)

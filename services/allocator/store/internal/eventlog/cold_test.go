@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
-	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -170,8 +170,13 @@ func collidingPools(t *testing.T, l *Log) (string, string) {
 
 // TestPoolCursorOfCollidingHash: a cursor of one pool chooses events by a
 // hash of the pool name, so it drops those of another pool with the same
-// hash once it has them, read as they came or decoded.
+// hash once it has them, read as they came or decoded. It runs in a bubble,
+// so synctest.Wait says that the caught-up cursor still waits.
 func TestPoolCursorOfCollidingHash(t *testing.T) {
+	synctest.Test(t, testPoolCursorOfCollidingHash)
+}
+
+func testPoolCursorOfCollidingHash(t *testing.T) {
 	l := newLog(1000, DefaultBytes, 0)
 	a, b := collidingPools(t, l)
 	var evs []store.Event
@@ -190,56 +195,92 @@ func TestPoolCursorOfCollidingHash(t *testing.T) {
 		require.Equal(t, a, ev.Allocation.Pool)
 		require.Equal(t, int64(3*i+1), ev.Revision)
 	}
-	// Caught up, the cursor waits for its own pool's events, not b's.
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
+	// Caught up, the cursor waits for its own pool's events, not b's,
+	// whether they came before it waited or while it waits.
 	l.Append(poolEvents(b, 300, 1))
-	buf, err := c.Next(ctx, make([]store.Event, 0, 8))
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Empty(t, buf)
+	type result struct {
+		buf []store.Event
+		err error
+	}
+	next := make(chan result, 1)
+	go func() {
+		buf, err := c.Next(t.Context(), make([]store.Event, 0, 8))
+		next <- result{buf, err}
+	}()
+	waits := func() {
+		t.Helper()
+		synctest.Wait()
+		select {
+		case r := <-next:
+			t.Fatalf("the cursor of %s read %v, %v", a, r.buf, r.err)
+		default:
+		}
+	}
+	waits()
+	l.Append(poolEvents(b, 301, 1))
+	waits()
+	l.Append(poolEvents(a, 302, 1))
+	r := <-next
+	require.NoError(t, r.err)
+	require.Len(t, r.buf, 1)
+	require.Equal(t, int64(303), r.buf[0].Revision)
 }
 
 // TestColdReadsWhileAppending: cursors decode the encoded history outside
 // the log's lock while appends evict the blocks they read (run under the
-// race detector by make test).
+// race detector by make test). The readers report to the test goroutine,
+// which alone may end the test.
 func TestColdReadsWhileAppending(t *testing.T) {
 	l := newLog(4000, 2*blockSize, 0)
 	evs := mixedEvents(0, 20_000)
-	var wg sync.WaitGroup
-	for r := range 4 {
-		wg.Go(func() {
-			from := int64(0)
-			buf := make([]store.Event, 0, 64)
-			for from < evs[len(evs)-1].Revision {
-				c, err := l.Cursor(from, "")
-				if err != nil {
-					require.ErrorIs(t, err, store.ErrCompacted)
-					from = l.Compacted()
-					continue
+	last := evs[len(evs)-1].Revision
+	read := func(r int) error {
+		from := int64(0)
+		buf := make([]store.Event, 0, 64)
+		for from < last {
+			c, err := l.Cursor(from, "")
+			if err != nil {
+				if !errors.Is(err, store.ErrCompacted) {
+					return fmt.Errorf("reader %d: cursor from %d: %w", r, from, err)
 				}
-				for {
-					buf, err = c.Next(t.Context(), buf[:0])
-					for _, ev := range buf {
-						require.Greater(t, ev.Revision, from, "reader %d", r)
-						require.True(t, ev.Pool != nil || ev.Allocation != nil || ev.Quarantine != nil)
-						if ev.Last {
-							from = ev.Revision
-						}
+				from = l.Compacted()
+				continue
+			}
+			for {
+				buf, err = c.Next(t.Context(), buf[:0])
+				for _, ev := range buf {
+					if ev.Revision <= from {
+						return fmt.Errorf("reader %d: revision %d after %d", r, ev.Revision, from)
 					}
-					if err != nil {
-						// Cut off, it resumes from its last whole revision.
-						require.True(t, errors.Is(err, store.ErrCompacted) || errors.Is(err, store.ErrTooSlow), "%v", err)
-						break
+					if ev.Pool == nil && ev.Allocation == nil && ev.Quarantine == nil {
+						return fmt.Errorf("reader %d: revision %d: an empty event", r, ev.Revision)
 					}
-					if from == evs[len(evs)-1].Revision {
-						return
+					if ev.Last {
+						from = ev.Revision
 					}
+				}
+				if err != nil {
+					// Cut off, it resumes from its last whole revision.
+					if !errors.Is(err, store.ErrCompacted) && !errors.Is(err, store.ErrTooSlow) {
+						return fmt.Errorf("reader %d: %w", r, err)
+					}
+					break
+				}
+				if from == last {
+					return nil
 				}
 			}
-		})
+		}
+		return nil
+	}
+	errs := make(chan error, 4)
+	for r := range 4 {
+		go func() { errs <- read(r) }()
 	}
 	appendCommits(l, evs, 5)
-	wg.Wait()
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
 }
 
 // TestCursorsShareDecodedEvents: cursors reading the same events behind

@@ -3,6 +3,7 @@ package eventlog
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -157,8 +158,13 @@ func TestTooSlowResumes(t *testing.T) {
 // TestCursor: a cursor read by its caller gets the events a channel watch
 // gets, at most as many as its buffer has room for at a time, waits for
 // the next commit, stops when its context ends, is cut off as too slow
-// and ends with the log, each error after the events before it.
+// and ends with the log, each error after the events before it. It runs in
+// a bubble so that "waits" is seen, not assumed after a sleep.
 func TestCursor(t *testing.T) {
+	synctest.Test(t, testCursor)
+}
+
+func testCursor(t *testing.T) {
 	l := New(100, 0)
 	l.Append(events(1, 3))
 	l.Append(events(2, 2))
@@ -178,13 +184,25 @@ func TestCursor(t *testing.T) {
 	buf, err = c.Next(short, nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Empty(t, buf)
+	type result struct {
+		buf []store.Event
+		err error
+	}
+	next := make(chan result, 1)
 	go func() {
-		time.Sleep(10 * time.Millisecond)
-		l.Append(events(3, 2))
+		buf, err := c.Next(t.Context(), nil) // a nil buffer reads one
+		next <- result{buf, err}
 	}()
-	buf, err = c.Next(t.Context(), nil) // a nil buffer reads one
-	require.NoError(t, err)
-	require.Equal(t, []store.Event{{Type: store.EventPutAllocation, Revision: 3, Last: false}}, buf)
+	synctest.Wait()
+	select {
+	case r := <-next:
+		t.Fatalf("Next returned %v, %v with nothing to read", r.buf, r.err)
+	default: // it waits
+	}
+	l.Append(events(3, 2))
+	r := <-next
+	require.NoError(t, r.err)
+	require.Equal(t, []store.Event{{Type: store.EventPutAllocation, Revision: 3, Last: false}}, r.buf)
 
 	// Too slow: more than half the ring behind.
 	for rev := int64(4); rev < 70; rev++ {
@@ -474,8 +492,12 @@ func TestDeletedPoolDropsItsWait(t *testing.T) {
 // TestClosedCursorsLeaveTheirWait: cursors of a pool that caught up share
 // the pool's wait; the last one closed takes it out of the log, and a
 // Next waiting on it ends with ErrClosed. A closed cursor reads nothing
-// more.
+// more. It runs in a bubble, so synctest.Wait says when Next waits.
 func TestClosedCursorsLeaveTheirWait(t *testing.T) {
+	synctest.Test(t, testClosedCursorsLeaveTheirWait)
+}
+
+func testClosedCursorsLeaveTheirWait(t *testing.T) {
 	l := New(100, 0)
 	wait := func(c *Cursor) {
 		t.Helper()
@@ -500,12 +522,18 @@ func TestClosedCursorsLeaveTheirWait(t *testing.T) {
 		_, err := b.Next(t.Context(), make([]store.Event, 0, 8))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	synctest.Wait()
+	select {
+	case err := <-done:
+		t.Fatalf("Next returned %v with nothing to read", err)
+	default: // it waits
+	}
 	b.Close()
+	synctest.Wait()
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, store.ErrClosed)
-	case <-time.After(5 * time.Second):
+	default:
 		t.Fatal("Next still waits after Close")
 	}
 	require.Empty(t, l.waiting)
