@@ -36,91 +36,104 @@ const (
 	retryMax = 10 * time.Second
 )
 
-// readier is a store reached over the network, which can be down while
-// the allocator runs (etcd).
-type readier interface {
-	Ready(context.Context) error
-}
+// service is the allocator's parts as Setup assembles them.
+type service struct {
+	rt *server.Runtime
+	o  Options
 
-// Setup opens the store the options name and serves the API on the state
-// loaded from it: at once from an embedded store, in the background once
-// it answers from a store shared over the network.
-func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
-	st, shared, err := openStore(o.Store, rt)
-	if err != nil {
-		return nil, err
-	}
-	opts := []allocation.Option{allocation.WithLogger(rt.Logger)}
-	if shared {
-		// Other replicas commit to the same store: follow them.
-		opts = append(opts, allocation.WithFollow())
-	}
-	s := &starter{rt: rt, store: st, opts: opts, serverOpts: o.serverOptions()}
-	s.api = rt.Server.RegisterLater(&allocatorv1.AllocatorService_ServiceDesc, allocserver.NotLoaded())
-	closeStore := func() {
-		if err := st.Close(); err != nil {
-			rt.Logger.Error("close store", "err", err)
-		}
-	}
-	r, remote := st.(readier)
-	if !remote {
-		// An embedded store is a file (or memory) of the process: it
-		// loads or it is broken, and there is nothing to wait for.
-		if err := s.load(ctx); err != nil {
-			return nil, errors.Join(fmt.Errorf("start allocator: %w", err), st.Close())
-		}
-		return closeStore, nil
-	}
-	// NOT_SERVING and not ready until the state is loaded, then while
-	// the store cannot be reached, so clients and load balancers go to
-	// another replica.
-	rt.Server.AddReadinessCheck("store", func(ctx context.Context) error {
-		if !s.api.Registered() {
-			return s.waiting()
-		}
-		err := r.Ready(ctx)
-		rt.Server.SetServing(serviceName, err == nil)
-		return err
-	})
-	// The store may be down when the allocator starts: the servers start
-	// anyway, so that probes and operators see why it does not serve, and
-	// the state is loaded in the background once the store answers.
-	loaded := make(chan struct{})
-	go func() {
-		defer close(loaded)
-		s.loadWhenReady(ctx, r, o.Store.Spec)
-	}()
-	return func() {
-		<-loaded // ends with ctx
-		closeStore()
-	}, nil
-}
-
-// starter loads the allocator's state from its store and then serves the
-// API on it.
-type starter struct {
-	rt         *server.Runtime
-	store      store.Store
-	opts       []allocation.Option
-	serverOpts []allocserver.Option
-	api        *server.Later
+	store store.Store
+	// shared is set when other replicas commit to the store (etcd): it
+	// may be down, and the allocator follows their commits.
+	shared bool
+	opts   []allocation.Option
+	api    *server.Later
 
 	lastErr atomic.Pointer[error] // why the last attempt to load failed
 }
 
+// Setup wires the allocator onto rt: open the store the options name,
+// build the allocation service's options, register the gRPC API (not
+// loaded yet), start serving on the state loaded from the store: at once
+// from an embedded store, in the background once it answers from a store
+// shared over the network. The cleanup waits for that loader and closes
+// the store.
+func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &service{rt: rt, o: o}
+	return server.Assemble(ctx, rt.Logger, s.open, s.build, s.register, s.start)
+}
+
+// open opens the store.
+func (s *service) open(_ context.Context, c *server.Cleanup) error {
+	var err error
+	if s.store, s.shared, err = openStore(s.o.Store, s.rt); err != nil {
+		return err
+	}
+	c.Close("store", s.store)
+	return nil
+}
+
+// build chooses the allocation service's options.
+func (s *service) build(context.Context, *server.Cleanup) error {
+	s.opts = []allocation.Option{allocation.WithLogger(s.rt.Logger)}
+	if s.shared {
+		// Other replicas commit to the same store: follow them.
+		s.opts = append(s.opts, allocation.WithFollow())
+	}
+	return nil
+}
+
+// register registers the API, answering UNAVAILABLE until the state is
+// loaded. On a shared store the allocator is NOT_SERVING and not ready
+// until then, and again while the store cannot be reached, so clients and
+// load balancers go to another replica.
+func (s *service) register(context.Context, *server.Cleanup) error {
+	s.api = s.rt.Server.RegisterLater(&allocatorv1.AllocatorService_ServiceDesc, allocserver.NotLoaded())
+	if !s.shared {
+		return nil
+	}
+	s.rt.Server.AddReadinessCheck("store", func(ctx context.Context) error {
+		if !s.api.Registered() {
+			return s.waiting()
+		}
+		err := s.store.Ready(ctx)
+		s.rt.Server.SetServing(serviceName, err == nil)
+		return err
+	})
+	return nil
+}
+
+// start loads the state and serves it. An embedded store is a file of the
+// process: it loads or it is broken, and there is nothing to wait for. A
+// shared store may be down when the allocator starts: the servers start
+// anyway, so that probes and operators see why it does not serve, and the
+// state is loaded in the background once the store answers.
+func (s *service) start(ctx context.Context, c *server.Cleanup) error {
+	if !s.shared {
+		if err := s.load(ctx); err != nil {
+			return fmt.Errorf("start allocator: %w", err)
+		}
+		return nil
+	}
+	c.Go(func() { s.loadWhenReady(ctx) })
+	return nil
+}
+
 // load rebuilds the state from the store and serves the API on it.
-func (s *starter) load(ctx context.Context) error {
+func (s *service) load(ctx context.Context) error {
 	svc, err := allocation.New(ctx, allocation.Traced(s.store), s.opts...)
 	if err != nil {
 		return err
 	}
-	allocserver.New(svc, allocserver.NewMetrics(s.rt.Server.Registerer(), svc), s.serverOpts...).Register(s.api)
+	allocserver.New(svc, allocserver.NewMetrics(s.rt.Server.Registerer(), svc), s.o.serverOptions()...).Register(s.api)
 	s.rt.Server.SetServing(serviceName, true)
 	return nil
 }
 
 // waiting says why the API is not served yet, for /readyz.
-func (s *starter) waiting() error {
+func (s *service) waiting() error {
 	if err := s.lastErr.Load(); err != nil {
 		return fmt.Errorf("waiting for the store: %w", *err)
 	}
@@ -133,18 +146,18 @@ func (s *starter) waiting() error {
 // without one (the store may be big), so it starts only when the store
 // answers. A failure that is not the store being away ends the process
 // (server.Fail), as it did when the state was loaded before serving.
-func (s *starter) loadWhenReady(ctx context.Context, r readier, storeSpec string) {
+func (s *service) loadWhenReady(ctx context.Context) {
 	delay := retryMin
 	for attempt := 1; ; attempt++ {
-		err := s.ready(ctx, r)
+		err := s.ready(ctx)
 		if err == nil {
 			if err = s.load(ctx); err == nil {
 				if attempt > 1 {
-					s.rt.Logger.Info("store reached, serving", "store", storeSpec, "attempts", attempt)
+					s.rt.Logger.Info("store reached, serving", "store", s.o.Store.Spec, "attempts", attempt)
 				}
 				return
 			}
-			if ctx.Err() == nil && !errors.Is(err, store.ErrCompacted) && s.ready(ctx, r) == nil {
+			if ctx.Err() == nil && !errors.Is(err, store.ErrCompacted) && s.ready(ctx) == nil {
 				// The store answers, and yet the state cannot be
 				// loaded from it: waiting will not help.
 				s.rt.Server.Fail(fmt.Errorf("start allocator: %w", err))
@@ -156,7 +169,7 @@ func (s *starter) loadWhenReady(ctx context.Context, r readier, storeSpec string
 		}
 		s.lastErr.Store(&err)
 		s.rt.Logger.Warn("waiting for etcd: cannot load the allocator's state from its store yet, not serving until then",
-			"store", storeSpec, "attempt", attempt, "retry_in", delay, "error", err)
+			"store", s.o.Store.Spec, "attempt", attempt, "retry_in", delay, "error", err)
 		select {
 		case <-ctx.Done():
 			return
@@ -166,10 +179,10 @@ func (s *starter) loadWhenReady(ctx context.Context, r readier, storeSpec string
 	}
 }
 
-func (s *starter) ready(ctx context.Context, r readier) error {
+func (s *service) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, storeReadyTimeout)
 	defer cancel()
-	return r.Ready(ctx)
+	return s.store.Ready(ctx)
 }
 
 // openStore opens the store with the store metrics registered.
