@@ -571,19 +571,11 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	if req.GetStartRevision() < 0 {
 		return s.fail(&decide.FieldError{Field: "start_revision", Reason: "INVALID_REVISION", Message: "start_revision must not be negative"})
 	}
-	n := s.watches.Add(1)
-	if s.maxWatches > 0 && n > s.maxWatches {
-		s.watches.Add(-1)
-		return s.fail(apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
-			fmt.Sprintf("%d watches are open, the most this allocator serves (--max-watches); retry later or on another replica", s.maxWatches), nil))
+	release, err := s.admitWatch()
+	if err != nil {
+		return s.fail(err)
 	}
-	s.burst.opened(n)
-	s.countWatches(n)
-	defer func() {
-		n := s.watches.Add(-1)
-		s.countWatches(n)
-		s.burst.closed(n)
-	}()
+	defer release()
 	turnDone, sent := func() {}, func() {}
 	if req.GetStartRevision() == 0 { // a snapshot to send
 		sent = s.burst.sendingSnapshot()
@@ -631,25 +623,49 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 			}
 			continue
 		}
-		// A change's commit may hold more changes at its revision, still
-		// to come: resuming from the revision before it repeats them
-		// rather than missing them.
-		resp := &allocatorv1.WatchAllocationsResponse{Revision: e.Revision, ResumeRevision: e.Revision - 1}
-		switch {
-		case e.Synced:
-			resp.Type = allocatorv1.EventType_EVENT_TYPE_SYNCED
-			resp.ResumeRevision = e.Revision
-		case e.Type == store.EventDeleteAllocation:
-			resp.Type = allocatorv1.EventType_EVENT_TYPE_DELETED
-			resp.Allocation = s.allocationTo(e.Allocation)
-		default:
-			resp.Type = allocatorv1.EventType_EVENT_TYPE_ADDED
-			resp.Allocation = s.allocationTo(e.Allocation)
-		}
-		if err := stream.Send(resp); err != nil {
+		if err := stream.Send(s.changeTo(e)); err != nil {
 			return err
 		}
 	}
+}
+
+// admitWatch counts a new watch in, or refuses it beyond --max-watches;
+// release counts it out.
+func (s *Server) admitWatch() (release func(), err error) {
+	n := s.watches.Add(1)
+	if s.maxWatches > 0 && n > s.maxWatches {
+		s.watches.Add(-1)
+		return nil, apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
+			fmt.Sprintf("%d watches are open, the most this allocator serves (--max-watches); retry later or on another replica", s.maxWatches), nil)
+	}
+	s.burst.opened(n)
+	s.countWatches(n)
+	return func() {
+		n := s.watches.Add(-1)
+		s.countWatches(n)
+		s.burst.closed(n)
+	}, nil
+}
+
+// changeTo is the message of a watch event that is not a chunk of the
+// snapshot: Synced, or a change.
+func (s *Server) changeTo(e allocation.WatchEvent) *allocatorv1.WatchAllocationsResponse {
+	// A change's commit may hold more changes at its revision, still to
+	// come: resuming from the revision before it repeats them rather
+	// than missing them.
+	resp := &allocatorv1.WatchAllocationsResponse{Revision: e.Revision, ResumeRevision: e.Revision - 1}
+	switch {
+	case e.Synced:
+		resp.Type = allocatorv1.EventType_EVENT_TYPE_SYNCED
+		resp.ResumeRevision = e.Revision
+	case e.Type == store.EventDeleteAllocation:
+		resp.Type = allocatorv1.EventType_EVENT_TYPE_DELETED
+		resp.Allocation = s.allocationTo(e.Allocation)
+	default:
+		resp.Type = allocatorv1.EventType_EVENT_TYPE_ADDED
+		resp.Allocation = s.allocationTo(e.Allocation)
+	}
+	return resp
 }
 
 // chunkEncoding keys a snapshot chunk's encoding: batched (one message)

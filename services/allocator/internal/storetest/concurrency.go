@@ -172,26 +172,33 @@ func testSnapshotIsConsistent(t *testing.T, s store.Store) {
 	snaps = append(snaps, snapshot(t, s))
 
 	for i, snap := range snaps {
-		onlyA := i%2 == 1 && i < len(snaps)-1
-		var want, got []string
-		for rev, allocs := range byRev {
-			if rev <= snap.Revision {
-				for _, a := range allocs {
-					if !onlyA || strings.HasPrefix(a, "a/") {
-						want = append(want, a)
-					}
+		requireCommitsUpTo(t, snap, byRev, i%2 == 1 && i < len(snaps)-1)
+	}
+	require.Len(t, snaps[len(snaps)-1].Allocations, 2*writers*perWriter)
+}
+
+// requireCommitsUpTo requires snap to hold exactly the allocations
+// committed at its revision or before (byRev; of pool a alone with
+// onlyA), each at the revision of its commit.
+func requireCommitsUpTo(t *testing.T, snap *store.Snapshot, byRev map[int64][]string, onlyA bool) {
+	t.Helper()
+	var want, got []string
+	for rev, allocs := range byRev {
+		if rev <= snap.Revision {
+			for _, a := range allocs {
+				if !onlyA || strings.HasPrefix(a, "a/") {
+					want = append(want, a)
 				}
 			}
 		}
-		for _, a := range snap.Allocations {
-			got = append(got, a.Pool+"/"+a.Address.String())
-			allocs, ok := byRev[a.Revision]
-			require.True(t, ok, "allocation %s has revision %d, which no commit returned", a.Address, a.Revision)
-			require.Contains(t, allocs, a.Pool+"/"+a.Address.String())
-		}
-		require.ElementsMatch(t, want, got, "snapshot at revision %d", snap.Revision)
 	}
-	require.Len(t, snaps[len(snaps)-1].Allocations, 2*writers*perWriter)
+	for _, a := range snap.Allocations {
+		got = append(got, a.Pool+"/"+a.Address.String())
+		allocs, ok := byRev[a.Revision]
+		require.True(t, ok, "allocation %s has revision %d, which no commit returned", a.Address, a.Revision)
+		require.Contains(t, allocs, a.Pool+"/"+a.Address.String())
+	}
+	require.ElementsMatch(t, want, got, "snapshot at revision %d", snap.Revision)
 }
 
 // testConcurrentAllocateRelease: the revision a Commit returns is the

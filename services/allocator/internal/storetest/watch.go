@@ -157,6 +157,34 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 	if history > 0 {
 		n = max(n, 2*history+1000)
 	}
+	revs := commitMany(t, s, n)
+	got, endErr := readUntilEnd(t, ch, n)
+	require.Equal(t, revs[:len(got)], got, "events must be an ordered prefix without gaps")
+	if errors.Is(endErr, store.ErrTooSlow) {
+		// Cut off while what it missed is still kept: resumed from its
+		// last revision, it gets every event after it, none twice.
+		last := from
+		if len(got) > 0 {
+			last = got[len(got)-1]
+		}
+		resumed, err := s.Watch(ctx, last)
+		if errors.Is(err, store.ErrCompacted) && n > 2*history {
+			// This watcher came back only after every commit, more
+			// than the history holds; a watcher that resumes at once
+			// finds its events (eventlog's TestTooSlowResumes).
+			return
+		}
+		require.NoError(t, err, "a watcher cut off as too slow resumes from its last revision")
+		require.Equal(t, revs, readResumed(t, resumed, got, n), "cut off and resumed, the watcher lost no event")
+	}
+	if history > 0 {
+		require.Error(t, endErr, "a watcher %d events behind a history of %d must be told it fell behind", n, history)
+	}
+}
+
+// commitMany commits n allocations from 8 goroutines at once and returns
+// their revisions, sorted; none may fail.
+func commitMany(t *testing.T, s store.Store, n int) []int64 {
 	const committers = 8
 	commitCtx, stop := context.WithTimeout(t.Context(), time.Minute)
 	defer stop()
@@ -187,7 +215,13 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 	wg.Wait()
 	require.Empty(t, errs, "commits failed or were held up while a watcher did not read")
 	slices.Sort(revs)
+	return revs
+}
 
+// readUntilEnd reads the revisions of a watch's events until it has n or
+// the watch ends with an error, which must be ErrTooSlow or ErrCompacted
+// and must close the channel.
+func readUntilEnd(t *testing.T, ch <-chan store.Event, n int) ([]int64, error) {
 	var (
 		got    = []int64{} // not nil: the watch may end before its first event
 		endErr error
@@ -210,7 +244,6 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 			require.FailNow(t, "slow watcher neither caught up nor ended", "got %d of %d events", len(got), n)
 		}
 	}
-	require.Equal(t, revs[:len(got)], got, "events must be an ordered prefix without gaps")
 	if endErr != nil {
 		if !errors.Is(endErr, store.ErrTooSlow) {
 			require.ErrorIs(t, endErr, store.ErrCompacted)
@@ -222,35 +255,22 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 			require.FailNow(t, "watch channel not closed after its error")
 		}
 	}
-	if errors.Is(endErr, store.ErrTooSlow) {
-		// Cut off while what it missed is still kept: resumed from its
-		// last revision, it gets every event after it, none twice.
-		last := from
-		if len(got) > 0 {
-			last = got[len(got)-1]
+	return got, endErr
+}
+
+// readResumed appends the revisions of a resumed watch's events to got
+// until it holds n.
+func readResumed(t *testing.T, resumed <-chan store.Event, got []int64, n int) []int64 {
+	timeout := time.After(eventWait)
+	for len(got) < n {
+		select {
+		case ev, ok := <-resumed:
+			require.True(t, ok, "the resumed watch closed after %d of %d events", len(got), n)
+			require.NoError(t, ev.Err)
+			got = append(got, ev.Revision)
+		case <-timeout:
+			require.FailNow(t, "the resumed watch did not catch up", "got %d of %d events", len(got), n)
 		}
-		resumed, err := s.Watch(ctx, last)
-		if errors.Is(err, store.ErrCompacted) && n > 2*history {
-			// This watcher came back only after every commit, more
-			// than the history holds; a watcher that resumes at once
-			// finds its events (eventlog's TestTooSlowResumes).
-			return
-		}
-		require.NoError(t, err, "a watcher cut off as too slow resumes from its last revision")
-		timeout := time.After(eventWait)
-		for len(got) < n {
-			select {
-			case ev, ok := <-resumed:
-				require.True(t, ok, "the resumed watch closed after %d of %d events", len(got), n)
-				require.NoError(t, ev.Err)
-				got = append(got, ev.Revision)
-			case <-timeout:
-				require.FailNow(t, "the resumed watch did not catch up", "got %d of %d events", len(got), n)
-			}
-		}
-		require.Equal(t, revs, got, "cut off and resumed, the watcher lost no event")
 	}
-	if history > 0 {
-		require.Error(t, endErr, "a watcher %d events behind a history of %d must be told it fell behind", n, history)
-	}
+	return got
 }
