@@ -151,7 +151,10 @@ func (g *Group) States() []State {
 func (g *Group) join(ctx context.Context, m Member) {
 	g.mu.Lock()
 	if e := g.entries[m.Name]; e != nil && e.timer != nil {
+		// Forgotten under the lock: a grace timer that fired already
+		// finds another entry (or none) and lets the member be.
 		e.timer.Stop()
+		delete(g.entries, m.Name)
 		g.logger.Info("member cluster back within its grace", "cluster", m.Name, "left_at", e.LeftAt)
 	}
 	g.mu.Unlock()

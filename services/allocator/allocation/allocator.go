@@ -551,6 +551,15 @@ func (s *Allocator) replay(ctx context.Context, id string, reqs []decide.Request
 			return nil, false, fmt.Errorf("request %q created a pool: %w", id, decide.ErrRequestIDReused)
 		}
 		a, err := s.getByKey(k)
+		if errors.Is(err, decide.ErrAllocationNotFound) {
+			// Committed a moment ago by another request of this
+			// replica, whose answer may not be in memory yet: once the
+			// pool's commits in flight are, look again.
+			if err := s.settleInFlight(ctx, k); err != nil {
+				return nil, false, fmt.Errorf("request %q: %w", id, err)
+			}
+			a, err = s.getByKey(k)
+		}
 		if err != nil {
 			return nil, false, fmt.Errorf("request %q answered before, but %s is gone: %w", id, k, err)
 		}
@@ -577,6 +586,26 @@ func (s *Allocator) wonBy(ctx context.Context, id string, reqs []decide.Request)
 		return nil, false, nil // lost to something else: the caller retries
 	}
 	return got, true, nil
+}
+
+// settleInFlight waits until the commits in flight in the pool of key (an
+// allocation key) are installed in memory.
+func (s *Allocator) settleInFlight(ctx context.Context, key string) error {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return nil
+	}
+	ps, err := s.pool(key[:i])
+	if err != nil {
+		return nil // gone: the caller's look finds nothing either
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if err := ps.gate.quiesce(ctx, &ps.mu); err != nil {
+		return err
+	}
+	ps.gate.open()
+	return nil
 }
 
 func (s *Allocator) getByKey(key string) (store.Allocation, error) {

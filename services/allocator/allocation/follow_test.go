@@ -160,19 +160,23 @@ func TestReplicasNeverHandOutAnAddressTwice(t *testing.T) {
 						mu.Unlock()
 						continue
 					}
-					require.NoError(t, err)
+					if !assert.NoError(t, err) {
+						return
+					}
 					mu.Lock()
 					other, taken := holder[a.Address]
 					holder[a.Address] = name
 					allocs++
 					mu.Unlock()
-					require.False(t, taken, "%s handed to %s while %s holds it", a.Address, name, other)
-					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+					assert.False(t, taken, "%s handed to %s while %s holds it", a.Address, name, other)
+					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // load: hold the address a moment
 					mu.Lock()
 					delete(holder, a.Address)
 					mu.Unlock()
 					_, _, err = svc.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: a.Address, Etag: decide.Etag(a.Revision)})
-					require.NoError(t, err)
+					if !assert.NoError(t, err) {
+						return
+					}
 				}
 			})
 		}
@@ -489,7 +493,7 @@ func (s slowSecond) Watch(ctx context.Context, from int64) (<-chan store.Event, 
 		var last int64
 		for ev := range in {
 			if ev.Revision != 0 && ev.Revision == last {
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond) // the delay under test: a commit's second event arrives late
 			}
 			last = ev.Revision
 			select {
@@ -536,19 +540,20 @@ func TestWholeCommitsApplied(t *testing.T) {
 	}
 }
 
-// lateReturn holds one armed commit's answer back for a second after it
-// landed, as a slow network might.
+// lateReturn holds one armed commit's answer back after it landed, as a
+// slow network might, until the test lets it go.
 type lateReturn struct {
 	*etcd.Store
-	armed  atomic.Bool
-	landed chan struct{}
+	armed   atomic.Bool
+	landed  chan struct{}
+	letItGo chan struct{}
 }
 
 func (l *lateReturn) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 	rev, err := l.Store.Commit(ctx, txn)
 	if l.armed.CompareAndSwap(true, false) {
 		close(l.landed)
-		time.Sleep(time.Second)
+		<-l.letItGo
 	}
 	return rev, err
 }
@@ -559,7 +564,7 @@ func (l *lateReturn) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 // owner asking again gets a new one.
 func TestLateCommitAnswerDoesNotResurrect(t *testing.T) {
 	ctx := context.Background()
-	late := &lateReturn{landed: make(chan struct{})}
+	late := &lateReturn{landed: make(chan struct{}), letItGo: make(chan struct{})}
 	rs, stores := replicasOf(t, 2, func(i int, st store.Store) store.Store {
 		if i == 0 {
 			late.Store = st.(*etcd.Store)
@@ -587,7 +592,8 @@ func TestLateCommitAnswerDoesNotResurrect(t *testing.T) {
 	addr := list[0].Address
 	_, _, err = b.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: addr})
 	require.NoError(t, err)
-	require.NoError(t, a.Sync(ctx))
+	require.NoError(t, a.Sync(ctx)) // a's follower has applied the commit and the release
+	close(late.letItGo)
 	require.Equal(t, addr, (<-done).Address)
 
 	snap, err := stores[0].Snapshot(ctx)

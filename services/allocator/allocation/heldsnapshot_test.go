@@ -158,7 +158,7 @@ func testWatchSnapshotFromMemoryIsExact(t *testing.T, watched string) {
 			}
 		}
 		cancel()
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // load pacing: the writers commit between two snapshots
 	}
 
 	// One more watch that follows the changes to the end.

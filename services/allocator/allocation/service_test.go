@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -239,7 +240,7 @@ func TestConcurrentAllocateRelease(t *testing.T) {
 						holder[a.Address] = o.Name
 						mu.Unlock()
 						if rng.IntN(4) == 0 {
-							time.Sleep(time.Duration(rng.IntN(100)) * time.Microsecond)
+							time.Sleep(time.Duration(rng.IntN(100)) * time.Microsecond) // load: jitter between calls
 						}
 						mu.Lock()
 						delete(holder, a.Address)
@@ -356,32 +357,39 @@ func (g *gatedCommit) Commit(ctx context.Context, txn store.Txn) (int64, error) 
 // allocation is already in flight waits for it; when the first request
 // gives up, the second, whose own context is live, still gets an address.
 func TestWaiterDoesNotInheritCancellation(t *testing.T) {
-	ctx := context.Background()
-	st := &gatedCommit{Store: memory.New(), gate: make(chan struct{}), entered: make(chan struct{}, 16)}
-	close(st.gate)
-	svc, _ := newService(t, st)
-	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
-	require.NoError(t, err)
-	<-st.entered
-	st.gate = make(chan struct{})
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := &gatedCommit{Store: memory.New(), gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+		t.Cleanup(func() { st.Close() })
+		close(st.gate)
+		svc, _ := newService(t, st)
+		_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+		require.NoError(t, err)
+		<-st.entered
+		st.gate = make(chan struct{})
 
-	ctx1, cancel1 := context.WithCancel(ctx)
-	first := make(chan error, 1)
-	go func() {
-		_, _, err := svc.Allocate(ctx1, decide.Request{Pool: "p", Owner: owner("x")})
-		first <- err
-	}()
-	<-st.entered
-	second := make(chan error, 1)
-	go func() {
-		_, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
-		second <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // the second request waits on the first
-	cancel1()
-	require.ErrorIs(t, <-first, context.Canceled)
-	close(st.gate)
-	require.NoError(t, <-second, "the second request's own context was never canceled")
+		ctx1, cancel1 := context.WithCancel(ctx)
+		first := make(chan error, 1)
+		go func() {
+			_, _, err := svc.Allocate(ctx1, decide.Request{Pool: "p", Owner: owner("x")})
+			first <- err
+		}()
+		<-st.entered
+		second := make(chan error, 1)
+		go func() {
+			_, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("x")})
+			second <- err
+		}()
+		// Every goroutine blocked: the first in its commit, the second
+		// waiting on the first's answer (the first's is in flight, so
+		// the second cannot have reserved an address of its own).
+		synctest.Wait()
+		require.Len(t, st.entered, 0, "the second request has not committed")
+		cancel1()
+		require.ErrorIs(t, <-first, context.Canceled)
+		close(st.gate)
+		require.NoError(t, <-second, "the second request's own context was never canceled")
+	})
 }
 
 // TestPoolUpdateKeepsReuseDelay: released addresses stay out of reach for
