@@ -52,10 +52,6 @@ type Allocator struct {
 
 	// snapshots are shared by watches that start together.
 	snapshots snapshots
-	// wholeSnapshots makes a follower's watch read its snapshot whole
-	// (the store's, or one pool's) even where it can read it in pages (a
-	// test compares).
-	wholeSnapshots bool
 	// deleteChunk is how many allocations a forced deletion releases per
 	// commit (deleteChunk; tests set less).
 	deleteChunk int

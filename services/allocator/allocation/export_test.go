@@ -14,11 +14,6 @@ func SetSnapshotReuse(d time.Duration) (restore func()) {
 // again after an error, for a test.
 func WithFollowRetry(d time.Duration) Option { return func(s *Allocator) { s.followRetry = d } }
 
-// WithWholeSnapshots makes a follower's watch read its snapshot whole (the
-// store's, or one pool's), as before it read it in pages, for a
-// comparison.
-func WithWholeSnapshots() Option { return func(s *Allocator) { s.wholeSnapshots = true } }
-
 // WithDeleteChunk sets how many allocations a forced deletion releases
 // per commit, for a test.
 func WithDeleteChunk(n int) Option { return func(s *Allocator) { s.deleteChunk = n } }

@@ -26,12 +26,7 @@ import (
 // countedEtcd counts a replica's whole-store snapshots and pages.
 type countedEtcd struct {
 	*etcd.Store
-	snapshots, poolSnapshots, pages atomic.Int32
-}
-
-func (c *countedEtcd) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
-	c.poolSnapshots.Add(1)
-	return c.Store.SnapshotPool(ctx, pool)
+	snapshots, pages atomic.Int32
 }
 
 func (c *countedEtcd) Snapshot(ctx context.Context) (*store.Snapshot, error) {
@@ -170,8 +165,7 @@ func TestFollowerWatchOfOnePoolReadsPages(t *testing.T) {
 	ctx := t.Context()
 	_, b, counted, st := pagedReplicas(t)
 	for pool, c := range map[string]struct{ chunks, pages int }{"a": {10, 2}, "b": {1, 1}, "c": {1, 1}} {
-		wantRev, want, err := st.SnapshotPool(ctx, pool)
-		require.NoError(t, err)
+		wantRev, want := poolAt(t, st, pool)
 		pagesBefore := counted.pages.Load()
 		w, err := b.Watch(ctx, pool, 0)
 		require.NoError(t, err)
@@ -183,7 +177,6 @@ func TestFollowerWatchOfOnePoolReadsPages(t *testing.T) {
 		require.Equal(t, c.chunks, n, "pool %s", pool)
 		require.Equal(t, int32(c.pages), counted.pages.Load()-pagesBefore, "pool %s: a page per run of chunks", pool)
 	}
-	require.Zero(t, counted.poolSnapshots.Load(), "no pool read whole")
 }
 
 // TestFollowerWatchSnapshotCompacted: when etcd compacts the revision of a
@@ -260,18 +253,14 @@ func benchStore(b *testing.B) (open func() *etcd.Store, sizes map[string]int) {
 }
 
 // BenchmarkFollowerLoad: a replica on etcd holding 95,000 allocations
-// loads its state, from the snapshot as it is decoded (streamed) or from
-// the whole snapshot (as before). peak-MB is the most heap in use above
+// loads its state from the snapshot as it is decoded. peak-MB is the most heap in use above
 // the level before, sampled every millisecond; held-MB what is live after.
 func BenchmarkFollowerLoad(b *testing.B) {
 	open, _ := benchStore(b)
 	ctx := b.Context()
-	for _, mode := range []string{"whole", "streamed"} {
+	for _, mode := range []string{"streamed"} {
 		b.Run(mode, func(b *testing.B) {
-			var st store.Store = open()
-			if mode == "whole" {
-				st = wholeSnapshot{st}
-			}
+			st := open()
 			inUse := func() int64 {
 				s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 				metrics.Read(s)
@@ -317,8 +306,7 @@ func BenchmarkFollowerLoad(b *testing.B) {
 
 // BenchmarkFollowerWatch: watches on a replica among others, on etcd
 // holding 95,000 allocations in 10 pools (50,000 in pool-0, 5,000 in each
-// other), of every pool and of pool-0: the store or the pool decoded
-// whole for the watch (as before) against read a chunk at a time.
+// other), of every pool and of pool-0, read a chunk at a time.
 // held-MB is the most heap the watch held while it was sent, above what
 // the replica held before it (live heap after a collection a quarter,
 // half and three quarters of the way through).
@@ -331,7 +319,7 @@ func BenchmarkFollowerWatch(b *testing.B) {
 		for _, mode := range []struct {
 			name string
 			opts []allocation.Option
-		}{{"whole", []allocation.Option{allocation.WithWholeSnapshots()}}, {"paged", nil}} {
+		}{{"paged", nil}} {
 			b.Run(fmt.Sprintf("pool=%s/%s", pool, mode.name), func(b *testing.B) {
 				svc, err := allocation.New(ctx, allocation.Traced(open()), append([]allocation.Option{allocation.WithFollow()}, mode.opts...)...)
 				require.NoError(b, err)
@@ -399,14 +387,10 @@ func TestFollowerWatchesReadPagesTogether(t *testing.T) {
 	require.Positive(t, counted.pages.Load())
 }
 
-// wholeSnapshot hides a store's StreamSnapshot: the allocator loads it
-// from Snapshot.
-type wholeSnapshot struct{ store.Store }
-
 // TestStreamedLoadMatchesSnapshot: a replica that loads etcd's snapshot
-// as it is decoded (store.Streamer) holds what one that loads the whole
-// snapshot holds: every pool's allocations and counts, the quarantine
-// still in force, and nothing of a pool that has no record.
+// as it is decoded holds what the store's snapshot holds: every pool's
+// allocations, the quarantine still in force, and nothing of a pool that
+// has no record.
 func TestStreamedLoadMatchesSnapshot(t *testing.T) {
 	ctx := t.Context()
 	_, _, _, st := pagedReplicas(t)
@@ -419,23 +403,45 @@ func TestStreamedLoadMatchesSnapshot(t *testing.T) {
 
 	streamed, err := allocation.New(ctx, allocation.Traced(st))
 	require.NoError(t, err)
-	whole, err := allocation.New(ctx, allocation.Traced(wholeSnapshot{st}))
+	snap, err := st.Snapshot(ctx)
 	require.NoError(t, err)
-	require.Equal(t, whole.Pools(), streamed.Pools())
 	require.Equal(t, []string{"a", "b", "c"}, streamed.Pools())
-	for _, id := range streamed.Pools() {
-		w, err := whole.GetPool(id)
-		require.NoError(t, err)
-		s, err := streamed.GetPool(id)
-		require.NoError(t, err)
-		require.Equal(t, w, s, "pool %s", id)
+	var want []store.Allocation
+	for _, a := range snap.Allocations {
+		if a.Pool != "ghost" {
+			want = append(want, a)
+		}
 	}
-	wantList, _, err := whole.ListAllocations("-", allocation.Filter{}, allocation.Cursor{}, 10_000)
-	require.NoError(t, err)
+	for _, p := range snap.Pools {
+		v, err := streamed.GetPool(p.ID)
+		require.NoError(t, err)
+		require.Equal(t, p, v.Pool, "pool %s", p.ID)
+	}
 	gotList, _, err := streamed.ListAllocations("-", allocation.Filter{}, allocation.Cursor{}, 10_000)
 	require.NoError(t, err)
 	require.Len(t, gotList, 5340)
-	require.Equal(t, wantList, gotList)
+	require.Equal(t, want, gotList)
 	_, _, err = streamed.Allocate(ctx, decide.Request{Pool: "b", Owner: owner("wants-kept"), Address: kept})
 	require.ErrorIs(t, err, ipam.ErrInReuseDelay, "the quarantine holds")
+}
+
+// poolAt reads pool's allocations from st, page by page, at one revision.
+func poolAt(t *testing.T, st store.Store, pool string) (int64, []store.Allocation) {
+	t.Helper()
+	var (
+		rev   int64
+		out   []store.Allocation
+		after store.AllocationKey
+	)
+	for {
+		pg, err := st.PageAllocations(t.Context(), rev, pool, after, 0)
+		require.NoError(t, err)
+		rev = pg.Revision
+		out = append(out, pg.Allocations...)
+		if !pg.More {
+			return rev, out
+		}
+		last := pg.Allocations[len(pg.Allocations)-1]
+		after = store.AllocationKey{Pool: last.Pool, Address: last.Address}
+	}
 }

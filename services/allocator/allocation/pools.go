@@ -684,20 +684,14 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 		}
 		return events, nil
 	}
-	// Alone on its store, from memory; a follower, from the store: in
-	// pages where it keeps its revisions, else whole.
-	var take func(context.Context) (*poolSnapshot, error)
+	// Alone on its store, from memory; a follower, from the store in
+	// pages.
+	take := pagedSnapshot(s.store, pool)
 	switch {
 	case !s.follow && pool == "-":
 		take = s.heldSnapshotAll()
 	case !s.follow:
 		take = s.heldSnapshot(pool)
-	case !s.wholeSnapshots:
-		take = pagedSnapshot(s.store, pool)
-	case pool == "-":
-		take = storeSnapshot(s.store)
-	default:
-		take = storePoolSnapshot(s.store, pool)
 	}
 	key := pool
 	for fresh := false; ; fresh = true {

@@ -58,11 +58,9 @@ func (c *SnapshotChunk) Memo(key any, build func([]store.Allocation) any) any {
 	return v
 }
 
-// poolSnapshot is what a watch sends before its changes: a store
-// snapshot, with each pool's allocations picked out once, when a watch of
-// the pool first asks; views of held allocations (one pool's, or every
-// pool's in id order); or the store read at one revision (one pool's or
-// every pool's), a run of chunks at a time. Each is cut into chunks as
+// poolSnapshot is what a watch sends before its changes: views of held
+// allocations (one pool's, or every pool's in id order); or the store read
+// at one revision (one pool's or every pool's), a run of chunks at a time. Each is cut into chunks as
 // the first watch to get that far asks. The
 // snapshot holds its chunks weakly: the watches sending a chunk keep it
 // (and its encodings) alive, and one the collector took is cut again
@@ -70,7 +68,6 @@ func (c *SnapshotChunk) Memo(key any, build func([]store.Allocation) any) any {
 // holds a few chunks at a time, not a copy of the pool.
 type poolSnapshot struct {
 	rev int64
-	all []store.Allocation
 	// views are set for a snapshot taken from memory: one pool's, or the
 	// non-empty pools' in id order.
 	views []*held.View
@@ -83,7 +80,6 @@ type poolSnapshot struct {
 	compacted atomic.Bool
 
 	mu     sync.Mutex
-	byPool map[string][]store.Allocation
 	chunks map[string]*chunked
 }
 
@@ -115,9 +111,6 @@ type place struct {
 	// after is, in pages, the last allocation before the place.
 	after store.AllocationKey
 }
-
-// listed reports whether the snapshot holds its allocations in all.
-func (p *poolSnapshot) listed() bool { return p.views == nil && p.pages == nil }
 
 // cut reads the run that starts at from: of up to chunks chunks from the
 // pages, of one chunk from the views; and where the next run starts; more
@@ -199,10 +192,6 @@ func (c *chunked) add(run []store.Allocation, next place, more bool) {
 // chunk returns the snapshot's i-th chunk of pool, or false past the
 // last. Only reading a page can fail; ctx bounds it.
 func (p *poolSnapshot) chunk(ctx context.Context, pool string, i int) (*SnapshotChunk, bool, error) {
-	var all []store.Allocation
-	if p.listed() {
-		all = p.of(pool)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.chunks == nil {
@@ -212,13 +201,6 @@ func (p *poolSnapshot) chunk(ctx context.Context, pool string, i int) (*Snapshot
 	if c == nil {
 		c = &chunked{starts: []place{{}}}
 		p.chunks[pool] = c
-	}
-	if p.listed() {
-		n := (len(all) + ChunkSize - 1) / ChunkSize
-		for len(c.list) < n {
-			c.list = append(c.list, weak.Pointer[SnapshotChunk]{})
-		}
-		c.done = true
 	}
 	for len(c.list) <= i && !c.done {
 		run, next, more, err := p.cut(ctx, c.starts[len(c.list)], pageChunks)
@@ -234,11 +216,6 @@ func (p *poolSnapshot) chunk(ctx context.Context, pool string, i int) (*Snapshot
 		return ch, true, nil
 	}
 	// Collected: cut again.
-	if p.listed() {
-		ch := &SnapshotChunk{Allocations: all[i*ChunkSize : min((i+1)*ChunkSize, len(all))]}
-		c.list[i] = weak.Make(ch)
-		return ch, true, nil
-	}
 	// With the chunks after it, up to a run: every chunk but the last
 	// holds ChunkSize allocations, so the run's pieces are those chunks.
 	run, _, _, err := p.cut(ctx, c.starts[i], min(pageChunks, len(c.list)-i))
@@ -269,25 +246,6 @@ func (p *poolSnapshot) failed(err error) error {
 		p.compacted.Store(true)
 	}
 	return err
-}
-
-func (p *poolSnapshot) of(pool string) []store.Allocation {
-	if pool == "-" {
-		return p.all
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if got, ok := p.byPool[pool]; ok {
-		return got
-	}
-	var got []store.Allocation
-	for _, a := range p.all {
-		if a.Pool == pool {
-			got = append(got, a)
-		}
-	}
-	p.byPool[pool] = got
-	return got
 }
 
 // snapshotCall is one snapshot, shared by the watches that wait for it.
@@ -363,21 +321,10 @@ func (sn *snapshots) take(key string, c *snapshotCall, take func(context.Context
 	time.AfterFunc(reuse, forget)
 }
 
-// storeSnapshot decodes the whole store.
-func storeSnapshot(st store.Store) func(context.Context) (*poolSnapshot, error) {
-	return func(ctx context.Context) (*poolSnapshot, error) {
-		snap, err := st.Snapshot(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("watch snapshot: %w", err)
-		}
-		return &poolSnapshot{rev: snap.Revision, all: snap.Allocations, byPool: map[string][]store.Allocation{}}, nil
-	}
-}
-
 // pagedSnapshot reads pool's allocations ("-": every pool's) from the
 // store a chunk at a time, at the revision of the first: what a follower
-// does on a store that keeps its revisions (etcd), where
-// storeSnapshot and storePoolSnapshot would hold all of them while the
+// does, whose held state is not exact at any one revision (see
+// heldSnapshot), holding a run of pages, not all of them, while the
 // snapshot is sent. A watch that gets to a chunk after the store
 // compacted the revision ends (ErrRevisionTooOld) and starts again.
 func pagedSnapshot(pages store.Store, pool string) func(context.Context) (*poolSnapshot, error) {
@@ -396,19 +343,6 @@ func pagedSnapshot(pages store.Store, pool string) func(context.Context) (*poolS
 		c.add(pg.Allocations, next, more)
 		p.chunks = map[string]*chunked{pool: c}
 		return p, nil
-	}
-}
-
-// storePoolSnapshot reads one pool's allocations from the store: what a
-// follower does, whose held state is not exact at any one revision (see
-// heldSnapshot), without decoding the other pools.
-func storePoolSnapshot(st store.Store, pool string) func(context.Context) (*poolSnapshot, error) {
-	return func(ctx context.Context) (*poolSnapshot, error) {
-		rev, allocs, err := st.SnapshotPool(ctx, pool)
-		if err != nil {
-			return nil, fmt.Errorf("watch snapshot of pool %s: %w", pool, err)
-		}
-		return &poolSnapshot{rev: rev, all: allocs, byPool: map[string][]store.Allocation{pool: allocs}}, nil
 	}
 }
 

@@ -359,11 +359,6 @@ type Store interface {
 	// quarantine records. An error from pools or alloc ends it and is
 	// returned.
 	StreamSnapshot(ctx context.Context, pools func(pools []Pool, held []int) error, alloc func(*Allocation) error) (rev int64, quarantine []Quarantine, err error)
-	// SnapshotPool returns the allocations of one pool, in address order
-	// (IPv4 first), at the current revision, and that revision. It reads
-	// that pool's records only, where Snapshot decodes the whole store;
-	// a pool that does not exist has none.
-	SnapshotPool(ctx context.Context, pool string) (int64, []Allocation, error)
 	// Commit applies txn atomically and returns its revision, or
 	// ErrConflict when a condition failed.
 	Commit(ctx context.Context, txn Txn) (int64, error)

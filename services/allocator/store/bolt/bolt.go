@@ -559,52 +559,6 @@ func keyAfter(pool string, addr netip.Addr, after store.AllocationKey) bool {
 	return after.Address.Less(addr)
 }
 
-// SnapshotPool implements store.Store. It reads every record in the
-// transaction that reads the revision, and keeps the pool's: records are
-// filed by sequence number, and the address index in memory follows the
-// committer, not a read transaction. The allocator asks for it only as a
-// follower of a store that others write too (etcd); alone on a bolt file
-// it serves a pool's watches from memory.
-func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, nil, err
-	}
-	var (
-		rev int64
-		out []store.Allocation
-	)
-	err := s.view(func(tx *bbolt.Tx) error {
-		rev = int64(getUint64(tx.Bucket(bucketMeta), keyRevision))
-		c := tx.Bucket(bucketRecords).Cursor()
-		n := 0
-		for _, v := c.First(); v != nil; _, v = c.Next() {
-			if n++; n%(1<<16) == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			p, addr, val, err := record.SplitRecord(v)
-			if err != nil {
-				return err
-			}
-			if string(p) != pool {
-				continue
-			}
-			a, err := record.DecodeAllocation(pool, addr, val)
-			if err != nil {
-				return err
-			}
-			out = append(out, a)
-		}
-		sortAllocations(out)
-		return nil
-	})
-	if err != nil {
-		return 0, nil, fmt.Errorf("snapshot pool %s of %s: %w", pool, s.path, err)
-	}
-	return rev, out, nil
-}
-
 // order puts the allocations of a snapshot, read in the order of their
 // records, in the order of store.Snapshot: by pool, then address.
 // Records come in the order they were first written: each pool's mostly

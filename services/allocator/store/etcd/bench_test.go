@@ -108,7 +108,7 @@ func allocTxn(pool string, poolRev int64, i int) store.Txn {
 // BenchmarkWatchSnapshot compares what a watch of a small pool reads on
 // etcd beside a pool of 100,000 allocations: the whole store (Snapshot,
 // what a follower's watch decoded before) against the pool's own keys
-// (SnapshotPool).
+// (a page of the pool).
 func BenchmarkWatchSnapshot(b *testing.B) {
 	e := kubetest.StartEtcd(b)
 	s, err := etcd.Open(etcd.Config{Endpoints: e.Endpoints(), Prefix: freshPrefix()})
@@ -147,9 +147,9 @@ func BenchmarkWatchSnapshot(b *testing.B) {
 	b.Run("pool", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_, allocs, err := s.SnapshotPool(ctx, "small")
+			pg, err := s.PageAllocations(ctx, 0, "small", store.AllocationKey{}, small)
 			require.NoError(b, err)
-			require.Len(b, allocs, small)
+			require.Len(b, pg.Allocations, small)
 		}
 	})
 }

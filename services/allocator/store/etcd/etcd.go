@@ -256,27 +256,6 @@ func keyed(fn func(*mvccpb.KeyValue) error) func(*mvccpb.KeyValue) error {
 	}
 }
 
-// SnapshotPool implements store.Store: the pool's allocation keys, read
-// in windows at the revision of the first read.
-func (s *Store) SnapshotPool(ctx context.Context, pool string) (int64, []store.Allocation, error) {
-	if s.isClosed() {
-		return 0, nil, store.ErrClosed
-	}
-	var out []store.Allocation
-	r := s.ranger(s.k.prefix+keyAllocs, 0)
-	within := s.k.poolAllocs(pool)
-	if _, _, err := r.read(ctx, within, rangeEnd(within), 0, keyed(func(kv *mvccpb.KeyValue) error {
-		a, err := decodeAlloc(kv.Value, kv.ModRevision)
-		if err == nil {
-			out = append(out, a)
-		}
-		return err
-	})); err != nil {
-		return 0, nil, s.readError(ctx, "snapshot pool "+pool, err)
-	}
-	return r.rev, out, nil
-}
-
 // scan calls fn for every key under prefix, in key order, at revision rev
 // (the current one when 0), and returns the revision it read at.
 func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
