@@ -307,6 +307,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req decide.Request) (store
 		return store.Allocation{}, false, err
 	}
 	now := s.now()
+	key := req.Owner.Key() // before the lock, which every call of the pool waits for
 	ps.mu.Lock()
 	if err := ps.gate.pass(ctx, &ps.mu); err != nil {
 		ps.mu.Unlock()
@@ -317,7 +318,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req decide.Request) (store
 		return store.Allocation{}, false, err
 	}
 	held, heldRec := ps.holding(req.Owner)
-	pending := ps.pending[req.Owner.Key()]
+	pending := ps.pending[key]
 	step, err := decide.Allocate(req, held, pending != nil)
 	switch {
 	case err != nil:
@@ -345,7 +346,7 @@ func (s *Allocator) allocateOnce(ctx context.Context, req decide.Request) (store
 		}
 		return pending.alloc, false, nil
 	}
-	return s.reserveAndCommit(ctx, ps, req, now)
+	return s.reserveAndCommit(ctx, ps, req, key, now)
 }
 
 // holding returns what ps holds for owner, for a decision, and its
@@ -367,15 +368,14 @@ func (ps *poolState) holdingOf(a store.Allocation) *decide.Holding {
 }
 
 // reserveAndCommit takes an address for req in the index and commits it,
-// with req's request record if any; concurrent requests of the owner wait
-// for its answer meanwhile. The caller holds ps.mu; it is released.
-func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req decide.Request, now time.Time) (store.Allocation, bool, error) {
+// with req's request record if any; concurrent requests of the owner (key)
+// wait for its answer meanwhile. The caller holds ps.mu; it is released.
+func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req decide.Request, key string, now time.Time) (store.Allocation, bool, error) {
 	addr, err := reserve(ps, req, now, "address")
 	if err != nil {
 		ps.mu.Unlock()
 		return store.Allocation{}, false, err
 	}
-	key := req.Owner.Key()
 	p := &pendingAlloc{done: make(chan struct{})}
 	ps.pending[key] = p
 	poolRev := ps.rec.Revision
