@@ -69,8 +69,14 @@ func decodePool(v []byte, rev int64) (store.Pool, error) {
 	}, nil
 }
 
-// encodeAlloc returns the value of a.
-func encodeAlloc(a *store.Allocation) string { return mustJSON(allocValueOf(a)) }
+// encodeAlloc returns the value of a: what encoding/json writes for its
+// allocValue, written without reflection when it can be (appendAllocValue).
+func encodeAlloc(a *store.Allocation) string {
+	if b, ok := appendAllocValue(make([]byte, 0, 256), a); ok {
+		return string(b)
+	}
+	return mustJSON(allocValueOf(a))
+}
 
 func allocValueOf(a *store.Allocation) allocValue {
 	o := a.Owner
@@ -80,11 +86,17 @@ func allocValueOf(a *store.Allocation) allocValue {
 	}
 }
 
-// decodeAlloc reads the value of an allocation written at rev.
-func decodeAlloc(v []byte, rev int64) (store.Allocation, error) {
-	var av allocValue
-	if err := json.Unmarshal(v, &av); err != nil {
-		return store.Allocation{}, fmt.Errorf("decode allocation: %w", err)
+func decodeAlloc(v []byte, rev int64) (store.Allocation, error) { return decodeAllocWith(v, rev, nil) }
+
+// decodeAllocWith is decodeAlloc sharing repeated strings with last (see
+// allocDecoder).
+func decodeAllocWith(v []byte, rev int64, last *allocStrings) (store.Allocation, error) {
+	av, ok := parseAllocValueWith(v, last)
+	if !ok {
+		av = allocValue{}
+		if err := json.Unmarshal(v, &av); err != nil {
+			return store.Allocation{}, fmt.Errorf("decode allocation: %w", err)
+		}
 	}
 	o := av.Owner
 	return store.Allocation{

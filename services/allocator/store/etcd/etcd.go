@@ -215,8 +215,9 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []i
 	for i, p := range ps {
 		ids[i] = p.ID // in key order, which is the order of their segments
 	}
+	var dec allocDecoder
 	if err := s.scanPools(ctx, s.k.prefix+keyAllocs, rev, ids, func(kv *mvccpb.KeyValue) error {
-		a, err := decodeAlloc(kv.Value, kv.ModRevision)
+		a, err := dec.decode(kv.Value, kv.ModRevision)
 		if err != nil {
 			return err
 		}
@@ -323,8 +324,9 @@ func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, fro
 		r.bound = s.poolsAt(base, rev)
 	}
 	pg := store.Page{Allocations: make([]store.Allocation, 0, limit)}
+	var dec allocDecoder
 	_, more, err := r.read(ctx, start, rangeEnd(within), limit, keyed(func(kv *mvccpb.KeyValue) error {
-		a, err := decodeAlloc(kv.Value, kv.ModRevision)
+		a, err := dec.decode(kv.Value, kv.ModRevision)
 		if err == nil {
 			pg.Allocations = append(pg.Allocations, a)
 		}

@@ -179,6 +179,8 @@ type watcher struct {
 	// drain is set once the store is closing, and closed at the deadline
 	// by which the watcher gives up delivering.
 	drain chan struct{}
+	// dec decodes the allocations of its events, in turn.
+	dec allocDecoder
 }
 
 func (w *watcher) run(wch clientv3.WatchChan) {
@@ -268,7 +270,7 @@ func (w *watcher) deliver(evs []*clientv3.Event) bool {
 			continue
 		}
 		w.seen = ev.Kv.ModRevision
-		e, ok, err := w.s.convert(ev)
+		e, ok, err := w.s.convert(ev, &w.dec)
 		if err != nil {
 			// A value this store cannot read: the watcher cannot go on
 			// with a gap, so it ends and the caller re-lists.
@@ -287,7 +289,7 @@ func (w *watcher) deliver(evs []*clientv3.Event) bool {
 
 // convert turns one etcd event into a store event; ok=false for keys that
 // make none.
-func (s *Store) convert(ev *clientv3.Event) (store.Event, bool, error) {
+func (s *Store) convert(ev *clientv3.Event, dec *allocDecoder) (store.Event, bool, error) {
 	p, err := s.k.parse(string(ev.Kv.Key))
 	if err != nil {
 		return store.Event{}, false, err
@@ -309,14 +311,14 @@ func (s *Store) convert(ev *clientv3.Event) (store.Event, bool, error) {
 		return store.Event{Type: store.EventDeletePool, Revision: rev, Pool: &pool}, true, nil
 	case kindAlloc:
 		if put {
-			a, err := decodeAlloc(ev.Kv.Value, rev)
+			a, err := dec.decode(ev.Kv.Value, rev)
 			return store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: &a}, true, err
 		}
 		// Without the previous value (compacted away), the key still
 		// says which address was freed.
 		a := store.Allocation{Pool: p.pool, Address: p.addr}
 		if ev.PrevKv != nil {
-			if a, err = decodeAlloc(ev.PrevKv.Value, ev.PrevKv.ModRevision); err != nil {
+			if a, err = dec.decode(ev.PrevKv.Value, ev.PrevKv.ModRevision); err != nil {
 				return store.Event{}, false, err
 			}
 		}
