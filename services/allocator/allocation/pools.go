@@ -406,16 +406,14 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 		s.mu.Unlock()
 		return 0, err
 	}
-	n := ps.held.Len() + len(ps.pending)
-	if n > 0 && !force {
+	how, err := decide.DeletePool(id, ps.held.Len(), len(ps.pending), force, ps.deletion != nil, s.deleteChunk)
+	if err != nil {
 		ps.mu.Unlock()
 		s.mu.Unlock()
-		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, decide.ErrPoolNotEmpty)
+		return 0, err
 	}
-	if force && (ps.deletion != nil || ps.held.Len() > s.deleteChunk) {
-		// One commit of them all would be one revision of as many
-		// events, which every replica and watcher takes in at once
-		// (see drain). Other pools' requests go on meanwhile.
+	if how == decide.DeleteInChunks {
+		// Other pools' requests go on meanwhile (see drain).
 		d, err := s.startDeletion(ctx, id, ps)
 		ps.mu.Unlock()
 		s.mu.Unlock()
@@ -429,7 +427,7 @@ func (s *Allocator) deletePool(ctx context.Context, id, etag string, force bool)
 			return 0, fmt.Errorf("delete pool %s: the deletion goes on after this call, the pool marked deleting until it is done: %w", id, ctx.Err())
 		}
 	}
-	n, err = s.deleteLocked(ctx, id, ps, force)
+	n, err := s.deleteLocked(ctx, id, ps, force)
 	deleting := ps.rec.Deleting
 	ps.mu.Unlock()
 	s.mu.Unlock()

@@ -193,3 +193,31 @@ func TestCheckEtag(t *testing.T) {
 	require.NoError(t, CheckEtag("pool p", 5, "5"))
 	require.ErrorIs(t, CheckEtag("pool p", 5, "4"), ErrEtagMismatch)
 }
+
+func TestDeletePool(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		held, inFlight, chunk int
+		force, underWay       bool
+		want                  Deletion
+		wantErr               error
+	}{
+		{name: "empty", chunk: 10, want: DeleteAtOnce},
+		{name: "holds some, not forced", held: 3, chunk: 10, wantErr: ErrPoolNotEmpty},
+		{name: "one in flight, not forced", inFlight: 1, chunk: 10, wantErr: ErrPoolNotEmpty},
+		{name: "forced, within a chunk", held: 10, chunk: 10, force: true, want: DeleteAtOnce},
+		{name: "forced, beyond a chunk", held: 11, chunk: 10, force: true, want: DeleteInChunks},
+		{name: "forced, a deletion under way", held: 2, chunk: 10, force: true, underWay: true, want: DeleteInChunks},
+		{name: "not forced, empty, a deletion under way", chunk: 10, underWay: true, want: DeleteAtOnce},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DeletePool("p", tc.held, tc.inFlight, tc.force, tc.underWay, tc.chunk)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -48,4 +49,33 @@ func Removed(from, to []netip.Prefix) []netparse.Range {
 		return out
 	}
 	return netparse.Subtract(rs(from), rs(to))
+}
+
+// Deletion is how a pool deletion goes.
+type Deletion int
+
+// Deletions.
+const (
+	// DeleteAtOnce: one commit deletes the pool with whatever it holds.
+	DeleteAtOnce Deletion = iota + 1
+	// DeleteInChunks: the pool is marked deleting and its allocations
+	// are released a chunk per commit before the pool goes, so that no
+	// commit is one revision of a million events that every replica and
+	// watcher takes in at once.
+	DeleteInChunks
+)
+
+// DeletePool decides how a pool that holds held allocations (and has
+// inFlight more being committed) is deleted: refused without force while
+// it holds any (ErrPoolNotEmpty); in chunks when forced beyond chunk
+// allocations, or when a deletion in chunks is under way already (the
+// call takes it over); at once otherwise.
+func DeletePool(id string, held, inFlight int, force, underWay bool, chunk int) (Deletion, error) {
+	if n := held + inFlight; n > 0 && !force {
+		return 0, fmt.Errorf("pool %s holds %d allocations; use force: %w", id, n, ErrPoolNotEmpty)
+	}
+	if force && (underWay || held > chunk) {
+		return DeleteInChunks, nil
+	}
+	return DeleteAtOnce, nil
 }
