@@ -243,13 +243,3 @@ func (w *watcher) next(t testing.TB, timeout time.Duration) *membershipv1.WatchS
 	}
 	return nil
 }
-
-// quiet fails the test if an event arrives within d.
-func (w *watcher) quiet(t testing.TB, d time.Duration) {
-	t.Helper()
-	select {
-	case ev := <-w.events:
-		t.Fatalf("unexpected event: %v", ev)
-	case <-time.After(d):
-	}
-}

@@ -63,7 +63,11 @@ func testExportStatus(ctx context.Context, t *testing.T, e *env) {
 
 	export("nothing")
 	conditions("nothing", map[string]string{"Valid": "NoService", "Ready": "Failed"})
-	w.quiet(t, 500*time.Millisecond) // neither is in the exported-only stream
+	// Neither is in the exported-only stream: the next event is that of
+	// a Service exported after them.
+	e.service(t, ctx, ns, "marker", map[string]string{"app": "marker"}, "http")
+	export("marker")
+	require.Equal(t, "namespaces/"+ns+"/services/marker", w.next(t, evTimeout).GetEndpoints().GetService())
 
 	se, err := exports.Get(ctx, "external", metav1.GetOptions{})
 	require.NoError(t, err)

@@ -35,12 +35,11 @@ import (
 )
 
 const (
-	upsertEv   = membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT
-	deleteEv   = membershipv1.WatchEventType_WATCH_EVENT_TYPE_DELETE
-	snapStart  = membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START
-	snapEnd    = membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END
-	evTimeout  = 10 * time.Second
-	shortQuiet = 300 * time.Millisecond
+	upsertEv  = membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT
+	deleteEv  = membershipv1.WatchEventType_WATCH_EVENT_TYPE_DELETE
+	snapStart = membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START
+	snapEnd   = membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END
+	evTimeout = 10 * time.Second
 )
 
 // TestMembership runs membership in-process against a real kube-apiserver
@@ -192,7 +191,8 @@ func testPodLifecycle(ctx context.Context, t *testing.T, e *env) position {
 	e.pod(t, ctx, ns, "web-0", map[string]string{"app": "web"}, 8080)
 	e.pod(t, ctx, ns, "other", map[string]string{"app": "other"}, 8080)
 	e.podStatus(t, ctx, ns, "other", "10.1.0.9", true)
-	w.quiet(t, shortQuiet)
+	// The first step below requires its change to be the next event: an
+	// event of these would come before it and fail that step.
 
 	steps := []struct {
 		name   string
@@ -223,7 +223,8 @@ func testPodLifecycle(ctx context.Context, t *testing.T, e *env) position {
 		require.Equal(t, start.GetEpoch(), ev.GetEpoch())
 		rev, last = ev.GetRevision(), ev
 	}
-	w.quiet(t, shortQuiet)
+	// Nothing after the last step: testResume, from this position,
+	// requires exactly the events of its own changes.
 	require.Equal(t, clusterName, last.GetEndpoints().GetCluster())
 
 	got, err := e.api.ListServicesForWorkload(ctx, &membershipv1.ListServicesForWorkloadRequest{Workload: "namespaces/" + ns + "/pods/other"})
@@ -265,7 +266,7 @@ func testResume(ctx context.Context, t *testing.T, e *env, from position) {
 		rev = ev.GetRevision()
 	}
 	require.Equal(t, map[string][]string{web: wantWeb, api: wantAPI}, got)
-	w.quiet(t, shortQuiet)
+	// Nothing more was missed: the next event is that of the change below.
 
 	// Live again.
 	e.podStatus(t, ctx, ns, "web-1", "10.1.0.2", false)
@@ -353,7 +354,11 @@ func testBurst(ctx context.Context, t *testing.T, e *env) {
 	}
 	t.Logf("%d pod changes, %d events", pods, events)
 	require.Less(t, events, pods/2, "a burst is coalesced")
-	w.quiet(t, shortQuiet)
+	// Nothing trails the burst: the next event is that of one more change.
+	e.podStatus(t, ctx, ns, "web-00", "10.2.0.1", false)
+	ev := w.next(t, evTimeout)
+	require.Equal(t, upsertEv, ev.GetType())
+	require.Contains(t, endpointsOf(ev.GetEndpoints()), "Pod/web-00 10.2.0.1 8080 ready=false serving=false")
 }
 
 func register(ctx context.Context, e *env, w *membershipv1.Workload) (*membershipv1.RegisterWorkloadResponse, error) {
@@ -398,7 +403,8 @@ func testHeartbeatTTL(ctx context.Context, t *testing.T, e *env) {
 		stopped = time.Now()
 		require.Equal(t, ttl/3, hb.GetNextHeartbeat().AsDuration())
 	}
-	w.quiet(t, shortQuiet)
+	// No event while heartbeats came: the next one must be the expiry,
+	// not before the TTL has passed.
 
 	// Then they stop: not ready once the TTL has passed, not before.
 	ev = expectUpsert(t, w, vm, ev.GetRevision())
