@@ -229,7 +229,9 @@ func TestRetryWithRequestIDAcrossASlowLink(t *testing.T) {
 		_, err := ca.Allocate(cctx, req)
 		ccancel()
 		require.Error(t, err, "the call through the slow link times out")
-		// Let a commit that was on its way land (or not) before the retry.
+		// The timing under test: a commit that was on its way lands (or
+		// not) before the retry. No assertion waits on it: whichever way
+		// the round went, the checks below hold.
 		time.Sleep(4 * r.delay)
 		held, err := ownerHolds(ctx, cb, owner.GetName())
 		require.NoError(t, err)
@@ -383,7 +385,7 @@ func TestRetryAfterDroppedTraffic(t *testing.T) {
 		cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		_, err := ca.Allocate(cctx, req)
 		ccancel()
-		time.Sleep(time.Second) // a commit on its way lands
+		time.Sleep(time.Second) // the timing under test: a commit on its way lands first, or does not; every check holds both ways
 		held := owns(cb, req.GetOwner().GetName())
 		resp, rerr := cb.Allocate(ctx, req)
 		require.NoError(t, rerr)
