@@ -284,7 +284,7 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 	require.Len(t, f.e.slicesOf(t, "shop", "web"), 1)
 	f.east.Set(endpointsWith(second))
 	f.settled(t, second, "B did not write the second change")
-	w := f.watchSlices(t)
+	before := resourceVersions(f.e.slicesOf(t, "shop", "web"))
 
 	// A wakes: its held requests go out as they were.
 	f.pauseA.resume()
@@ -303,26 +303,15 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 	t.Logf("A's held requests: %v", f.pauseA.all())
 	require.Eventually(t, func() bool { return !leading(t, f.a.registry) }, waitFor, tick, "A still leads after it woke")
 
-	// For a while after A woke, nothing touches the slices and they keep
+	// Nothing touched the slices after A woke: with A no longer leading
+	// and B idle, they are at the versions they had before A woke, with
 	// B's content.
-	deadline := time.After(3 * time.Second)
-	for done := false; !done; {
-		select {
-		case ev := <-w.ResultChan():
-			s, _ := ev.Object.(*discovery.EndpointSlice)
-			var ready map[string]bool
-			if s != nil {
-				ready, _ = readiness([]discovery.EndpointSlice{*s})
-			}
-			t.Fatalf("the slices changed after A woke: %s %v", ev.Type, ready)
-		case <-time.After(100 * time.Millisecond):
-			ready, twice := readiness(f.e.slicesOf(t, "shop", "web"))
-			require.Equal(t, second, ready)
-			require.Empty(t, twice)
-		case <-deadline:
-			done = true
-		}
-	}
+	idle(t, f.b)
+	after := f.e.slicesOf(t, "shop", "web")
+	require.Equal(t, before, resourceVersions(after), "the slices changed after A woke")
+	ready, twice := readiness(after)
+	require.Equal(t, second, ready)
+	require.Empty(t, twice)
 	require.True(t, leading(t, f.b.registry))
 }
 
@@ -391,4 +380,13 @@ func TestPausedLeaderStaleCreateIsCleanedUp(t *testing.T) {
 	ready, twice := readiness(f.e.slicesOf(t, "shop", "web"))
 	require.Equal(t, second, ready)
 	require.Empty(t, twice)
+}
+
+// resourceVersions are the slices' resourceVersions by name.
+func resourceVersions(slices []discovery.EndpointSlice) map[string]string {
+	out := make(map[string]string, len(slices))
+	for _, s := range slices {
+		out[s.Name] = s.ResourceVersion
+	}
+	return out
 }
