@@ -134,6 +134,8 @@ func TestGroupJoinMoveLeave(t *testing.T) {
 		require.False(t, st[1].LeftAt.IsZero())
 		require.Nil(t, st[1].Runner)
 		require.Empty(t, rec.goneList(), "gone only once the grace has passed")
+		// The bubble's fake clock: each Sleep moves it on at once, and
+		// synctest.Wait then waits for what the grace timers do.
 		time.Sleep(grace)
 		synctest.Wait()
 		require.Equal(t, []string{"west"}, rec.goneList())

@@ -105,15 +105,7 @@ func RequireCoreDNS(t testing.TB) string {
 func requireCoreDNS(t testing.TB, short bool) string {
 	t.Helper()
 	path, err := FindCoreDNS()
-	if err == nil {
-		return path
-	}
-	if short {
-		t.Skipf("skipping in -short: %v", err)
-		return ""
-	}
-	t.Fatalf("%v (or run go test -short to skip the tests that need it)", err)
-	return ""
+	return required(t, short, path, err)
 }
 
 // FindBinaries returns the binaries named by PLEXUS_KUBE_BIN, else those in
@@ -157,13 +149,21 @@ func RequireBinaries(t testing.TB) Binaries {
 func requireBinaries(t testing.TB, short bool) Binaries {
 	t.Helper()
 	b, err := FindBinaries()
-	if err == nil {
-		return b
-	}
-	if short {
+	return required(t, short, b, err)
+}
+
+// required returns v when err is nil. Otherwise what the test needs is
+// missing: the test fails with err, which names what builds it, or under
+// -short (short) it is skipped.
+func required[T any](t testing.TB, short bool, v T, err error) T {
+	t.Helper()
+	switch {
+	case err == nil:
+		return v
+	case short:
 		t.Skipf("skipping in -short: %v", err)
-		return Binaries{}
+	default:
+		t.Fatalf("%v (or run go test -short to skip the tests that need it)", err)
 	}
-	t.Fatalf("%v (or run go test -short to skip the tests that need them)", err)
-	return Binaries{}
+	return v
 }

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		os.Stdout.WriteString("ignoring SIGTERM\n")
-		time.Sleep(time.Minute) // a child that will not stop: what the test kills
+		time.Sleep(time.Minute) // the child's own life, until the test kills it (at most a minute if it does not)
 		os.Exit(3)
 	case "exit":
 		os.Stdout.WriteString("bind: address already in use\n")
