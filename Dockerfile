@@ -1,14 +1,15 @@
 # One multi-stage build with a target per service. Images are named
 # plexus/<service>:<tag>, as deploy/ and docker-compose.yaml use them;
 # `make images` builds all of them (IMAGE_PREFIX, IMAGE_TAG), or one:
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --target allocator -t plexus/allocator:latest .
+#   docker build --build-arg COMMIT=$(git rev-parse --short=12 HEAD) --target allocator -t plexus/allocator:latest .
+# The release is the VERSION file, which the build embeds.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=unknown
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/plexusnet/plexus/internal/server.version=${VERSION}" -o /out/ \
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/plexusnet/plexus/internal/version.commit=${COMMIT}" -o /out/ \
       ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl \
       ./internal/testing/kubetest/cmd/localkube
 

@@ -18,8 +18,10 @@ SERVICES := allocator membership importer repair
 SECURE ?=
 # make demo ALLOCATOR_STORE=etcd: two allocator replicas on etcd instead of one on bolt.
 ALLOCATOR_STORE ?= bolt
-# The version stamped into the binaries (--version, plexusctl status).
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+# The release the binaries are (the VERSION file, which the build embeds) and
+# the commit stamped into them (--version, plexusctl version and status).
+VERSION := $(shell cat VERSION)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -modified)
 # Where make certs writes the CA and the certificates.
 CERTS_DIR ?= .certs
 # Images are $(IMAGE_PREFIX)<service>:$(IMAGE_TAG), as deploy/ and
@@ -81,7 +83,7 @@ lint: tools ## buf lint, buf breaking against main, gofmt, go vet, docker-compos
 build: ## Build the four services and plexusctl into bin/.
 	@mkdir -p bin
 	@echo "==> building the Plexus binaries into bin/ (2-5 minutes the first time, seconds after)"
-	@CGO_ENABLED=0 hack/gobuild.sh "plexus binaries" -ldflags "-X github.com/plexusnet/plexus/internal/server.version=$(VERSION)" -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/testing/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
+	@CGO_ENABLED=0 hack/gobuild.sh "plexus binaries" -ldflags "-X github.com/plexusnet/plexus/internal/version.commit=$(COMMIT)" -o bin/ ./services/allocator ./services/membership ./services/importer ./services/repair ./clients/plexusctl ./internal/testing/kubetest/cmd/localkube ./hack/demokube ./hack/tracedump
 	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test
@@ -102,7 +104,7 @@ bench: ## Benchmarks of the pure cores and against peer implementations (see BEN
 images: ## Build the container images $(IMAGE_PREFIX){allocator,membership,importer,repair,localkube}:$(IMAGE_TAG) (needs a Docker engine).
 	@for t in $(SERVICES) localkube; do \
 		echo "==> $(IMAGE_PREFIX)$$t:$(IMAGE_TAG)"; \
-		docker build --build-arg VERSION=$(VERSION) --target $$t -t $(IMAGE_PREFIX)$$t:$(IMAGE_TAG) . || exit 1; \
+		docker build --build-arg COMMIT=$(COMMIT) --target $$t -t $(IMAGE_PREFIX)$$t:$(IMAGE_TAG) . || exit 1; \
 	done
 
 .PHONY: certs

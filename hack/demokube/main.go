@@ -47,11 +47,18 @@ import (
 	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/internal/testing/dataplane"
+	"github.com/plexusnet/plexus/internal/version"
 )
 
+const usage = "usage: demokube seed|namespace|set-ready|scale|show|wait|export|dns|delete-workload|request [flags]"
+
 func main() {
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("demokube"))
+		return
+	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demokube seed|namespace|set-ready|scale|show|wait|export|dns|delete-workload|request [flags]")
+		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -71,6 +78,12 @@ func main() {
 	count := fs.Int("count", 6, "connections to open (request)")
 	expectFail := fs.Bool("expect-fail", false, "succeed only when every connection fails (request)")
 	expectFrom := fs.String("expect-from", "", "comma-separated clusters that must each answer at least once (request)")
+	if help := os.Args[1]; help == "-h" || help == "--help" || help == "help" {
+		fmt.Println(usage + "\n\nflags (each command reads those it names):")
+		fs.SetOutput(os.Stdout)
+		fs.PrintDefaults()
+		return
+	}
 	_ = fs.Parse(os.Args[2:])
 	if os.Args[1] == "dns" {
 		if err := dig(*server, fs.Args(), *timeout); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/testing/otlpsink"
 	"github.com/plexusnet/plexus/internal/traceview"
+	"github.com/plexusnet/plexus/internal/version"
 )
 
 const usage = `usage: tracedump serve|flow [flags]
@@ -34,6 +35,10 @@ const usage = `usage: tracedump serve|flow [flags]
 flags:`
 
 func main() {
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("tracedump"))
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		out, code := os.Stderr, 2
 		if len(os.Args) >= 2 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -13,6 +12,7 @@ import (
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/gctune"
 	"github.com/plexusnet/plexus/internal/telemetry"
+	"github.com/plexusnet/plexus/internal/version"
 )
 
 // Runtime is what a service's setup function gets: its configuration, its
@@ -69,21 +69,9 @@ func SpecOf[O any, P Flags[O]](svc config.Service, short string, defaults func()
 	}
 }
 
-// Version is the version the binary was built as: the one stamped at build
-// time, else the module version Go recorded, else "(devel)".
-func Version() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
-
-// version is stamped at build time (`make build` sets it to `git describe
-// --tags --always --dirty` with -ldflags -X); empty in a plain go build.
-var version string
+// Version is the release the binary was built as (the VERSION file; see
+// package version, which also knows the commit).
+func Version() string { return version.Version() }
 
 // Command returns the root command of a service: the common flags (with
 // their PLEXUS_* environment variables), the service's own flags, and a run
@@ -94,7 +82,7 @@ func Command(spec Spec) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:           "plexus-" + spec.Service.Name,
 		Short:         spec.Short,
-		Version:       Version(),
+		Version:       version.String(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -144,7 +132,7 @@ func run(ctx context.Context, cfg *config.Common, spec Spec) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("starting", "service", spec.Service.Name, "version", Version())
+	logger.Info("starting", "service", spec.Service.Name, "version", Version(), "commit", version.Commit())
 	err = srv.Run(ctx)
 	cancel()
 	if cleanup != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/telemetry"
 	"github.com/plexusnet/plexus/internal/tlsconf"
+	"github.com/plexusnet/plexus/internal/version"
 )
 
 // Server is one Plexus service's gRPC server and its HTTP side port.
@@ -103,7 +104,7 @@ func (s *Server) AddHealthInfo(key string, fn func() string) {
 // answers.
 func (s *Server) healthHeaders(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if isHealthMethod(info.FullMethod) {
-		md := metadata.Pairs(HeaderVersion, Version())
+		md := metadata.Pairs(HeaderVersion, version.String())
 		for _, i := range s.info {
 			if v := i.fn(); v != "" {
 				md.Append(i.key, v)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/apierr"
 	"github.com/plexusnet/plexus/internal/dial"
-	"github.com/plexusnet/plexus/internal/server"
+	"github.com/plexusnet/plexus/internal/version"
 )
 
 // globals are the flags every command shares.
@@ -47,7 +47,7 @@ func NewRoot(out io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "plexusctl",
 		Short:         "Drive the Plexus services: allocator, membership, importer and repair",
-		Version:       server.Version(),
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -73,7 +73,7 @@ func NewRoot(out io.Writer) *cobra.Command {
 	root.AddCommand(workloadCmd(g), membersCmd(g))
 	root.AddCommand(importsCmd(g), repairCmd(g), statusCmd(g), traceCmd(g))
 	root.AddCommand(certsCmd(), crdsCmd(), clustersCmd(g))
-	root.AddCommand(configCmd(g))
+	root.AddCommand(configCmd(g), versionCmd())
 	return root
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/plexusnet/plexus/internal/config"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/internal/testing/servertest"
+	"github.com/plexusnet/plexus/internal/version"
 )
 
 // TestStatus runs status against one server of the shared runtime that
@@ -47,7 +48,7 @@ func TestStatus(t *testing.T) {
 	require.Len(t, got, 4)
 	for _, s := range got {
 		require.Equal(t, "SERVING", s["status"], s)
-		require.Equal(t, server.Version(), s["version"])
+		require.Equal(t, version.String(), s["version"])
 		require.Equal(t, "replica-7", s["leader"])
 	}
 
@@ -109,14 +110,20 @@ func TestUnknownOutputFormatCallsNothing(t *testing.T) {
 	require.ErrorContains(t, err, `"jsn"`)
 }
 
-// TestVersion: --version prints the version the binary was stamped with
-// (make build sets it from git describe), and exits cleanly.
+// TestVersion: --version and the version command print the release of the
+// VERSION file and the commit, and exit cleanly.
 func TestVersion(t *testing.T) {
-	var out bytes.Buffer
-	root := NewRoot(&out)
-	root.SetArgs([]string{"--version"})
-	require.NoError(t, root.Execute())
-	require.Equal(t, "plexusctl version "+server.Version()+"\n", out.String())
+	for args, want := range map[string]string{
+		"--version": "plexusctl version " + version.String() + "\n",
+		"version":   "plexusctl " + version.String() + "\n",
+	} {
+		var out bytes.Buffer
+		root := NewRoot(&out)
+		root.SetArgs([]string{args})
+		require.NoError(t, root.Execute())
+		require.Equal(t, want, out.String())
+		require.Contains(t, out.String(), version.Version())
+	}
 }
 
 // TestWatchOutputHeaderOnce: a watch prints its table header once, not

@@ -33,12 +33,17 @@ import (
 	"github.com/plexusnet/plexus/internal/atomicfile"
 	"github.com/plexusnet/plexus/internal/testing/dataplane"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
+	"github.com/plexusnet/plexus/internal/version"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("localkube"))
+		return
+	}
 	if err := run(ctx, os.Args[1:], os.Stdout, log); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // the usage is printed; asking for it is no failure
