@@ -55,15 +55,16 @@ coredns: ## Build and cache CoreDNS (kubernetes plugin with multicluster) for th
 	@hack/coredns.sh >/dev/null
 
 .PHONY: generate
-generate: tools ## Regenerate Go code from the protos and the CRD manifests.
+generate: tools ## Regenerate the Go and Python code from the protos, and the CRD manifests.
 	buf generate
 	buf build --as-file-descriptor-set -o api/apidesc/plexus.binpb
 	hack/generate-crds.sh
+	hack/generate-python.sh
 
 .PHONY: check-generated
 check-generated: generate ## Fail when checked-in generated code is stale.
-	@git diff --exit-code --stat -- api deploy/crds || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api deploy/crds)" || { git status --porcelain -- api deploy/crds; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
+	@git diff --exit-code --stat -- api deploy/crds clients/python || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy/crds clients/python)" || { git status --porcelain -- api deploy/crds clients/python; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
 .PHONY: docs
 docs: ## Regenerate the flag and metric references (docs/flags.md, docs/metrics.md) from the code.
