@@ -463,12 +463,15 @@ func (s *Allocator) deleteLocked(ctx context.Context, id string, ps *poolState, 
 }
 
 // Filter selects allocations by owner fields; empty fields match all.
+// Scope, when set, keeps only the owners of that cluster and of none
+// (what a cluster-bound caller may see, decide.Access.List).
 type Filter struct {
 	Cluster, Kind, Namespace, Name, UID string
+	Scope                               string
 }
 
 func (f Filter) match(o decide.Owner) bool {
-	return (f.Cluster == "" || f.Cluster == o.Cluster) && (f.Kind == "" || f.Kind == o.Kind) &&
+	return (f.Scope == "" || o.Cluster == "" || o.Cluster == f.Scope) && (f.Cluster == "" || f.Cluster == o.Cluster) && (f.Kind == "" || f.Kind == o.Kind) &&
 		(f.Namespace == "" || f.Namespace == o.Namespace) && (f.Name == "" || f.Name == o.Name) &&
 		(f.UID == "" || f.UID == o.UID)
 }

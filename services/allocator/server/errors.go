@@ -37,6 +37,10 @@ var errorTable = apierr.Table{
 	{Err: decide.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
 	{Err: decide.ErrStoreUnavailable, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE"},
 	{Err: decide.ErrBehind, Code: codes.Unavailable, Reason: "REPLICA_BEHIND"},
+	{Err: decide.ErrOwnerOutsideCluster, Code: codes.PermissionDenied, Reason: "OWNER_OUTSIDE_CLUSTER"},
+	{Err: decide.ErrFleetRightsRequired, Code: codes.PermissionDenied, Reason: "FLEET_RIGHTS_REQUIRED"},
+	{Err: decide.ErrClustersetMismatch, Code: codes.PermissionDenied, Reason: "CLUSTERSET_MISMATCH"},
+	{Err: decide.ErrSharedIdentityRefused, Code: codes.PermissionDenied, Reason: "SHARED_IDENTITY_REFUSED"},
 }
 
 // NotLoaded is the answer to every call that arrives before the
