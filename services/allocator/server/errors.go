@@ -15,6 +15,7 @@ import (
 // reasons. It is the only place where that happens.
 var errorTable = apierr.Table{
 	{Err: ipam.ErrExhausted, Code: codes.ResourceExhausted, Reason: "POOL_EXHAUSTED"},
+	{Err: decide.ErrClusterQuotaExceeded, Code: codes.ResourceExhausted, Reason: "CLUSTER_QUOTA_EXCEEDED"},
 	// ErrInReuseDelay wraps ErrInUse: it must come first.
 	{Err: ipam.ErrInReuseDelay, Code: codes.FailedPrecondition, Reason: "ADDRESS_IN_REUSE_DELAY"},
 	{Err: ipam.ErrInUse, Code: codes.AlreadyExists, Reason: "ADDRESS_IN_USE"},

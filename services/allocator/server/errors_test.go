@@ -103,6 +103,12 @@ func errorCases() []errCase {
 	failing.Store(true)
 	return append(accessCases(), []errCase{
 		{
+			name:  "cluster quota reached",
+			setup: withPool("p", &allocatorv1.Pool{Cidrs: []string{"10.0.0.0/24"}, ClusterQuota: 2}, a, b),
+			call:  allocateAddr("p", c, ""),
+			code:  codes.ResourceExhausted, reason: "CLUSTER_QUOTA_EXCEEDED",
+		},
+		{
 			name:  "allocate in a pool being deleted",
 			opts:  []envOption{withFailingReleases(&failing)},
 			setup: deletingPool("p"),

@@ -200,6 +200,7 @@ func poolTo(v allocation.PoolView) *allocatorv1.Pool {
 		Reserved:     v.Reserved,
 		Labels:       v.Labels,
 		AllowOverlap: v.AllowOverlap,
+		ClusterQuota: v.ClusterQuota,
 		Deleting:     v.Deleting,
 		Family:       allocatorv1.IPFamily_IP_FAMILY_IPV4,
 		Etag:         decide.Etag(v.Revision),
@@ -222,7 +223,8 @@ func poolTo(v allocation.PoolView) *allocatorv1.Pool {
 }
 
 func specFrom(p *allocatorv1.Pool) (decide.PoolSpec, error) {
-	spec := decide.PoolSpec{CIDRs: p.GetCidrs(), Reserved: p.GetReserved(), Labels: p.GetLabels(), AllowOverlap: p.GetAllowOverlap()}
+	spec := decide.PoolSpec{CIDRs: p.GetCidrs(), Reserved: p.GetReserved(), Labels: p.GetLabels(), AllowOverlap: p.GetAllowOverlap(),
+		ClusterQuota: p.GetClusterQuota()}
 	if d := p.GetReuseDelay(); d != nil {
 		if err := d.CheckValid(); err != nil {
 			return spec, &decide.FieldError{Field: "pool.reuse_delay", Reason: "INVALID_DURATION", Message: err.Error()}
@@ -329,6 +331,8 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 			mask.Labels = true
 		case "allow_overlap":
 			mask.AllowOverlap = true
+		case "cluster_quota":
+			mask.ClusterQuota = true
 		default:
 			return nil, s.fail(&decide.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %s cannot be updated", decide.Clip(p))})
 		}
