@@ -4,9 +4,16 @@
 // deploy/ carry the same documents in ConfigMaps, and docker-compose.yaml
 // and `make demo SECURE=1` mount these files.
 //
-// Each policy allows, by the caller's SPIFFE ID (spiffe://plexus.local/<name>,
-// as `plexusctl certs` issues), exactly the methods that caller's code
-// uses, and the operator (plexusctl) everything:
+// Each policy allows, by the caller's SPIFFE ID, exactly the methods that
+// caller's code uses, and the operator (plexusctl) everything. A service is
+// named by its shared identity (spiffe://plexus.local/<name>, as `plexusctl
+// certs` issues) and, by the suffix pattern "*/<name>", by the identities
+// of member clusters and of the fleet (spiffe://plexus.local/clusterset/
+// <clusterset>/cluster/<id>/<name>, .../fleet/<name>, as `plexusctl certs
+// --clusterset` issues), so a fleet moves to them one cluster at a time; the
+// operator's fleet identity is "*/fleet/operator". The policies grant
+// methods only: which cluster's allocations a member's identity may touch
+// is the allocator's rule (--clusterset, --require-cluster-identities).
 //
 //	allocator   membership: GetPool, Allocate, GetAllocation, Release (external workloads' addresses)
 //	            importer:   BatchAllocate (clusterset VIPs)

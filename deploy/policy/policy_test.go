@@ -111,16 +111,34 @@ func TestPoliciesOverMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	_, err := certgen.Generate(certgen.Options{Dir: dir})
 	require.NoError(t, err)
+	_, err = certgen.GenerateMember(certgen.MemberOptions{Dir: dir, Clusterset: "east", Cluster: "cluster-a"})
+	require.NoError(t, err)
+	_, err = certgen.GenerateMember(certgen.MemberOptions{Dir: dir, Clusterset: "east", Fleet: true})
+	require.NoError(t, err)
 	ca, _ := certgen.CAFiles(dir)
-	callers := append(slices.Clone(certgen.Services), certgen.Operator)
+	// Every identity, shared, of a member cluster or of the fleet, has
+	// the rights of its service.
+	type identity struct {
+		label, service string
+		files          certgen.Paths
+	}
+	var callers []identity
+	for _, c := range append(slices.Clone(certgen.Services), certgen.Operator) {
+		callers = append(callers, identity{c, c, certgen.For(dir, c)})
+	}
+	for _, c := range certgen.MemberServices {
+		callers = append(callers, identity{"cluster-a/" + c, c, certgen.MemberFor(dir, "cluster-a", c)})
+	}
+	for _, c := range certgen.FleetServices {
+		callers = append(callers, identity{"fleet/" + c, c, certgen.MemberFor(dir, "", c)})
+	}
 
 	for _, a := range apis {
 		t.Run(a.service, func(t *testing.T) {
 			addr := startServer(t, dir, a)
 			conns := map[string]*grpc.ClientConn{}
 			for _, c := range callers {
-				p := certgen.For(dir, c)
-				conns[c] = connect(t, addr, dial.WithTLSFiles(ca, p.Cert, p.Key))
+				conns[c.label] = connect(t, addr, dial.WithTLSFiles(ca, c.files.Cert, c.files.Key))
 			}
 			require.Eventually(t, func() bool { return healthCheck(t, conns[certgen.Operator]) == nil },
 				10*time.Second, 20*time.Millisecond, "the server answers its health check")
@@ -129,15 +147,15 @@ func TestPoliciesOverMutualTLS(t *testing.T) {
 			for _, c := range callers {
 				for _, m := range a.methods() {
 					want := codes.PermissionDenied
-					if c == certgen.Operator || slices.Contains(needs[c], m.full) {
+					if c.service == certgen.Operator || slices.Contains(needs[c.service], m.full) {
 						want = codes.Unimplemented // through the guard, into the handler
 						allowed++
 					}
-					err := call(t, conns[c], m)
-					require.Equal(t, want, status.Code(err), "%s calling %s: %v", c, m.full, err)
+					err := call(t, conns[c.label], m)
+					require.Equal(t, want, status.Code(err), "%s calling %s: %v", c.label, m.full, err)
 				}
 				// Health checks are open to every holder of a certificate.
-				require.NoError(t, healthCheck(t, conns[c]), "%s checking health", c)
+				require.NoError(t, healthCheck(t, conns[c.label]), "%s checking health", c.label)
 			}
 			require.GreaterOrEqual(t, allowed, len(a.methods()), "the operator may call every method")
 

@@ -2,6 +2,10 @@ package auth
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -102,4 +106,27 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 		return Identity{}, false
 	}
 	return ParseIdentity(p)
+}
+
+// CertIdentity reads the identity a PEM certificate (its first
+// CERTIFICATE block) names, as a server that verified it would: a
+// service learns from its own certificate whether it acts for one member
+// cluster or for the fleet. ok is as for ParseIdentity.
+func CertIdentity(certPEM []byte) (id Identity, ok bool, err error) {
+	for {
+		var block *pem.Block
+		block, certPEM = pem.Decode(certPEM)
+		if block == nil {
+			return Identity{}, false, errors.New("no PEM CERTIFICATE block")
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return Identity{}, false, fmt.Errorf("parse certificate: %w", err)
+		}
+		id, ok = ParseIdentity(CertPrincipal(cert))
+		return id, ok, nil
+	}
 }

@@ -25,6 +25,11 @@
 //	DIR/<name>/ca.crt    folder is one Kubernetes Secret (kubectl create
 //	                     secret generic plexus-<name>-tls --from-file=DIR/<name>)
 //
+// GenerateMember issues, with the same CA, certificates named by the
+// per-cluster identities of package auth: one member cluster's membership,
+// importer and repair (DIR/<cluster>/<service>/), or a clusterset's fleet
+// repair and operator (DIR/fleet/<service>/).
+//
 // Keys are written with mode 0600, certificates with 0644; every file is
 // written to a temporary name and renamed, so a server reloading its
 // certificate never reads half a file.
@@ -165,8 +170,12 @@ func looksLikeIP(s string) bool {
 type leaf struct {
 	name   string
 	server bool
-	dns    []string
-	ips    []net.IP
+	// id is the SPIFFE ID; SPIFFEID(name) when empty.
+	id string
+	// units are the subject's organizational units.
+	units []string
+	dns   []string
+	ips   []net.IP
 }
 
 // file is one file to write.
@@ -211,24 +220,15 @@ func Generate(opts Options) ([]string, error) {
 		paths = append(paths, p.Cert, p.Key, p.CA)
 	}
 	if !opts.Force {
-		var existing []string
-		for _, p := range paths {
-			if _, err := os.Lstat(p); err == nil {
-				existing = append(existing, p)
-			} else if !errors.Is(err, fs.ErrNotExist) {
-				return nil, err
-			}
-		}
-		if len(existing) > 0 {
-			return nil, fmt.Errorf("%s: %w (give --force to replace every certificate and the CA)", strings.Join(existing, ", "), ErrExists)
+		if err := refuseExisting(paths, "give --force to replace every certificate and the CA"); err != nil {
+			return nil, err
 		}
 	}
 
 	now := time.Now()
 	// Clocks a little behind still accept the certificates.
 	notBefore := now.Add(-5 * time.Minute)
-	ca, err := pki.NewCA(pkix.Name{Organization: []string{"Plexus"}, CommonName: "Plexus CA " + now.UTC().Format("2006-01-02T15:04:05Z")},
-		notBefore, now.Add(opts.CAValidity))
+	ca, err := pki.NewCA(caSubject(now), notBefore, now.Add(opts.CAValidity))
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +254,28 @@ func Generate(opts Options) ([]string, error) {
 	return paths, nil
 }
 
+// caSubject is the subject of a CA created at now.
+func caSubject(now time.Time) pkix.Name {
+	return pkix.Name{Organization: []string{"Plexus"}, CommonName: "Plexus CA " + now.UTC().Format("2006-01-02T15:04:05Z")}
+}
+
+// refuseExisting returns ErrExists (wrapped, with hint) when any of paths
+// exists.
+func refuseExisting(paths []string, hint string) error {
+	var existing []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			existing = append(existing, p)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if len(existing) > 0 {
+		return fmt.Errorf("%s: %w (%s)", strings.Join(existing, ", "), ErrExists, hint)
+	}
+	return nil
+}
+
 // plan lists the certificates to issue with their names.
 func plan(opts Options) ([]leaf, error) {
 	for _, san := range opts.SANs {
@@ -263,30 +285,40 @@ func plan(opts Options) ([]leaf, error) {
 	}
 	var out []leaf
 	for _, svc := range Services {
-		l := leaf{name: svc, server: true, ips: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
-		k8s := "plexus-" + svc
-		l.dns = []string{"localhost", svc, k8s, k8s + "." + opts.Namespace, k8s + "." + opts.Namespace + ".svc",
-			k8s + "." + opts.Namespace + ".svc.cluster.local"}
-		for _, san := range opts.SANs {
-			switch {
-			case san.Service != "" && san.Service != svc:
-			case san.IP.IsValid():
-				if ip := net.IP(san.IP.AsSlice()); !slices.ContainsFunc(l.ips, ip.Equal) {
-					l.ips = append(l.ips, ip)
-				}
-			case !slices.Contains(l.dns, san.DNS):
-				l.dns = append(l.dns, san.DNS)
-			}
-		}
-		out = append(out, l)
+		out = append(out, serviceLeaf(svc, opts.Namespace, opts.SANs))
 	}
 	return append(out, leaf{name: Operator}), nil
+}
+
+// serviceLeaf is the server and client certificate of service svc, valid
+// for the names it is reached by in namespace and for sans.
+func serviceLeaf(svc, namespace string, sans []SAN) leaf {
+	l := leaf{name: svc, server: true, ips: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
+	k8s := "plexus-" + svc
+	l.dns = []string{"localhost", svc, k8s, k8s + "." + namespace, k8s + "." + namespace + ".svc",
+		k8s + "." + namespace + ".svc.cluster.local"}
+	for _, san := range sans {
+		switch {
+		case san.Service != "" && san.Service != svc:
+		case san.IP.IsValid():
+			if ip := net.IP(san.IP.AsSlice()); !slices.ContainsFunc(l.ips, ip.Equal) {
+				l.ips = append(l.ips, ip)
+			}
+		case !slices.Contains(l.dns, san.DNS):
+			l.dns = append(l.dns, san.DNS)
+		}
+	}
+	return l
 }
 
 // issue signs l's certificate: named by its SPIFFE ID, for client
 // authentication, and for serving too when l is a service.
 func issue(ca *pki.CA, l leaf, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
-	id, err := url.Parse(SPIFFEID(l.name))
+	spiffe := l.id
+	if spiffe == "" {
+		spiffe = SPIFFEID(l.name)
+	}
+	id, err := url.Parse(spiffe)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -295,7 +327,7 @@ func issue(ca *pki.CA, l leaf, notBefore, notAfter time.Time) (certPEM, keyPEM [
 		usages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
 	return ca.Issue(pki.Leaf{
-		Subject:  pkix.Name{Organization: []string{"Plexus"}, CommonName: l.name},
+		Subject:  pkix.Name{Organization: []string{"Plexus"}, OrganizationalUnit: l.units, CommonName: l.name},
 		URIs:     []*url.URL{id},
 		DNSNames: l.dns,
 		IPs:      l.ips,

@@ -137,3 +137,37 @@ func newSerial() (*big.Int, error) {
 	}
 	return n, nil
 }
+
+// ParseCA reads a CA written by NewCA's caller: its certificate and its
+// PKCS #8 ECDSA key, PEM-encoded. It checks that the certificate is a CA's
+// and that the key is its key, so a later Issue signs what the CA's
+// holders verify.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("CA certificate: no PEM CERTIFICATE block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, fmt.Errorf("certificate %q is not a CA's", cert.Subject.CommonName)
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil || kb.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("CA key: no PEM PRIVATE KEY block")
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	key, ok := parsed.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("CA key: %T, want an ECDSA key", parsed)
+	}
+	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return nil, fmt.Errorf("CA key does not belong to certificate %q", cert.Subject.CommonName)
+	}
+	return &CA{Cert: cert, Key: key, CertPEM: Encode("CERTIFICATE", cert.Raw)}, nil
+}

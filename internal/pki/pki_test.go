@@ -63,3 +63,53 @@ func TestIssuedCertificatesChainToTheirCA(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, s1, s2)
 }
+
+// TestParseCA: a CA read back from its PEM files signs leaves that chain to
+// it; a leaf, a foreign key or garbage is refused.
+func TestParseCA(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA(pkix.Name{CommonName: "test-ca"}, now.Add(-time.Minute), now.Add(time.Hour))
+	require.NoError(t, err)
+	keyPEM, err := ca.KeyPEM()
+	require.NoError(t, err)
+	back, err := ParseCA(ca.CertPEM, keyPEM)
+	require.NoError(t, err)
+	require.Equal(t, ca.Cert.Raw, back.Cert.Raw)
+	leafPEM, leafKey, err := back.Issue(Leaf{Subject: pkix.Name{CommonName: "x"}}, now.Add(-time.Minute), now.Add(time.Hour))
+	require.NoError(t, err)
+	block, _ := pem.Decode(leafPEM)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	require.NoError(t, leaf.CheckSignatureFrom(ca.Cert), "signed by the original CA")
+
+	other, err := NewCA(pkix.Name{CommonName: "other-ca"}, now.Add(-time.Minute), now.Add(time.Hour))
+	require.NoError(t, err)
+	otherKey, err := other.KeyPEM()
+	require.NoError(t, err)
+	_, err = ParseCA(ca.CertPEM, otherKey)
+	require.ErrorContains(t, err, "does not belong")
+	_, err = ParseCA(leafPEM, leafKey)
+	require.ErrorContains(t, err, "not a CA")
+	_, err = ParseCA([]byte("junk"), keyPEM)
+	require.Error(t, err)
+	_, err = ParseCA(ca.CertPEM, nil)
+	require.Error(t, err)
+}
+
+func FuzzParseCA(f *testing.F) {
+	now := time.Now()
+	ca, err := NewCA(pkix.Name{CommonName: "fuzz-ca"}, now.Add(-time.Minute), now.Add(time.Hour))
+	require.NoError(f, err)
+	keyPEM, err := ca.KeyPEM()
+	require.NoError(f, err)
+	f.Add(ca.CertPEM, keyPEM)
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"), []byte{})
+	f.Fuzz(func(t *testing.T, certPEM, keyPEM []byte) {
+		got, err := ParseCA(certPEM, keyPEM)
+		if err != nil {
+			return
+		}
+		require.True(t, got.Cert.IsCA)
+		require.True(t, got.Key.PublicKey.Equal(got.Cert.PublicKey))
+	})
+}

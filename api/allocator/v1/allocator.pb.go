@@ -181,7 +181,15 @@ type Pool struct {
 	// UpdatePool are refused (FAILED_PRECONDITION, POOL_DELETING); Release
 	// works. It stays set if the deletion is cut short, until DeletePool
 	// with force finishes it (repair's STALLED_DELETION). Output only.
-	Deleting      bool `protobuf:"varint,12,opt,name=deleting,proto3" json:"deleting,omitempty"`
+	Deleting bool `protobuf:"varint,12,opt,name=deleting,proto3" json:"deleting,omitempty"`
+	// Most allocations the owners of one member cluster (Owner.cluster) may
+	// hold in the pool; one more is RESOURCE_EXHAUSTED,
+	// CLUSTER_QUOTA_EXCEEDED. Owners of no cluster (clusterset VIPs) are not
+	// counted. Zero or unset means no quota. Lowering it below what a cluster
+	// holds releases nothing: that cluster gets no new address until it
+	// holds fewer. Replicas on one etcd store each count what they know;
+	// allocations racing through several replicas may pass it by a few.
+	ClusterQuota  uint32 `protobuf:"varint,13,opt,name=cluster_quota,json=clusterQuota,proto3" json:"cluster_quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -298,6 +306,13 @@ func (x *Pool) GetDeleting() bool {
 		return x.Deleting
 	}
 	return false
+}
+
+func (x *Pool) GetClusterQuota() uint32 {
+	if x != nil {
+		return x.ClusterQuota
+	}
+	return 0
 }
 
 // PoolStats counts a pool's addresses.
@@ -916,7 +931,8 @@ type UpdatePoolRequest struct {
 	// version (FAILED_PRECONDITION, ETAG_MISMATCH otherwise).
 	Pool *Pool `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Fields to replace: "cidrs", "reserved", "reuse_delay", "labels",
-	// "allow_overlap". Empty means all of them.
+	// "allow_overlap", "cluster_quota". Empty means all of them but
+	// cluster_quota, which a client written before it would clear unknowingly.
 	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	// Remove CIDRs even though they hold allocations; those allocations stay
 	// and become out-of-range.
@@ -1970,7 +1986,7 @@ var File_plexus_allocator_v1_allocator_proto protoreflect.FileDescriptor
 
 const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"\n" +
-	"#plexus/allocator/v1/allocator.proto\x12\x13plexus.allocator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x04\n" +
+	"#plexus/allocator/v1/allocator.proto\x12\x13plexus.allocator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x04\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x1a\n" +
@@ -1987,7 +2003,8 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x124\n" +
 	"\x05stats\x18\v \x01(\v2\x1e.plexus.allocator.v1.PoolStatsR\x05stats\x12\x1a\n" +
-	"\bdeleting\x18\f \x01(\bR\bdeleting\x1a9\n" +
+	"\bdeleting\x18\f \x01(\bR\bdeleting\x12#\n" +
+	"\rcluster_quota\x18\r \x01(\rR\fclusterQuota\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"{\n" +

@@ -75,6 +75,7 @@ type poolSpec struct {
 	labels          map[string]string
 	reuse           time.Duration
 	overlap         bool
+	clusterQuota    uint32
 	requestID       string
 }
 
@@ -84,6 +85,7 @@ func (spec *poolSpec) addFlags(fs *pflag.FlagSet) {
 	fs.StringToStringVar(&spec.labels, "label", nil, "label key=value (repeatable)")
 	fs.DurationVar(&spec.reuse, "reuse-delay", 0, "a released address is not reused before this delay")
 	fs.BoolVar(&spec.overlap, "allow-overlap", false, "allow the pool to overlap other pools")
+	fs.Uint32Var(&spec.clusterQuota, "cluster-quota", 0, "most allocations the owners of one member cluster may hold in the pool (clusterset VIPs not counted); 0: no quota")
 	fs.StringVar(&spec.requestID, "request-id", "", "idempotency key")
 }
 
@@ -94,7 +96,7 @@ func poolCreateCmd(g *globals) *cobra.Command {
 		Example: "  plexusctl pool create vips --cidr 10.96.0.0/16 --reserved 10.96.0.0/28",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
-				p := &allocatorv1.Pool{Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap}
+				p := &allocatorv1.Pool{Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap, ClusterQuota: spec.clusterQuota}
 				if spec.reuse > 0 {
 					p.ReuseDelay = durationpb.New(spec.reuse)
 				}
@@ -153,19 +155,21 @@ func poolUpdateCmd(g *globals) *cobra.Command {
 	var etag string
 	var force bool
 	update := &cobra.Command{
-		Use: "update POOL", Short: "Change a pool: set its CIDRs, reserved ranges, labels or reuse delay", Args: cobra.ExactArgs(1),
+		Use: "update POOL", Short: "Change a pool: set its CIDRs, reserved ranges, labels, reuse delay or cluster quota", Args: cobra.ExactArgs(1),
 		Example: "  plexusctl pool update vips --cidr 10.96.0.0/16 --cidr 10.97.0.0/16",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd, "allocator", func(ctx context.Context, cc *grpc.ClientConn) error {
-				p := &allocatorv1.Pool{Name: poolName(args[0]), Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap, Etag: etag}
+				p := &allocatorv1.Pool{Name: poolName(args[0]), Cidrs: spec.cidrs, Reserved: spec.reserved, Labels: spec.labels, AllowOverlap: spec.overlap,
+					ClusterQuota: spec.clusterQuota, Etag: etag}
 				mask := &fieldmaskpb.FieldMask{}
-				for flag, path := range map[string]string{"cidr": "cidrs", "reserved": "reserved", "label": "labels", "reuse-delay": "reuse_delay", "allow-overlap": "allow_overlap"} {
+				for flag, path := range map[string]string{"cidr": "cidrs", "reserved": "reserved", "label": "labels", "reuse-delay": "reuse_delay", "allow-overlap": "allow_overlap",
+					"cluster-quota": "cluster_quota"} {
 					if cmd.Flags().Changed(flag) {
 						mask.Paths = append(mask.Paths, path)
 					}
 				}
 				if len(mask.Paths) == 0 {
-					return errors.New("nothing to update: pass --cidr, --reserved, --label, --reuse-delay or --allow-overlap")
+					return errors.New("nothing to update: pass --cidr, --reserved, --label, --reuse-delay, --allow-overlap or --cluster-quota")
 				}
 				p.ReuseDelay = durationpb.New(spec.reuse)
 				resp, err := allocatorv1.NewAllocatorServiceClient(cc).UpdatePool(ctx, &allocatorv1.UpdatePoolRequest{Pool: p, UpdateMask: mask, Force: force})

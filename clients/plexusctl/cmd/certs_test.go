@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/internal/auth"
 	"github.com/plexusnet/plexus/internal/certgen"
 )
 
@@ -186,4 +187,120 @@ func TestCertsFlags(t *testing.T) {
 			require.ErrorIs(t, err, os.ErrNotExist, "nothing written")
 		})
 	}
+}
+
+// TestCertsPerCluster: a member cluster's certificates and the fleet's are
+// signed by the CA already in the folder, name their cluster (or the
+// fleet) in their SPIFFE ID and subject, and read back as that identity.
+func TestCertsPerCluster(t *testing.T) {
+	dir := t.TempDir()
+	_, err := runCerts(t, "--dir", dir)
+	require.NoError(t, err)
+	caFile, _ := certgen.CAFiles(dir)
+	caBefore, err := os.ReadFile(caFile)
+	require.NoError(t, err)
+
+	out, err := runCerts(t, "--dir", dir, "--clusterset", "east", "--cluster", "cluster-a", "--san", "membership=members.a.example.net")
+	require.NoError(t, err)
+	require.Contains(t, out, "plexus-membership-tls --from-file="+filepath.Join(dir, "cluster-a", "membership"))
+	_, err = runCerts(t, "--dir", dir, "--clusterset", "east", "--fleet")
+	require.NoError(t, err)
+	caAfter, err := os.ReadFile(caFile)
+	require.NoError(t, err)
+	require.Equal(t, caBefore, caAfter, "the CA is reused")
+	roots := x509.NewCertPool()
+	roots.AddCert(readCert(t, caFile))
+
+	check := func(t *testing.T, p certgen.Paths, want auth.Identity, units []string) *x509.Certificate {
+		cert := readCert(t, p.Cert)
+		_, err := tls.LoadX509KeyPair(p.Cert, p.Key)
+		require.NoError(t, err)
+		_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		require.NoError(t, err, "chains to the folder's CA")
+		got, ok := auth.ParseIdentity(auth.CertPrincipal(cert))
+		require.True(t, ok)
+		want.Principal = got.Principal
+		require.Equal(t, want, got)
+		require.ElementsMatch(t, units, cert.Subject.OrganizationalUnit)
+		require.Equal(t, want.Service, cert.Subject.CommonName)
+		return cert
+	}
+	for _, svc := range certgen.MemberServices {
+		t.Run("cluster-a/"+svc, func(t *testing.T) {
+			cert := check(t, certgen.MemberFor(dir, "cluster-a", svc),
+				auth.Identity{TrustDomain: certgen.TrustDomain, Clusterset: "east", Cluster: "cluster-a", Service: svc},
+				[]string{"clusterset east", "cluster cluster-a"})
+			require.Equal(t, auth.ClusterPrincipal(certgen.TrustDomain, "east", "cluster-a", svc), cert.URIs[0].String())
+			_, err = cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "plexus-" + svc + ".plexus-system.svc"})
+			require.NoError(t, err, "serves under its Service name")
+			_, err = cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "members.a.example.net"})
+			require.Equal(t, svc == "membership", err == nil, "the SAN is the membership's only")
+		})
+	}
+	for _, svc := range certgen.FleetServices {
+		t.Run("fleet/"+svc, func(t *testing.T) {
+			cert := check(t, certgen.MemberFor(dir, "", svc),
+				auth.Identity{TrustDomain: certgen.TrustDomain, Clusterset: "east", Service: svc},
+				[]string{"clusterset east", "fleet"})
+			id, _ := auth.ParseIdentity(cert.URIs[0].String())
+			require.True(t, id.Fleet())
+			_, err = cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "localhost"})
+			require.Equal(t, svc != certgen.Operator, err == nil, "only the repair serves")
+		})
+	}
+	_, err = os.Stat(filepath.Join(dir, "cluster-a", "allocator"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the allocator keeps its fleet-wide certificate")
+
+	// A second run refuses unless --force, which keeps the CA.
+	keyBefore, err := os.ReadFile(certgen.MemberFor(dir, "cluster-a", "importer").Key)
+	require.NoError(t, err)
+	_, err = runCerts(t, "--dir", dir, "--clusterset", "east", "--cluster", "cluster-a")
+	require.ErrorIs(t, err, certgen.ErrExists)
+	_, err = runCerts(t, "--dir", dir, "--clusterset", "east", "--cluster", "cluster-a", "--force")
+	require.NoError(t, err)
+	keyAfter, err := os.ReadFile(certgen.MemberFor(dir, "cluster-a", "importer").Key)
+	require.NoError(t, err)
+	require.NotEqual(t, keyBefore, keyAfter)
+	caAfter, err = os.ReadFile(caFile)
+	require.NoError(t, err)
+	require.Equal(t, caBefore, caAfter, "--force keeps the CA")
+
+	// An empty folder gets a CA of its own.
+	fresh := t.TempDir()
+	_, err = runCerts(t, "--dir", fresh, "--clusterset", "east", "--cluster", "b")
+	require.NoError(t, err)
+	freshRoots := x509.NewCertPool()
+	freshRoots.AddCert(readCert(t, filepath.Join(fresh, "ca.crt")))
+	_, err = readCert(t, certgen.MemberFor(fresh, "b", "repair").Cert).Verify(x509.VerifyOptions{Roots: freshRoots, DNSName: "localhost"})
+	require.NoError(t, err)
+}
+
+// TestCertsPerClusterFlags: bad per-cluster input is refused before
+// anything is written.
+func TestCertsPerClusterFlags(t *testing.T) {
+	for name, args := range map[string][]string{
+		"no clusterset":        {"--cluster", "a"},
+		"no cluster":           {"--clusterset", "east"},
+		"cluster and fleet":    {"--clusterset", "east", "--cluster", "a", "--fleet"},
+		"bad cluster":          {"--clusterset", "east", "--cluster", "A_1"},
+		"bad clusterset":       {"--clusterset", "East", "--cluster", "a"},
+		"cluster called fleet": {"--clusterset", "east", "--cluster", "fleet"},
+		"SAN of the allocator": {"--clusterset", "east", "--cluster", "a", "--san", "allocator=x.example.net"},
+		"CA validity":          {"--clusterset", "east", "--cluster", "a", "--ca-validity", "100000h"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "certs")
+			_, err := runCerts(t, append([]string{"--dir", dir}, args...)...)
+			require.Error(t, err)
+			_, err = os.Stat(dir)
+			require.ErrorIs(t, err, os.ErrNotExist, "nothing written")
+		})
+	}
+	// A broken CA is refused.
+	dir := t.TempDir()
+	caFile, keyFile := certgen.CAFiles(dir)
+	require.NoError(t, os.WriteFile(caFile, []byte("junk"), 0o644))
+	require.NoError(t, os.WriteFile(keyFile, []byte("junk"), 0o600))
+	_, err := runCerts(t, "--dir", dir, "--clusterset", "east", "--cluster", "a")
+	require.ErrorContains(t, err, "CA")
 }

@@ -79,6 +79,9 @@ type poolState struct {
 	// pending holds in-flight allocations by owner key, so a concurrent
 	// request for the same owner waits for the first one's result.
 	pending map[string]*pendingAlloc
+	// pendingClusters counts pending by owner cluster: with what held
+	// counts, what a cluster quota weighs.
+	pendingClusters map[string]int
 	// releasing holds addresses whose release is being committed; the
 	// channel closes when it is done.
 	releasing map[netip.Addr]chan struct{}
@@ -234,7 +237,8 @@ func newPoolState(p store.Pool, n int) (*poolState, error) {
 		held:    held.New(p.ID, idx.Family() == 4, n),
 		pending: map[string]*pendingAlloc{},
 
-		releasing: map[netip.Addr]chan struct{}{},
+		pendingClusters: map[string]int{},
+		releasing:       map[netip.Addr]chan struct{}{},
 	}, nil
 }
 
@@ -371,6 +375,11 @@ func (ps *poolState) holdingOf(a store.Allocation) *decide.Holding {
 // with req's request record if any; concurrent requests of the owner (key)
 // wait for its answer meanwhile. The caller holds ps.mu; it is released.
 func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req decide.Request, key string, now time.Time) (store.Allocation, bool, error) {
+	cluster := req.Owner.Cluster
+	if err := ps.quota(req.Owner, 0); err != nil {
+		ps.mu.Unlock()
+		return store.Allocation{}, false, err
+	}
 	addr, err := reserve(ps, req, now, "address")
 	if err != nil {
 		ps.mu.Unlock()
@@ -378,6 +387,7 @@ func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req dec
 	}
 	p := &pendingAlloc{done: make(chan struct{})}
 	ps.pending[key] = p
+	ps.pendingClusters[cluster]++
 	poolRev := ps.rec.Revision
 	ps.gate.enter()
 	ps.mu.Unlock()
@@ -390,6 +400,9 @@ func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req dec
 
 	ps.mu.Lock()
 	delete(ps.pending, key)
+	if ps.pendingClusters[cluster]--; ps.pendingClusters[cluster] == 0 {
+		delete(ps.pendingClusters, cluster)
+	}
 	if cerr != nil {
 		s.unreserve(ps, addr, cerr)
 		if errors.Is(cerr, store.ErrConflict) {
@@ -413,6 +426,18 @@ func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req dec
 		}
 	}
 	return store.Allocation{}, false, cerr
+}
+
+// quota refuses one more address for owner o when the pool has a cluster
+// quota and o's cluster holds it, with what it has committed, in flight
+// and, in a batch, taken earlier in the batch (more). The caller holds
+// ps.mu.
+func (ps *poolState) quota(o decide.Owner, more int) error {
+	if ps.rec.ClusterQuota == 0 {
+		return nil
+	}
+	n := ps.held.ClusterLen(o.Cluster) + ps.pendingClusters[o.Cluster] + more
+	return decide.CheckClusterQuota(ps.rec.ID, ps.rec.ClusterQuota, o, n)
 }
 
 // unreserve gives back an address whose commit failed with err, unless a
@@ -754,11 +779,23 @@ func (b *batch) unlock() {
 // A refusal gives back what it took.
 func (b *batch) reserve(reqs []decide.Request, steps []decide.Step, requestID string, now time.Time) (out []store.Allocation, fresh []int, err error) {
 	out = make([]store.Allocation, len(reqs))
+	var taken map[[2]string]int // by pool and owner cluster, for quotas
 	for i, r := range reqs {
 		ps := b.states[r.Pool]
 		if steps[i] == decide.Keep {
 			_, out[i] = ps.holding(r.Owner)
 			continue
+		}
+		if ps.rec.ClusterQuota > 0 {
+			if taken == nil {
+				taken = map[[2]string]int{}
+			}
+			k := [2]string{r.Pool, r.Owner.Cluster}
+			if err := ps.quota(r.Owner, taken[k]); err != nil {
+				b.rollback(out, fresh)
+				return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
+			}
+			taken[k]++
 		}
 		addr, err := reserve(ps, r, now, fmt.Sprintf("requests[%d].address", i))
 		if err != nil {

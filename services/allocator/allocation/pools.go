@@ -151,7 +151,7 @@ func (s *Allocator) replayPool(ctx context.Context, requestID, id, key string) (
 func (s *Allocator) createPool(ctx context.Context, requestID, id, key string, spec decide.PoolSpec) (PoolView, error) {
 	now := s.now().UTC()
 	rec := store.Pool{ID: id, CIDRs: spec.CIDRs, Reserved: spec.Reserved, ReuseDelay: spec.ReuseDelay,
-		Labels: spec.Labels, AllowOverlap: spec.AllowOverlap, CreateTime: now, UpdateTime: now}
+		Labels: spec.Labels, AllowOverlap: spec.AllowOverlap, ClusterQuota: spec.ClusterQuota, CreateTime: now, UpdateTime: now}
 	ps, err := newPoolState(rec, 0)
 	if err != nil {
 		return PoolView{}, &decide.FieldError{Field: "pool.cidrs", Reason: "INVALID_CIDR", Message: err.Error(), Err: err}
@@ -290,7 +290,8 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec decide.PoolS
 		return PoolView{}, nil, ps.usable()
 	}
 	next := ps.rec
-	cur := decide.PoolSpec{CIDRs: ps.rec.CIDRs, Reserved: ps.rec.Reserved, ReuseDelay: ps.rec.ReuseDelay, Labels: ps.rec.Labels, AllowOverlap: ps.rec.AllowOverlap}
+	cur := decide.PoolSpec{CIDRs: ps.rec.CIDRs, Reserved: ps.rec.Reserved, ReuseDelay: ps.rec.ReuseDelay, Labels: ps.rec.Labels, AllowOverlap: ps.rec.AllowOverlap,
+		ClusterQuota: ps.rec.ClusterQuota}
 	merged, err := decide.Update(cur, ps.index.Is4(), spec, mask)
 	if err != nil {
 		return PoolView{}, nil, err
@@ -299,6 +300,7 @@ func (s *Allocator) updatePool(ctx context.Context, id string, spec decide.PoolS
 		return PoolView{}, nil, err
 	}
 	next.CIDRs, next.Reserved, next.ReuseDelay, next.Labels, next.AllowOverlap = merged.CIDRs, merged.Reserved, merged.ReuseDelay, merged.Labels, merged.AllowOverlap
+	next.ClusterQuota = merged.ClusterQuota
 	next.UpdateTime = s.now().UTC()
 
 	// Build the new index from scratch: pool updates are rare, and a fresh
@@ -463,12 +465,15 @@ func (s *Allocator) deleteLocked(ctx context.Context, id string, ps *poolState, 
 }
 
 // Filter selects allocations by owner fields; empty fields match all.
+// Scope, when set, keeps only the owners of that cluster and of none
+// (what a cluster-bound caller may see, decide.Access.List).
 type Filter struct {
 	Cluster, Kind, Namespace, Name, UID string
+	Scope                               string
 }
 
 func (f Filter) match(o decide.Owner) bool {
-	return (f.Cluster == "" || f.Cluster == o.Cluster) && (f.Kind == "" || f.Kind == o.Kind) &&
+	return (f.Scope == "" || o.Cluster == "" || o.Cluster == f.Scope) && (f.Cluster == "" || f.Cluster == o.Cluster) && (f.Kind == "" || f.Kind == o.Kind) &&
 		(f.Namespace == "" || f.Namespace == o.Namespace) && (f.Name == "" || f.Name == o.Name) &&
 		(f.UID == "" || f.UID == o.UID)
 }

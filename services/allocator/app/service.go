@@ -127,7 +127,7 @@ func (s *service) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	allocserver.New(svc, allocserver.NewMetrics(s.rt.Server.Registerer(), svc), s.o.serverOptions()...).Register(s.api)
+	allocserver.New(svc, allocserver.NewMetrics(s.rt.Server.Registerer(), svc), s.o.serverOptions(s.rt.Logger)...).Register(s.api)
 	s.rt.Server.SetServing(serviceName, true)
 	return nil
 }

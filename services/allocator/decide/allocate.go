@@ -157,12 +157,24 @@ type ReleaseRequest struct {
 	// OwnerUID, when set, must equal the holder's uid.
 	OwnerUID     string
 	AllowMissing bool
+	// Caller, when set, is who asks; Access must let it release the
+	// holder (Access.Release), whatever the guards say. It is decided
+	// on the holder the pool has when the release is decided, so no
+	// change can come between the check and the release.
+	Caller *Caller
+	Access Access
 }
 
 // Release decides whether the allocation h, which req selected, may be
-// released: Free when every guard holds, AwaitRelease while another
+// released: refused when the caller may not touch its holder, Free when
+// every guard holds, AwaitRelease while another
 // release of it commits, or the guard that fails.
 func Release(req ReleaseRequest, h Holding) (Step, error) {
+	if req.Caller != nil {
+		if err := req.Access.Release(*req.Caller, h.Owner); err != nil {
+			return 0, err
+		}
+	}
 	switch {
 	case h.Releasing:
 		return AwaitRelease, nil

@@ -33,6 +33,9 @@ var (
 	// may have been applied (store.ErrUnconfirmed).
 	ErrStoreUnavailable = errors.New("store unavailable")
 	ErrBehind           = errors.New("replica behind the store")
+	// ErrClusterQuotaExceeded refuses an allocation for an owner whose
+	// cluster holds the pool's cluster quota already.
+	ErrClusterQuotaExceeded = errors.New("the owner's cluster holds its quota of the pool")
 )
 
 // FieldError is bad input in one request field. Reason is a stable

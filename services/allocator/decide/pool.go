@@ -27,6 +27,9 @@ func Update(cur PoolSpec, is4 bool, spec PoolSpec, mask UpdateMask) (PoolSpec, e
 	if mask.AllowOverlap {
 		merged.AllowOverlap = spec.AllowOverlap
 	}
+	if mask.ClusterQuota {
+		merged.ClusterQuota = spec.ClusterQuota
+	}
 	merged, err := merged.Normalize()
 	if err != nil {
 		return merged, err

@@ -75,6 +75,9 @@ type PoolSpec struct {
 	ReuseDelay   time.Duration
 	Labels       map[string]string
 	AllowOverlap bool
+	// ClusterQuota is the most allocations the owners of one member
+	// cluster may hold in the pool (CheckClusterQuota); 0: no quota.
+	ClusterQuota uint32
 }
 
 // MaxPoolCIDRs is the most CIDRs a pool holds. It bounds the conditions
@@ -136,6 +139,9 @@ func (p PoolSpec) Normalize() (PoolSpec, error) {
 func PoolRequestKey(id string, spec PoolSpec) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q %q %d %t\n", spec.CIDRs, spec.Reserved, spec.ReuseDelay, spec.AllowOverlap)
+	if spec.ClusterQuota > 0 { // so the keys of specs without one stay as they were
+		fmt.Fprintf(h, "quota %d\n", spec.ClusterQuota)
+	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Labels)) {
 		fmt.Fprintf(h, "%q=%q\n", k, spec.Labels[k])
 	}
@@ -147,5 +153,5 @@ const PoolRequestPrefix = "pool:"
 
 // UpdateMask lists the pool fields an update replaces.
 type UpdateMask struct {
-	CIDRs, Reserved, ReuseDelay, Labels, AllowOverlap bool
+	CIDRs, Reserved, ReuseDelay, Labels, AllowOverlap, ClusterQuota bool
 }

@@ -110,6 +110,22 @@ func TestGrpcurlAndPlexusctl(t *testing.T) {
 	require.Equal(t, "pools/ctl", ctlPool.GetPool().GetName())
 	require.Equal(t, []string{"10.30.0.0/24", "10.31.0.0/24"}, ctlPool.GetPool().GetCidrs())
 	require.Equal(t, "499", ctlPool.GetPool().GetStats().GetCapacity())
+	require.Zero(t, ctlPool.GetPool().GetClusterQuota())
+
+	// A cluster quota, set at creation and changed by an update.
+	var quota allocatorv1.CreatePoolResponse
+	unmarshal(t, ctl("pool", "create", "quota", "--cidr", "10.32.0.0/24", "--cluster-quota", "1", "-o", "json"), &quota)
+	require.Equal(t, uint32(1), quota.GetPool().GetClusterQuota())
+	ctl("alloc", "create", "quota", "--owner-cluster", "a", "--owner-kind", "Pod", "--owner-name", "p-0")
+	_, errOut, err = tryCmd(t, bins.plexusctl, "--allocator-addr", a.grpcAddr, "alloc", "create", "quota", "--owner-cluster", "a", "--owner-kind", "Pod", "--owner-name", "p-1")
+	require.Error(t, err)
+	require.Contains(t, errOut, "[CLUSTER_QUOTA_EXCEEDED]")
+	var updated allocatorv1.UpdatePoolResponse
+	unmarshal(t, ctl("pool", "update", "quota", "--cluster-quota", "2", "-o", "json"), &updated)
+	require.Equal(t, uint32(2), updated.GetPool().GetClusterQuota())
+	require.Equal(t, []string{"10.32.0.0/24"}, updated.GetPool().GetCidrs(), "an update of the quota alone keeps the rest")
+	ctl("alloc", "create", "quota", "--owner-cluster", "a", "--owner-kind", "Pod", "--owner-name", "p-1")
+	ctl("pool", "delete", "quota", "--force")
 
 	// The same call through both tools prints the same JSON document.
 	sameJSON(t, gc("-d", `{"name":"pools/ctl"}`, a.grpcAddr, svc+"/GetPool"), ctl("pool", "get", "ctl", "-o", "json"))

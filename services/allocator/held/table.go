@@ -68,6 +68,9 @@ type Table struct {
 	overflow map[ownerKey]key
 	seed     maphash.Seed
 	hash     func(ownerKey) uint32
+	// clusters counts the allocations of each owner cluster, kept as
+	// records come and go, so a per-cluster quota costs a lookup.
+	clusters map[string]int
 }
 
 // New returns an empty table of pool, for addresses of one family;
@@ -80,6 +83,8 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 		arena:  newArena(),
 		owners: newOwnerLinks(is4, sizeHint),
 		seed:   maphash.MakeSeed(),
+
+		clusters: map[string]int{},
 	}
 	t.hash = func(o ownerKey) uint32 {
 		h := maphash.Comparable(t.seed, o)
@@ -90,6 +95,9 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 
 // Len returns the number of allocations held.
 func (t *Table) Len() int { return t.tree.len() }
+
+// ClusterLen returns the number of allocations whose owner is of cluster.
+func (t *Table) ClusterLen(cluster string) int { return t.clusters[cluster] }
 
 // fits tells whether a can be held: an address of the table's family.
 func (t *Table) fits(a netip.Addr) bool {
@@ -210,6 +218,7 @@ func (t *Table) Put(a *store.Allocation) error {
 		t.unlink(old)
 	}
 	t.link(ownerKey{id, a.Owner.Name}, k)
+	t.clusters[t.prefixes.list[id].cluster]++
 	if replaced {
 		t.arena.drop(old.r)
 		t.compact()
@@ -292,6 +301,11 @@ func (t *Table) unlink(it item) {
 		}
 	} else if h := t.hash(o); t.linked(h, it.k) {
 		t.owners.delete(h)
+	}
+	if c := t.prefixes.list[p].cluster; t.clusters[c] > 1 {
+		t.clusters[c]--
+	} else {
+		delete(t.clusters, c)
 	}
 	t.prefixes.unref(p)
 }

@@ -77,7 +77,7 @@ func TestTableFollowsModel(t *testing.T) {
 			}
 			owner := func() decide.Owner {
 				return decide.Owner{
-					Cluster:   fmt.Sprintf("c%d", rng.IntN(2)),
+					Cluster:   []string{"c0", "c1", ""}[rng.IntN(3)],
 					Kind:      "Service",
 					Namespace: fmt.Sprintf("ns%d", rng.IntN(3)),
 					Name:      fmt.Sprintf("svc%d", rng.IntN(40)),
@@ -152,6 +152,18 @@ func check(t *testing.T, tab *Table, m *model) {
 	}, netip.Addr.Compare)
 	if !slices.Equal(got, want) {
 		t.Fatalf("Addrs = %v, want %v", got, want)
+	}
+	perCluster := map[string]int{}
+	for _, a := range m.byAddr {
+		perCluster[a.Owner.Cluster]++
+	}
+	for c, n := range perCluster {
+		if got := tab.ClusterLen(c); got != n {
+			t.Fatalf("ClusterLen(%q) = %d, want %d", c, got, n)
+		}
+	}
+	if len(tab.clusters) != len(perCluster) {
+		t.Fatalf("counts of %d clusters, want %d", len(tab.clusters), len(perCluster))
 	}
 	live := 0
 	for _, r := range tab.prefixes.refs {

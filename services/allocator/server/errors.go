@@ -15,6 +15,7 @@ import (
 // reasons. It is the only place where that happens.
 var errorTable = apierr.Table{
 	{Err: ipam.ErrExhausted, Code: codes.ResourceExhausted, Reason: "POOL_EXHAUSTED"},
+	{Err: decide.ErrClusterQuotaExceeded, Code: codes.ResourceExhausted, Reason: "CLUSTER_QUOTA_EXCEEDED"},
 	// ErrInReuseDelay wraps ErrInUse: it must come first.
 	{Err: ipam.ErrInReuseDelay, Code: codes.FailedPrecondition, Reason: "ADDRESS_IN_REUSE_DELAY"},
 	{Err: ipam.ErrInUse, Code: codes.AlreadyExists, Reason: "ADDRESS_IN_USE"},
@@ -37,6 +38,10 @@ var errorTable = apierr.Table{
 	{Err: decide.ErrConflict, Code: codes.Aborted, Reason: "CONCURRENT_CHANGE"},
 	{Err: decide.ErrStoreUnavailable, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE"},
 	{Err: decide.ErrBehind, Code: codes.Unavailable, Reason: "REPLICA_BEHIND"},
+	{Err: decide.ErrOwnerOutsideCluster, Code: codes.PermissionDenied, Reason: "OWNER_OUTSIDE_CLUSTER"},
+	{Err: decide.ErrFleetRightsRequired, Code: codes.PermissionDenied, Reason: "FLEET_RIGHTS_REQUIRED"},
+	{Err: decide.ErrClustersetMismatch, Code: codes.PermissionDenied, Reason: "CLUSTERSET_MISMATCH"},
+	{Err: decide.ErrSharedIdentityRefused, Code: codes.PermissionDenied, Reason: "SHARED_IDENTITY_REFUSED"},
 }
 
 // NotLoaded is the answer to every call that arrives before the

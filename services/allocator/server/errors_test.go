@@ -64,11 +64,50 @@ func withPool(id string, p *allocatorv1.Pool, owners ...*allocatorv1.Owner) func
 
 func pageToken(json string) string { return base64.RawURLEncoding.EncodeToString([]byte(json)) }
 
+// asCaller makes call with a bearer token of principal on an allocator
+// that applies access.
+func asCaller(principal string, access decide.Access, call func(context.Context, client) error) (opts []envOption, as func(context.Context, client) error) {
+	return []envOption{withTokens(map[string]string{"t0k3n": principal}), withServer(allocserver.WithAccess(access, quietLogger()))},
+		func(ctx context.Context, c client) error { return call(asToken(ctx, "t0k3n"), c) }
+}
+
+// accessCases are the refusals of a caller's rights (decide.Access).
+func accessCases() []errCase {
+	a := pod("ns", "a")
+	var out []errCase
+	for _, tc := range []struct {
+		name, principal string
+		access          decide.Access
+		call            func(context.Context, client) error
+		reason          string
+	}{
+		{"allocate for another cluster", "spiffe://plexus.local/clusterset/cs/cluster/west/membership", decide.Access{},
+			allocateAddr("p", a, ""), "OWNER_OUTSIDE_CLUSTER"},
+		{"watch as a member cluster", "spiffe://plexus.local/clusterset/cs/cluster/east/membership", decide.Access{},
+			firstWatchError("pools/-", 0), "FLEET_RIGHTS_REQUIRED"},
+		{"another clusterset", "spiffe://plexus.local/clusterset/other/cluster/east/membership", decide.Access{Clusterset: "cs"},
+			allocateAddr("p", a, ""), "CLUSTERSET_MISMATCH"},
+		{"shared identity once refused", "spiffe://plexus.local/membership", decide.Access{RequireClusterIdentities: true},
+			allocateAddr("p", a, ""), "SHARED_IDENTITY_REFUSED"},
+	} {
+		opts, call := asCaller(tc.principal, tc.access, tc.call)
+		out = append(out, errCase{name: tc.name, opts: opts, setup: withPool("p", poolV4("10.0.0.0/24")), call: call,
+			code: codes.PermissionDenied, reason: tc.reason})
+	}
+	return out
+}
+
 func errorCases() []errCase {
 	a, b, c := pod("ns", "a"), pod("ns", "b"), pod("ns", "c")
 	var failing atomic.Bool
 	failing.Store(true)
-	return []errCase{
+	return append(accessCases(), []errCase{
+		{
+			name:  "cluster quota reached",
+			setup: withPool("p", &allocatorv1.Pool{Cidrs: []string{"10.0.0.0/24"}, ClusterQuota: 2}, a, b),
+			call:  allocateAddr("p", c, ""),
+			code:  codes.ResourceExhausted, reason: "CLUSTER_QUOTA_EXCEEDED",
+		},
 		{
 			name:  "allocate in a pool being deleted",
 			opts:  []envOption{withFailingReleases(&failing)},
@@ -683,7 +722,7 @@ func errorCases() []errCase {
 			},
 			code: codes.InvalidArgument, reason: "INVALID_PAGE_SIZE", field: "page_size",
 		},
-	}
+	}...)
 }
 
 func createPool(id string, p *allocatorv1.Pool) func(context.Context, client) error {

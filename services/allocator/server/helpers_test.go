@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
@@ -47,6 +50,18 @@ type envOptions struct {
 	revision    func(context.Context) (int64, error)
 	wrap        func(store.Store) store.Store
 	server      []allocserver.Option
+	tokens      map[string]string
+}
+
+// withTokens authenticates bearer tokens (token → principal); asToken
+// makes a call with one.
+func withTokens(tokens map[string]string) envOption {
+	return func(o *envOptions) { o.tokens = tokens }
+}
+
+// asToken is ctx with token as the call's bearer token.
+func asToken(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 }
 
 // withStore wraps the store the service uses (to count its calls, say).
@@ -102,6 +117,14 @@ func start(t *testing.T, opts ...envOption) *env {
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.DrainTimeout = 2 * time.Second
+	if o.tokens != nil {
+		var lines []string
+		for token, principal := range o.tokens {
+			lines = append(lines, token+","+principal)
+		}
+		cfg.AuthTokens = filepath.Join(t.TempDir(), "tokens")
+		require.NoError(t, os.WriteFile(cfg.AuthTokens, []byte(strings.Join(lines, "\n")), 0o600))
+	}
 
 	logger := quietLogger()
 	srv, err := rt.New(*cfg, "allocator", rt.WithLogger(logger), rt.WithoutSignalHandling(), rt.WithDrainDelay(0))

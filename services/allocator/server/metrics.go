@@ -16,6 +16,7 @@ type Metrics struct {
 	turnWait      prometheus.Histogram
 	turnsTimedOut prometheus.Counter
 	watches       prometheus.Gauge
+	refusals      *prometheus.CounterVec
 }
 
 // NewMetrics registers the allocator's metrics, including per-pool gauges
@@ -44,8 +45,12 @@ func NewMetrics(reg prometheus.Registerer, svc *allocation.Allocator) *Metrics {
 			Name: "plexus_allocator_watches_open",
 			Help: "Open WatchAllocations streams (at most --max-watches).",
 		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_allocator_refusals_total",
+			Help: "Calls refused because the caller may not touch the allocations they name (a member cluster's identity acting for another cluster, a shared identity once refused), by reason; each is also logged as \"call refused\".",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.latency, m.errors, m.turnWait, m.turnsTimedOut, m.watches, &poolCollector{svc: svc})
+	reg.MustRegister(m.latency, m.errors, m.turnWait, m.turnsTimedOut, m.watches, m.refusals, &poolCollector{svc: svc})
 	return m
 }
 

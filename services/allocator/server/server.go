@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"runtime/debug"
 	"slices"
@@ -47,6 +48,12 @@ type Server struct {
 	watches    atomic.Int64
 	burst      burst
 	turns      *turns
+
+	// access decides who may touch which allocations; audit receives a
+	// line per refusal; callers caches the callers' identities.
+	access  decide.Access
+	audit   *slog.Logger
+	callers callers
 }
 
 // DefaultMaxWatches is the default bound on open WatchAllocations
@@ -86,7 +93,7 @@ func WithSnapshotTurns(n int, hold time.Duration) Option {
 // New returns a Server around svc. metrics may be nil.
 func New(svc *allocation.Allocator, metrics *Metrics, opts ...Option) *Server {
 	s := &Server{svc: svc, metrics: metrics, maxWatches: DefaultMaxWatches, burst: burst{release: debug.FreeOSMemory, restrain: gctune.Restrain},
-		turns: newTurns(DefaultSnapshotTurns, DefaultSnapshotTurnHold)}
+		turns: newTurns(DefaultSnapshotTurns, DefaultSnapshotTurnHold), audit: slog.Default()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -193,6 +200,7 @@ func poolTo(v allocation.PoolView) *allocatorv1.Pool {
 		Reserved:     v.Reserved,
 		Labels:       v.Labels,
 		AllowOverlap: v.AllowOverlap,
+		ClusterQuota: v.ClusterQuota,
 		Deleting:     v.Deleting,
 		Family:       allocatorv1.IPFamily_IP_FAMILY_IPV4,
 		Etag:         decide.Etag(v.Revision),
@@ -215,7 +223,8 @@ func poolTo(v allocation.PoolView) *allocatorv1.Pool {
 }
 
 func specFrom(p *allocatorv1.Pool) (decide.PoolSpec, error) {
-	spec := decide.PoolSpec{CIDRs: p.GetCidrs(), Reserved: p.GetReserved(), Labels: p.GetLabels(), AllowOverlap: p.GetAllowOverlap()}
+	spec := decide.PoolSpec{CIDRs: p.GetCidrs(), Reserved: p.GetReserved(), Labels: p.GetLabels(), AllowOverlap: p.GetAllowOverlap(),
+		ClusterQuota: p.GetClusterQuota()}
 	if d := p.GetReuseDelay(); d != nil {
 		if err := d.CheckValid(); err != nil {
 			return spec, &decide.FieldError{Field: "pool.reuse_delay", Reason: "INVALID_DURATION", Message: err.Error()}
@@ -322,6 +331,8 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 			mask.Labels = true
 		case "allow_overlap":
 			mask.AllowOverlap = true
+		case "cluster_quota":
+			mask.ClusterQuota = true
 		default:
 			return nil, s.fail(&decide.FieldError{Field: "update_mask", Reason: "INVALID_UPDATE_MASK", Message: fmt.Sprintf("field %s cannot be updated", decide.Clip(p))})
 		}
@@ -387,6 +398,9 @@ func (s *Server) Allocate(ctx context.Context, req *allocatorv1.AllocateRequest)
 	if err != nil {
 		return nil, s.fail(err)
 	}
+	if err := s.access.Allocate(s.callers.of(ctx), r.Owner); err != nil {
+		return nil, s.failAt(ctx, r.Pool, err)
+	}
 	a, created, err := s.svc.Allocate(ctx, r)
 	if err != nil {
 		return nil, s.fail(err)
@@ -409,10 +423,14 @@ func (s *Server) BatchAllocate(ctx context.Context, req *allocatorv1.BatchAlloca
 		return []attribute.KeyValue{attribute.Int("plexus.batch.size", len(req.GetRequests()))}
 	})
 	reqs := make([]decide.Request, len(req.GetRequests()))
+	caller := s.callers.of(ctx)
 	for i, r := range req.GetRequests() {
 		var err error
 		if reqs[i], err = requestFrom(fmt.Sprintf("requests[%d].", i), r); err != nil {
 			return nil, s.fail(err)
+		}
+		if err := s.access.Allocate(caller, reqs[i].Owner); err != nil {
+			return nil, s.failAt(ctx, reqs[i].Pool, fmt.Errorf("requests[%d]: %w", i, err))
 		}
 	}
 	out, err := s.svc.BatchAllocate(ctx, reqs, req.GetRequestId())
@@ -441,6 +459,9 @@ func (s *Server) GetAllocation(ctx context.Context, req *allocatorv1.GetAllocati
 	a, err := s.svc.GetAllocation(id, addr)
 	if err != nil {
 		return nil, s.fail(err)
+	}
+	if err := s.access.Read(s.callers.of(ctx), a.Owner); err != nil {
+		return nil, s.failAt(ctx, id, err)
 	}
 	return &allocatorv1.GetAllocationResponse{Allocation: s.allocationTo(a)}, nil
 }
@@ -476,6 +497,9 @@ func (s *Server) ListAllocations(ctx context.Context, req *allocatorv1.ListAlloc
 		after = allocation.Cursor{Pool: pos.Pool, Address: addr}
 	}
 	f := allocation.Filter{Cluster: req.GetOwnerCluster(), Kind: req.GetOwnerKind(), Namespace: req.GetOwnerNamespace(), Name: req.GetOwnerName(), UID: req.GetOwnerUid()}
+	if f.Scope, err = s.access.List(s.callers.of(ctx), f.Cluster); err != nil {
+		return nil, s.failAt(ctx, id, err)
+	}
 	if err := s.svc.Sync(ctx); err != nil {
 		return nil, s.fail(err)
 	}
@@ -506,9 +530,19 @@ func (s *Server) Release(ctx context.Context, req *allocatorv1.ReleaseRequest) (
 		return []attribute.KeyValue{attribute.String("plexus.pool", r.Pool), attribute.Bool("plexus.guarded", req.GetEtag() != "" || req.GetOwnerUid() != "")}
 	})
 	r.Etag, r.OwnerUID, r.AllowMissing = req.GetEtag(), req.GetOwnerUid(), req.GetAllowMissing()
+	// The owner a request names is checked first, so that a missing
+	// allocation of another cluster's owner says nothing; the holder is
+	// checked by the release itself, under the pool's lock.
+	caller := s.callers.of(ctx)
+	if req.GetOwner() != nil {
+		if err := s.access.Release(caller, r.Owner); err != nil {
+			return nil, s.failAt(ctx, r.Pool, err)
+		}
+	}
+	r.Caller, r.Access = &caller, s.access
 	a, ok, err := s.svc.Release(ctx, r)
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, s.failAt(ctx, r.Pool, err)
 	}
 	resp := &allocatorv1.ReleaseResponse{}
 	if ok {
@@ -570,6 +604,9 @@ func (s *Server) WatchAllocations(req *allocatorv1.WatchAllocationsRequest, stre
 	}
 	if req.GetStartRevision() < 0 {
 		return s.fail(&decide.FieldError{Field: "start_revision", Reason: "INVALID_REVISION", Message: "start_revision must not be negative"})
+	}
+	if err := s.access.Watch(s.callers.of(stream.Context())); err != nil {
+		return s.failAt(stream.Context(), id, err)
 	}
 	release, err := s.admitWatch()
 	if err != nil {

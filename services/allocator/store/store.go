@@ -64,6 +64,9 @@ type Pool struct {
 	ReuseDelay   time.Duration
 	Labels       map[string]string
 	AllowOverlap bool
+	// ClusterQuota is the most allocations the owners of one member
+	// cluster may hold in the pool; 0 means no quota.
+	ClusterQuota uint32
 	// Deleting marks a pool whose forced deletion is under way: its
 	// allocations are released in several commits before the pool goes,
 	// and no replica hands out or changes anything in it meanwhile.

@@ -3,11 +3,14 @@ package app
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
+	"github.com/plexusnet/plexus/internal/auth"
+	"github.com/plexusnet/plexus/internal/clusterid"
 	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/services/repair/decide"
@@ -87,7 +90,7 @@ func (o *Options) Validate() error {
 	if o.Interval <= 0 {
 		add("--interval: must be positive, got %s", o.Interval)
 	}
-	if err := o.decideConfig(nil).Validate(); err != nil {
+	if err := o.decideConfig(nil, false).Validate(); err != nil {
 		add("--leak-grace, --leak-strikes, --max-release-fraction: %w", err)
 	}
 	errs = append(errs, o.Flags.Validate()...)
@@ -101,13 +104,37 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (o *Options) decideConfig(scopes []decide.Scope) decide.Config {
+func (o *Options) decideConfig(scopes []decide.Scope, clusterBound bool) decide.Config {
 	return decide.Config{
 		LeakStrikes:        o.LeakStrikes,
 		LeakGrace:          o.LeakGrace,
 		MaxReleaseFraction: o.MaxReleaseFraction,
 		Resolvable:         scopes,
+		ClusterBound:       clusterBound,
 	}
+}
+
+// clusterBound reads the certificate in certFile, which the repair
+// presents to the allocator: whether it names a member cluster, which
+// must then be the cluster this repair serves (and of its clusterset, when
+// that is known).
+func clusterBound(certFile string, cluster clusterid.Identity) (bool, error) {
+	data, err := os.ReadFile(certFile)
+	if err != nil {
+		return false, fmt.Errorf("--tls-cert: %w", err)
+	}
+	id, ok, err := auth.CertIdentity(data)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("--tls-cert %s: %w", certFile, err)
+	case !ok || id.Cluster == "":
+		return false, nil
+	case id.Cluster != cluster.Cluster:
+		return false, fmt.Errorf("--tls-cert %s names cluster %q, but this repair serves cluster %q", certFile, id.Cluster, cluster.Cluster)
+	case cluster.ClusterSet != "" && id.Clusterset != cluster.ClusterSet:
+		return false, fmt.Errorf("--tls-cert %s names clusterset %q, but this cluster belongs to %q", certFile, id.Clusterset, cluster.ClusterSet)
+	}
+	return true, nil
 }
 
 // WithRESTConfig returns o set to talk to the cluster of cfg instead of

@@ -73,8 +73,12 @@ type service struct {
 	// clusterSet is the clusterset's name from its ClusterProperty, if
 	// any.
 	clusterSet string
-	allocConn  *grpc.ClientConn
-	identity   string
+	// clusterBound: the certificate this repair presents to the
+	// allocator names its cluster, so it may release that cluster's
+	// allocations only (decide.Config.ClusterBound).
+	clusterBound bool
+	allocConn    *grpc.ClientConn
+	identity     string
 	// logger names this replica's identity.
 	logger   *slog.Logger
 	recorder record.EventRecorder
@@ -113,6 +117,15 @@ func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 	}
 	cfg.ClusterName = id.Cluster
 	s.clusterSet = id.ClusterSet
+	if cfg.PeerCA != "" && cfg.TLSCert != "" {
+		if s.clusterBound, err = clusterBound(cfg.TLSCert, id); err != nil {
+			return err
+		}
+		if s.clusterBound {
+			s.rt.Logger.Info("the certificate names this cluster: releasing its allocations only; leaked clusterset VIPs and stalled pool deletions are left to a repair with fleet rights",
+				"cluster", id.Cluster)
+		}
+	}
 	if s.allocConn, err = dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...); err != nil {
 		return fmt.Errorf("allocator connection: %w", err)
 	}
@@ -147,7 +160,7 @@ func (s *service) build(context.Context, *server.Cleanup) error {
 	if s.elector, err = leader.NewElector(s.identity, "plexus_repair_leader", "1 while this replica is the repair leader, 0 otherwise.", rt.Server.Registerer()); err != nil {
 		return err
 	}
-	s.runner, err = pass.New(s.o.decideConfig(s.view.Scopes()), allocatorv1.NewAllocatorServiceClient(s.allocConn), s.view,
+	s.runner, err = pass.New(s.o.decideConfig(s.view.Scopes(), s.clusterBound), allocatorv1.NewAllocatorServiceClient(s.allocConn), s.view,
 		pass.WithLogger(rt.Logger.With("component", "pass")),
 		pass.WithRecorder(s.recorder),
 		pass.WithRegisterer(rt.Server.Registerer()),

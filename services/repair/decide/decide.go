@@ -548,6 +548,9 @@ func (p *pass) leakCandidate(a *Allocation, r *record, f Finding) error {
 	case r.outOfRange || len(r.dups) > 0:
 		f.Action = ActionReported
 		f.Message = fmt.Sprintf("%s; not released: the address is %s", what, blockReason(r))
+	case cfg.ClusterBound && a.Owner.Cluster == "":
+		f.Action = ActionReported
+		f.Message = what + "; " + leftToFleet
 	case st.count < cfg.LeakStrikes:
 		f.Action = ActionWaitingStrikes
 		f.Message = fmt.Sprintf("%s; seen in %d of %d consecutive passes", what, st.count, cfg.LeakStrikes)
@@ -562,6 +565,10 @@ func (p *pass) leakCandidate(a *Allocation, r *record, f Finding) error {
 	p.add(f)
 	return nil
 }
+
+// leftToFleet says why a repair bound to its cluster acts on nothing of
+// the fleet's.
+const leftToFleet = "left to a repair with fleet rights: this repair's identity is bound to its cluster"
 
 func blockReason(r *record) string {
 	switch {

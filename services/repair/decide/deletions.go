@@ -38,6 +38,9 @@ func (p *pass) judgeDeletions() {
 			// Without it the deletion could not be guarded.
 			f.Action = ActionReported
 			f.Message = what + "; not acted on: the allocator gave no etag for the pool"
+		} else if p.in.Config.ClusterBound {
+			f.Action = ActionReported
+			f.Message = what + "; " + leftToFleet
 		} else if p.deletion(&f, deletionSteps{
 			what: what, seen: "stalled in", age: p.in.Now.Sub(pool.UpdateTime), aged: "marked deleting %s ago",
 			doing: "finishing its deletion", wouldDo: "its deletion would be finished",

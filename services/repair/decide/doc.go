@@ -45,6 +45,10 @@
 //     is reported but not released: freeing it would let the allocator hand
 //     out an address that is in use, or that the pool no longer covers.
 //     OUT_OF_RANGE and DUPLICATE are never acted on automatically.
+//   - A repair whose identity is bound to its member cluster
+//     (Config.ClusterBound) releases that cluster's leaks only, as the
+//     allocator lets it: a leaked clusterset VIP is reported, left to a
+//     repair with fleet rights, and so is a stalled pool deletion.
 //   - At most floor(Config.MaxReleaseFraction × allocations of the pool)
 //     releases per pool and pass, but at least one when the fraction is not
 //     zero, so a pool with fewer than ten allocations can still be cleaned at

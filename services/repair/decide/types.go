@@ -170,6 +170,12 @@ type Config struct {
 	// Resolvable lists the owners the view can judge; owners outside it
 	// are never reported as leaks.
 	Resolvable []Scope
+	// ClusterBound says the repair's identity is bound to its member
+	// cluster: the allocator lets it release that cluster's allocations
+	// only. Leaked clusterset VIPs (owners of no cluster) are then
+	// reported, left to a repair with fleet rights, and so are stalled
+	// pool deletions, whose finishing releases every cluster's addresses.
+	ClusterBound bool
 }
 
 // Defaults of Config.

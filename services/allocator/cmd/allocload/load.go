@@ -64,6 +64,9 @@ type loadConfig struct {
 	format    string
 	// kubeconfig is the cluster of the ipaddress mode.
 	kubeconfig string
+	// tokenFile, when set, holds the bearer token of every call, so the
+	// load runs as a principal (an allocator with --auth-tokens).
+	tokenFile string
 }
 
 func (c *loadConfig) addFlags(fs *pflag.FlagSet) {
@@ -82,6 +85,7 @@ func (c *loadConfig) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.batchSize, "batch-size", 1000, "addresses per BatchAllocate in batch mode")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of each call")
 	fs.StringVar(&c.format, "format", "text", "output: text or json")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token presented on every call (an allocator with --auth-tokens); the owners are of cluster \"load\"")
 }
 
 func (c *loadConfig) validate() error {
@@ -141,9 +145,12 @@ func runLoad(args []string, out io.Writer) error {
 	} else {
 		addrs := strings.Split(cfg.addr, ",")
 		t.conns = make([]*grpc.ClientConn, max(cfg.conns, len(addrs)))
+		opts := []dial.Option{dial.WithoutRetry()} // a failed call is counted, not hidden
+		if cfg.tokenFile != "" {
+			opts = append(opts, dial.WithTokenFile(cfg.tokenFile))
+		}
 		for i := range t.conns {
-			// No retries: a failed call is counted, not hidden.
-			conn, err := dial.New(strings.TrimSpace(addrs[i%len(addrs)]), dial.WithoutRetry())
+			conn, err := dial.New(strings.TrimSpace(addrs[i%len(addrs)]), opts...)
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ func testPersistence(t *testing.T, s store.Store, reopen func(*testing.T, store.
 	p6 := newPool("p6", "2001:db8::/64")
 	p6.Labels = nil
 	p6.Deleting = true
+	p6.ClusterQuota = 3
 	commit(t, s, txn(putPool(newPool("p4", "10.0.0.0/16")), putPool(p6)))
 	var bulk []store.Op
 	for i := range 500 {
@@ -34,6 +35,7 @@ func testPersistence(t *testing.T, s store.Store, reopen func(*testing.T, store.
 	before := snapshot(t, s)
 	require.True(t, before.Pools[1].Deleting, "a pool's Deleting mark is kept")
 	require.False(t, before.Pools[0].Deleting)
+	require.Equal(t, uint32(3), before.Pools[1].ClusterQuota, "a pool's cluster quota is kept")
 	req, ok, err := s.GetRequest(ctx, "req-1")
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -20,6 +20,7 @@ type poolValue struct {
 	ReuseDelay   time.Duration     `json:"reuse_delay_ns,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	AllowOverlap bool              `json:"allow_overlap,omitempty"`
+	ClusterQuota uint32            `json:"cluster_quota,omitempty"`
 	Deleting     bool              `json:"deleting,omitempty"`
 	CreateTime   time.Time         `json:"create_time"`
 	UpdateTime   time.Time         `json:"update_time"`
@@ -54,7 +55,7 @@ type requestValue struct {
 func encodePool(p *store.Pool) string {
 	return mustJSON(poolValue{
 		ID: p.ID, CIDRs: p.CIDRs, Reserved: p.Reserved, ReuseDelay: p.ReuseDelay, Labels: p.Labels,
-		AllowOverlap: p.AllowOverlap, Deleting: p.Deleting, CreateTime: p.CreateTime.UTC(), UpdateTime: p.UpdateTime.UTC(),
+		AllowOverlap: p.AllowOverlap, ClusterQuota: p.ClusterQuota, Deleting: p.Deleting, CreateTime: p.CreateTime.UTC(), UpdateTime: p.UpdateTime.UTC(),
 	})
 }
 
@@ -65,7 +66,7 @@ func decodePool(v []byte, rev int64) (store.Pool, error) {
 	}
 	return store.Pool{
 		ID: pv.ID, CIDRs: pv.CIDRs, Reserved: pv.Reserved, ReuseDelay: pv.ReuseDelay, Labels: pv.Labels,
-		AllowOverlap: pv.AllowOverlap, Deleting: pv.Deleting, CreateTime: pv.CreateTime, UpdateTime: pv.UpdateTime, Revision: rev,
+		AllowOverlap: pv.AllowOverlap, ClusterQuota: pv.ClusterQuota, Deleting: pv.Deleting, CreateTime: pv.CreateTime, UpdateTime: pv.UpdateTime, Revision: rev,
 	}, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -110,7 +111,11 @@ func appendPool(e Encoder, p *store.Pool, rev int64) Encoder {
 	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
 		e = e.Str(k).Str(p.Labels[k])
 	}
-	return e.Uint(poolFlags(p)).Time(p.CreateTime).Time(p.UpdateTime).Int(rev)
+	e = e.Uint(poolFlags(p))
+	if p.ClusterQuota > 0 {
+		e = e.Uint(uint64(p.ClusterQuota))
+	}
+	return e.Time(p.CreateTime).Time(p.UpdateTime).Int(rev)
 }
 
 // Pool flags, one bit each. A value written before Deleting existed
@@ -118,6 +123,8 @@ func appendPool(e Encoder, p *store.Pool, rev int64) Encoder {
 const (
 	flagAllowOverlap = 1 << iota
 	flagDeleting
+	// flagClusterQuota: the quota follows the flags.
+	flagClusterQuota
 )
 
 func poolFlags(p *store.Pool) uint64 {
@@ -127,6 +134,9 @@ func poolFlags(p *store.Pool) uint64 {
 	}
 	if p.Deleting {
 		f |= flagDeleting
+	}
+	if p.ClusterQuota > 0 {
+		f |= flagClusterQuota
 	}
 	return f
 }
@@ -341,6 +351,13 @@ func (d *Decoder) pool(p *store.Pool) {
 	}
 	f := d.Uint()
 	p.AllowOverlap, p.Deleting = f&flagAllowOverlap != 0, f&flagDeleting != 0
+	if f&flagClusterQuota != 0 {
+		if q := d.Uint(); q <= math.MaxUint32 {
+			p.ClusterQuota = uint32(q)
+		} else {
+			d.Fail(fmt.Errorf("cluster quota %d out of range", q))
+		}
+	}
 	p.CreateTime = d.Time()
 	p.UpdateTime = d.Time()
 	p.Revision = d.Int()

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"math"
 	"net/netip"
 	"testing"
 	"time"
@@ -18,7 +19,8 @@ func TestValuesRoundTrip(t *testing.T) {
 			ID: "p", CIDRs: []string{"10.0.0.0/8"}, Reserved: []string{"10.0.0.1", "10.0.0.5-10.0.0.7"},
 			ReuseDelay: -time.Nanosecond, Labels: map[string]string{"": "", "k": "v\x00"},
 			AllowOverlap: i&1 != 0, Deleting: i&2 != 0, // every pair of flags
-			CreateTime: tm, UpdateTime: tm, Revision: 1<<62 + 1,
+			ClusterQuota: []uint32{0, 1, 250, math.MaxUint32}[i],
+			CreateTime:   tm, UpdateTime: tm, Revision: 1<<62 + 1,
 		}
 		got, err := DecodePool("p", EncodePool(&p, p.Revision))
 		require.NoError(t, err)
