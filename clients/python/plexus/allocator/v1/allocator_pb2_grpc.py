@@ -25,8 +25,14 @@ class AllocatorServiceStub(object):
     - ALREADY_EXISTS: POOL_ALREADY_EXISTS, ADDRESS_IN_USE;
     - FAILED_PRECONDITION: POOL_OVERLAP, POOL_NOT_EMPTY, POOL_DELETING,
     CIDR_IN_USE, ADDRESS_IN_REUSE_DELAY, ETAG_MISMATCH, OWNER_MISMATCH;
+    - PERMISSION_DENIED, when the caller's identity may not touch the
+    allocations a call names (a member cluster's identity acts only for
+    its own cluster's owners, and allocates but never releases clusterset
+    VIPs; a watch needs fleet rights): OWNER_OUTSIDE_CLUSTER,
+    FLEET_RIGHTS_REQUIRED, CLUSTERSET_MISMATCH, SHARED_IDENTITY_REFUSED;
     - OUT_OF_RANGE: REVISION_TOO_OLD, REVISION_IN_FUTURE;
-    - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, WATCH_TOO_SLOW, TOO_MANY_WATCHES;
+    - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, CLUSTER_QUOTA_EXCEEDED,
+    WATCH_TOO_SLOW, TOO_MANY_WATCHES;
     - ABORTED: CONCURRENT_CHANGE;
     - UNAVAILABLE: STORE_UNAVAILABLE, REPLICA_BEHIND.
     Any call may also end with a reason of the runtime every Plexus service
@@ -128,8 +134,14 @@ class AllocatorServiceServicer(object):
     - ALREADY_EXISTS: POOL_ALREADY_EXISTS, ADDRESS_IN_USE;
     - FAILED_PRECONDITION: POOL_OVERLAP, POOL_NOT_EMPTY, POOL_DELETING,
     CIDR_IN_USE, ADDRESS_IN_REUSE_DELAY, ETAG_MISMATCH, OWNER_MISMATCH;
+    - PERMISSION_DENIED, when the caller's identity may not touch the
+    allocations a call names (a member cluster's identity acts only for
+    its own cluster's owners, and allocates but never releases clusterset
+    VIPs; a watch needs fleet rights): OWNER_OUTSIDE_CLUSTER,
+    FLEET_RIGHTS_REQUIRED, CLUSTERSET_MISMATCH, SHARED_IDENTITY_REFUSED;
     - OUT_OF_RANGE: REVISION_TOO_OLD, REVISION_IN_FUTURE;
-    - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, WATCH_TOO_SLOW, TOO_MANY_WATCHES;
+    - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, CLUSTER_QUOTA_EXCEEDED,
+    WATCH_TOO_SLOW, TOO_MANY_WATCHES;
     - ABORTED: CONCURRENT_CHANGE;
     - UNAVAILABLE: STORE_UNAVAILABLE, REPLICA_BEHIND.
     Any call may also end with a reason of the runtime every Plexus service
@@ -346,8 +358,14 @@ class AllocatorService(object):
     - ALREADY_EXISTS: POOL_ALREADY_EXISTS, ADDRESS_IN_USE;
     - FAILED_PRECONDITION: POOL_OVERLAP, POOL_NOT_EMPTY, POOL_DELETING,
     CIDR_IN_USE, ADDRESS_IN_REUSE_DELAY, ETAG_MISMATCH, OWNER_MISMATCH;
+    - PERMISSION_DENIED, when the caller's identity may not touch the
+    allocations a call names (a member cluster's identity acts only for
+    its own cluster's owners, and allocates but never releases clusterset
+    VIPs; a watch needs fleet rights): OWNER_OUTSIDE_CLUSTER,
+    FLEET_RIGHTS_REQUIRED, CLUSTERSET_MISMATCH, SHARED_IDENTITY_REFUSED;
     - OUT_OF_RANGE: REVISION_TOO_OLD, REVISION_IN_FUTURE;
-    - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, WATCH_TOO_SLOW, TOO_MANY_WATCHES;
+    - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, CLUSTER_QUOTA_EXCEEDED,
+    WATCH_TOO_SLOW, TOO_MANY_WATCHES;
     - ABORTED: CONCURRENT_CHANGE;
     - UNAVAILABLE: STORE_UNAVAILABLE, REPLICA_BEHIND.
     Any call may also end with a reason of the runtime every Plexus service
