@@ -49,7 +49,7 @@ type sourcesFile struct {
 }
 
 // ParseFile reads a sources file: YAML (or JSON) with one list, clusters,
-// of {name, address, tlsServerName}. Unknown fields are refused, so that a
+// of {name, address, tlsServerName, ranges}. Unknown fields are refused, so that a
 // misspelt field does not silently drop a member's TLS identity.
 func ParseFile(data []byte) ([]Member, error) {
 	if len(data) > MaxFileSize {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,6 +65,7 @@ func Join(ctx context.Context, client dynamic.Interface, namespace string, m Mem
 	}
 	set(inventoryv1alpha1.PropertyMembershipAddress, m.Addr)
 	set(inventoryv1alpha1.PropertyMembershipServerName, m.ServerName)
+	set(inventoryv1alpha1.PropertyMembershipRanges, strings.Join(m.Ranges, ","))
 	set(aboutv1alpha1.ClusterIDProperty, m.Name)
 	if clusterSet != "" {
 		set(aboutv1alpha1.ClusterSetProperty, clusterSet)

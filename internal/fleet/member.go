@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -17,6 +18,9 @@ const MaxMembers = 10000
 // maxAddr bounds a member's address (a list of replicas at most).
 const maxAddr = 1024
 
+// MaxRanges bounds the address ranges one member declares.
+const MaxRanges = 64
+
 // Member is one member cluster: its id and where its membership serves.
 type Member struct {
 	// Name is the cluster's id in the clusterset.
@@ -28,6 +32,47 @@ type Member struct {
 	// ServerName is the TLS server name the membership's certificate is
 	// verified against; the address's host when empty.
 	ServerName string `json:"tlsServerName,omitempty"`
+	// Ranges are the CIDRs the cluster's endpoint addresses lie in (its
+	// Pod CIDRs, the addresses of its external workloads): an importer
+	// drops an endpoint of the cluster with an address outside them.
+	// None: any address.
+	Ranges []string `json:"ranges,omitempty"`
+}
+
+// Prefixes returns the member's ranges, parsed; those that do not parse
+// (Validate refuses them) are left out.
+func (m Member) Prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range m.Ranges {
+		if p, err := netip.ParsePrefix(r); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// Equal reports whether m and o are the same member, address, TLS
+// identity and ranges included.
+func (m Member) Equal(o Member) bool {
+	return m.Name == o.Name && m.Addr == o.Addr && m.ServerName == o.ServerName && slices.Equal(m.Ranges, o.Ranges)
+}
+
+// validateRanges checks a member's ranges: CIDRs, at most MaxRanges.
+func validateRanges(ranges []string) error {
+	if len(ranges) > MaxRanges {
+		return fmt.Errorf("ranges: %d, at most %d", len(ranges), MaxRanges)
+	}
+	var errs []error
+	for i, r := range ranges {
+		p, err := netip.ParsePrefix(r)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("ranges[%d] %q: not a CIDR", i, clip(r)))
+		case p.Masked() != p:
+			errs = append(errs, fmt.Errorf("ranges[%d] %q: host bits set; did you mean %s?", i, clip(r), p.Masked()))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Validate reports what is wrong with m.
@@ -37,6 +82,9 @@ func (m Member) Validate() error {
 		errs = append(errs, fmt.Errorf("name %q: %s", clip(m.Name), strings.Join(msgs, "; ")))
 	}
 	if err := ValidateAddr(m.Addr); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateRanges(m.Ranges); err != nil {
 		errs = append(errs, err)
 	}
 	if m.ServerName != "" {
@@ -104,8 +152,8 @@ func check(members []Member) ([]Member, error) {
 type Diff struct {
 	// Joined are the members new in the set.
 	Joined []Member
-	// Moved are the members whose address or TLS identity changed: the
-	// new value, with the old one in the same position of Was.
+	// Moved are the members whose address, TLS identity or ranges
+	// changed: the new value, with the old one in the same position of Was.
 	Moved, Was []Member
 	// Left are the members no longer in the set.
 	Left []Member
@@ -124,7 +172,7 @@ func Compare(old map[string]Member, next []Member) Diff {
 		switch {
 		case !ok:
 			d.Joined = append(d.Joined, m)
-		case was != m:
+		case !was.Equal(m):
 			d.Moved, d.Was = append(d.Moved, m), append(d.Was, was)
 		}
 	}

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,6 +28,40 @@ func TestCompare(t *testing.T) {
 	require.Equal(t, []Member{{Name: "b", Addr: "10.0.0.2:7402"}}, d.Was)
 	require.Equal(t, []Member{{Name: "c", Addr: "10.0.0.3:7402"}}, d.Left)
 	require.True(t, Compare(old, []Member{old["a"], old["b"], old["c"]}).Empty())
+
+	ranged := Member{Name: "a", Addr: "10.0.0.1:7402", Ranges: []string{"10.1.0.0/16"}}
+	d = Compare(old, []Member{ranged, old["b"], old["c"]})
+	require.Equal(t, []Member{ranged}, d.Moved, "a change of ranges is a change of the member")
+	require.True(t, Compare(map[string]Member{"a": ranged}, []Member{ranged}).Empty())
+}
+
+func TestRanges(t *testing.T) {
+	ms, err := ParseFile([]byte("clusters:\n- name: east\n  address: x:1\n  ranges: [10.1.0.0/16, 'fd00:1::/64']\n"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.1.0.0/16", "fd00:1::/64"}, ms[0].Ranges)
+	require.Equal(t, "[10.1.0.0/16 fd00:1::/64]", fmt.Sprint(ms[0].Prefixes()))
+
+	for name, tc := range map[string]struct {
+		ranges []string
+		want   string
+	}{
+		"not a CIDR": {[]string{"10.1.0.0"}, `ranges[0] "10.1.0.0": not a CIDR`},
+		"host bits":  {[]string{"10.1.0.0/16", "10.1.2.3/16"}, `ranges[1] "10.1.2.3/16": host bits set; did you mean 10.1.0.0/16?`},
+		"too many":   {slices.Repeat([]string{"10.0.0.0/8"}, MaxRanges+1), "at most 64"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := Member{Name: "east", Addr: "x:1", Ranges: tc.ranges}.Validate()
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+
+	addr := inventoryv1alpha1.PropertyMembershipAddress
+	m, _, ok := FromProfile(profile("east", map[string]string{addr: "x:1", inventoryv1alpha1.PropertyMembershipRanges: "10.1.0.0/16, fd00:1::/64"}), "")
+	require.True(t, ok)
+	require.Equal(t, []string{"10.1.0.0/16", "fd00:1::/64"}, m.Ranges)
+	_, reason, ok := FromProfile(profile("east", map[string]string{addr: "x:1", inventoryv1alpha1.PropertyMembershipRanges: "everything"}), "")
+	require.False(t, ok)
+	require.Contains(t, reason, "not a CIDR")
 }
 
 func TestParseFile(t *testing.T) {
@@ -69,6 +105,7 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("clusters:\n- name: east\n  address: 10.0.0.1:7402\n"))
 	f.Add([]byte(`{"clusters":[{"name":"a","address":"dns:///m:1","tlsServerName":"m"}]}`))
 	f.Add([]byte("clusters: [{name: a, address: 'x:1'}, {name: a, address: 'x:1'}]"))
+	f.Add([]byte("clusters: [{name: a, address: 'x:1', ranges: [10.0.0.0/8, '::/0']}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ms, err := ParseFile(data)
 		if err != nil {

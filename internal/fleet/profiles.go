@@ -41,6 +41,13 @@ func FromProfile(p *inventoryv1alpha1.ClusterProfile, clusterSet string) (Member
 		m.Name = id
 	}
 	m.ServerName, _ = p.Property(inventoryv1alpha1.PropertyMembershipServerName)
+	if ranges, ok := p.Property(inventoryv1alpha1.PropertyMembershipRanges); ok {
+		for _, r := range strings.Split(ranges, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				m.Ranges = append(m.Ranges, r)
+			}
+		}
+	}
 	if err := m.Validate(); err != nil {
 		return Member{}, "invalid: " + err.Error(), false
 	}

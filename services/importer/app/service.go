@@ -219,6 +219,7 @@ func (s *service) sources() error {
 		Dial: fleet.Dialer(rt.Config),
 		Start: func(m fleet.Member, conn *grpc.ClientConn, prev fleet.Runner) (fleet.Runner, error) {
 			s.store.AddSource(m.Name)
+			s.store.SetRanges(m.Name, m.Prefixes())
 			var from sources.Position
 			if p, ok := prev.(*sources.Source); ok {
 				from = p.Position()
@@ -230,6 +231,7 @@ func (s *service) sources() error {
 		},
 		Gone: func(m fleet.Member) {
 			n := s.store.RemoveSource(m.Name)
+			s.store.SetRanges(m.Name, nil)
 			rt.Logger.Info("withdrew the exports of a cluster that left the fleet", "cluster", m.Name, "services", n)
 		},
 		Grace:      s.o.SourceGrace,
