@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,6 +38,11 @@ type Member struct {
 	// drops an endpoint of the cluster with an address outside them.
 	// None: any address.
 	Ranges []string `json:"ranges,omitempty"`
+	// ClusterSet is the clusterset the member belongs to, when its entry
+	// says (a sources file's clusterset, a ClusterProfile's
+	// clusterset.k8s.io property): followers of another clusterset skip
+	// it. Empty: any.
+	ClusterSet string `json:"clusterset,omitempty"`
 }
 
 // Prefixes returns the member's ranges, parsed; those that do not parse
@@ -54,7 +60,7 @@ func (m Member) Prefixes() []netip.Prefix {
 // Equal reports whether m and o are the same member, address, TLS
 // identity and ranges included.
 func (m Member) Equal(o Member) bool {
-	return m.Name == o.Name && m.Addr == o.Addr && m.ServerName == o.ServerName && slices.Equal(m.Ranges, o.Ranges)
+	return m.Name == o.Name && m.Addr == o.Addr && m.ServerName == o.ServerName && slices.Equal(m.Ranges, o.Ranges) && m.ClusterSet == o.ClusterSet
 }
 
 // validateRanges checks a member's ranges: CIDRs, at most MaxRanges.
@@ -92,11 +98,19 @@ func (m Member) Validate() error {
 			errs = append(errs, fmt.Errorf("tlsServerName %q: %s", clip(m.ServerName), strings.Join(msgs, "; ")))
 		}
 	}
+	if m.ClusterSet != "" {
+		if msgs := validation.IsDNS1123Label(m.ClusterSet); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("clusterset %q: %s", clip(m.ClusterSet), strings.Join(msgs, "; ")))
+		}
+	}
 	return errors.Join(errs...)
 }
 
 // ValidateAddr checks a membership address: host:port, a comma-separated
-// list of host:port, or a gRPC target with a scheme.
+// list of host:port, or a gRPC target with a scheme (dns:///host:port,
+// unix:///path, passthrough:///host:port). A port is a number from 1 to
+// 65535, and a URL of another protocol (http://host:port) is refused: the
+// follower would dial it for ever.
 func ValidateAddr(addr string) error {
 	switch {
 	case addr == "":
@@ -105,13 +119,41 @@ func ValidateAddr(addr string) error {
 		return fmt.Errorf("address: %d bytes, at most %d", len(addr), maxAddr)
 	case strings.ContainsFunc(addr, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 		return fmt.Errorf("address %q: contains spaces or control characters", clip(addr))
-	case strings.Contains(addr, "://"):
-		return nil
+	}
+	if scheme, rest, ok := strings.Cut(addr, "://"); ok {
+		switch scheme {
+		case "unix", "unix-abstract":
+			return nil
+		case "dns", "passthrough":
+			// dns://[authority]/host:port
+			_, hostport, _ := strings.Cut(rest, "/")
+			if err := checkHostPort(hostport); err != nil {
+				return fmt.Errorf("address %q: %w", clip(addr), err)
+			}
+			return nil
+		}
+		return fmt.Errorf("address %q: %q is not a gRPC target scheme; give host:port, or dns:///host:port", clip(addr), clip(scheme))
 	}
 	for _, a := range strings.Split(addr, ",") {
-		if _, _, err := net.SplitHostPort(a); err != nil {
+		if err := checkHostPort(a); err != nil {
 			return fmt.Errorf("address %q: %w", clip(addr), err)
 		}
+	}
+	return nil
+}
+
+// checkHostPort checks one host:port.
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("%q: no host", clip(a))
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port must be a number from 1 to 65535", clip(a))
 	}
 	return nil
 }
@@ -131,13 +173,16 @@ func check(members []Member) ([]Member, error) {
 	if len(members) > MaxMembers {
 		return nil, fmt.Errorf("%d members, at most %d", len(members), MaxMembers)
 	}
+	var errs []error
+	// Named as the set lists them, before sorting.
+	for i, m := range members {
+		if err := m.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("member %d (%q): %w", i, clip(m.Name), err))
+		}
+	}
 	out := slices.Clone(members)
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
-	var errs []error
 	for i, m := range out {
-		if err := m.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("member %d: %w", i, err))
-		}
 		if i > 0 && out[i-1].Name == m.Name {
 			errs = append(errs, fmt.Errorf("member %q named twice", clip(m.Name)))
 		}

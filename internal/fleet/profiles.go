@@ -37,6 +37,7 @@ func FromProfile(p *inventoryv1alpha1.ClusterProfile, clusterSet string) (Member
 		return Member{}, "it has no " + inventoryv1alpha1.PropertyMembershipAddress + " property", false
 	}
 	m := Member{Name: p.Name, Addr: addr}
+	m.ClusterSet, _ = p.Property(aboutv1alpha1.ClusterSetProperty)
 	if id, ok := p.Property(aboutv1alpha1.ClusterIDProperty); ok {
 		m.Name = id
 	}

@@ -102,7 +102,7 @@ with another address moves it: the importers reconnect and resume.`,
   plexusctl clusters join east --address 10.0.0.7:7402 --sources-file fleet.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			member.Name = args[0]
+			member.Name, member.ClusterSet = args[0], clusterSet
 			if err := member.Validate(); err != nil {
 				return err
 			}
