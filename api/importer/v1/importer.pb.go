@@ -1032,11 +1032,13 @@ func (x *ListServiceImportsResponse) GetNextPageToken() string {
 type ApplyImportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The endpoint set; endpoints.cluster names the source cluster and
-	// endpoints.export must say the service is exported.
+	// endpoints.export must say the service is exported. Port names are
+	// IANA service names (at most 15 characters, at least one letter); a
+	// session affinity timeout, when given, is from 1s to 86400s.
 	Endpoints *v1.ServiceEndpoints `protobuf:"bytes,1,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
 	// When the change was observed at the source; defaults to now.
 	ObserveTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=observe_time,json=observeTime,proto3" json:"observe_time,omitempty"`
-	// Optional idempotency key.
+	// Optional idempotency key, at most 128 characters.
 	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
