@@ -33,7 +33,7 @@ type Flags struct {
 // for ("imported here").
 func (f *Flags) AddFlags(fs *pflag.FlagSet, what string) {
 	fs.StringArrayVar(&f.Sources, "source", f.Sources, "NAME=ADDR of a member cluster's membership (repeatable; ADDR may list replicas, comma-separated): its exported services are "+what+"; fixed for the process's life (see --sources-file and --inventory-namespace for a fleet that changes)")
-	fs.StringVar(&f.SourcesFile, "sources-file", f.SourcesFile, "YAML file listing the member clusters (clusters: [{name, address, tlsServerName}]), re-read when it changes (a mounted ConfigMap): members join, move and leave without a restart")
+	fs.StringVar(&f.SourcesFile, "sources-file", f.SourcesFile, "YAML file listing the member clusters (clusters: [{name, address, tlsServerName, ranges, clusterset}]; ranges: the CIDRs the member's endpoint addresses must lie in, none: any; a file listing no clusters is not applied unless it says empty: true), re-read when it changes (a mounted ConfigMap): members join, move and leave without a restart")
 	fs.StringVar(&f.InventoryNamespace, "inventory-namespace", f.InventoryNamespace, "namespace of the ClusterProfiles (multicluster.x-k8s.io, KEP-4322) that list the member clusters, each with the status property membership.plexus.dev/address; followed without restarts")
 	fs.StringVar(&f.InventoryKubeconfig, "inventory-kubeconfig", f.InventoryKubeconfig, "kubeconfig of the inventory cluster that holds the ClusterProfiles; the member cluster itself when empty")
 }
@@ -69,7 +69,9 @@ func (f *Flags) Dynamic() bool { return f.SourcesFile != "" || f.InventoryNamesp
 func (f *Flags) Inventory(local dynamic.Interface, userAgent, clusterSet string, logger *slog.Logger) (Inventory, error) {
 	switch {
 	case f.SourcesFile != "":
-		return NewFile(f.SourcesFile, DefaultFileInterval, logger), nil
+		file := NewFile(f.SourcesFile, DefaultFileInterval, logger)
+		file.ClusterSet = clusterSet
+		return file, nil
 	case f.InventoryNamespace != "":
 		client := local
 		if f.InventoryKubeconfig != "" {

@@ -46,11 +46,21 @@ const DefaultFileInterval = time.Second
 type sourcesFile struct {
 	// Clusters are the members.
 	Clusters []Member `json:"clusters"`
+	// Empty says that a file listing no clusters means it.
+	Empty bool `json:"empty,omitempty"`
 }
 
+// ErrNoMembers is the error of a sources file that lists no clusters
+// without saying that it means it: an empty file (a ConfigMap key gone
+// missing, a truncated write) would otherwise make every member leave, and
+// every import go after the grace.
+var ErrNoMembers = errors.New("lists no clusters; write \"empty: true\" to mean that the fleet has no members")
+
 // ParseFile reads a sources file: YAML (or JSON) with one list, clusters,
-// of {name, address, tlsServerName}. Unknown fields are refused, so that a
-// misspelt field does not silently drop a member's TLS identity.
+// of {name, address, tlsServerName, ranges, clusterset}, and, for a file
+// that lists none, empty: true (ErrNoMembers without). Unknown fields are
+// refused, so that a misspelt field does not silently drop a member's TLS
+// identity.
 func ParseFile(data []byte) ([]Member, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("%d bytes, at most %d", len(data), MaxFileSize)
@@ -59,13 +69,30 @@ func ParseFile(data []byte) ([]Member, error) {
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
+	switch {
+	case len(f.Clusters) == 0 && !f.Empty:
+		return nil, ErrNoMembers
+	case len(f.Clusters) > 0 && f.Empty:
+		return nil, fmt.Errorf("says empty: true and lists %d clusters", len(f.Clusters))
+	}
 	return check(f.Clusters)
+}
+
+// marshalFile writes members as a sources file; none is written as an
+// explicitly empty file.
+func marshalFile(members []Member) ([]byte, error) {
+	return yaml.Marshal(sourcesFile{Clusters: members, Empty: len(members) == 0})
 }
 
 // File is a sources file, re-read when its content changes: the way a
 // mounted ConfigMap or Secret changes under a running process (the kubelet
 // swaps a symlink; the path stays).
 type File struct {
+	// ClusterSet, when set, is the clusterset of the follower: members
+	// whose entry names another clusterset are skipped, as
+	// ClusterProfiles of another clusterset are.
+	ClusterSet string
+
 	path   string
 	every  time.Duration
 	logger *slog.Logger
@@ -102,7 +129,7 @@ func (f *File) Run(ctx context.Context, update func([]Member)) error {
 			members, err = ParseFile(data)
 			if err == nil {
 				lastErr = ""
-				update(members)
+				update(f.ofClusterSet(members))
 			}
 		}
 		if err != nil && err.Error() != lastErr {
@@ -115,6 +142,23 @@ func (f *File) Run(ctx context.Context, update func([]Member)) error {
 		case <-t.C:
 		}
 	}
+}
+
+// ofClusterSet leaves out the members of another clusterset, with a
+// warning.
+func (f *File) ofClusterSet(members []Member) []Member {
+	if f.ClusterSet == "" {
+		return members
+	}
+	out := members[:0:0]
+	for _, m := range members {
+		if m.ClusterSet != "" && m.ClusterSet != f.ClusterSet {
+			f.logger.Warn("sources file entry skipped: it belongs to another clusterset", "cluster", m.Name, "clusterset", m.ClusterSet, "want", f.ClusterSet)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // readFile reads at most MaxFileSize+1 bytes of path.

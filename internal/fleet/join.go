@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	aboutv1alpha1 "github.com/plexusnet/plexus/api/about/v1alpha1"
 	inventoryv1alpha1 "github.com/plexusnet/plexus/api/inventory/v1alpha1"
@@ -64,6 +64,7 @@ func Join(ctx context.Context, client dynamic.Interface, namespace string, m Mem
 	}
 	set(inventoryv1alpha1.PropertyMembershipAddress, m.Addr)
 	set(inventoryv1alpha1.PropertyMembershipServerName, m.ServerName)
+	set(inventoryv1alpha1.PropertyMembershipRanges, strings.Join(m.Ranges, ","))
 	set(aboutv1alpha1.ClusterIDProperty, m.Name)
 	if clusterSet != "" {
 		set(aboutv1alpha1.ClusterSetProperty, clusterSet)
@@ -128,7 +129,9 @@ func EditFile(path string, edit func([]Member) ([]Member, error)) error {
 	case err != nil:
 		return err
 	default:
-		if members, err = ParseFile(data); err != nil {
+		// A file that lists no clusters, marked empty or not, is one to
+		// start from.
+		if members, err = ParseFile(data); err != nil && !errors.Is(err, ErrNoMembers) {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
@@ -138,7 +141,7 @@ func EditFile(path string, edit func([]Member) ([]Member, error)) error {
 	if members, err = check(members); err != nil {
 		return err
 	}
-	out, err := yaml.Marshal(sourcesFile{Clusters: members})
+	out, err := marshalFile(members)
 	if err != nil {
 		return err
 	}

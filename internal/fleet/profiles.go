@@ -37,10 +37,18 @@ func FromProfile(p *inventoryv1alpha1.ClusterProfile, clusterSet string) (Member
 		return Member{}, "it has no " + inventoryv1alpha1.PropertyMembershipAddress + " property", false
 	}
 	m := Member{Name: p.Name, Addr: addr}
+	m.ClusterSet, _ = p.Property(aboutv1alpha1.ClusterSetProperty)
 	if id, ok := p.Property(aboutv1alpha1.ClusterIDProperty); ok {
 		m.Name = id
 	}
 	m.ServerName, _ = p.Property(inventoryv1alpha1.PropertyMembershipServerName)
+	if ranges, ok := p.Property(inventoryv1alpha1.PropertyMembershipRanges); ok {
+		for _, r := range strings.Split(ranges, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				m.Ranges = append(m.Ranges, r)
+			}
+		}
+	}
 	if err := m.Validate(); err != nil {
 		return Member{}, "invalid: " + err.Error(), false
 	}

@@ -41,6 +41,12 @@ const (
 	SourceState_SOURCE_STATE_LEFT SourceState = 4
 	// The source cannot be followed at all (its address cannot be dialled).
 	SourceState_SOURCE_STATE_FAILED SourceState = 5
+	// The source's membership was refused: its certificate names another
+	// cluster (or clusterset), it says it serves another cluster, or it
+	// sent exports of another cluster (refusal_reason says which). Nothing
+	// it sends is taken; it is retried with backoff, and its last accepted
+	// exports stay imported, marked stale.
+	SourceState_SOURCE_STATE_REFUSED SourceState = 6
 )
 
 // Enum value maps for SourceState.
@@ -52,6 +58,7 @@ var (
 		3: "SOURCE_STATE_DISCONNECTED",
 		4: "SOURCE_STATE_LEFT",
 		5: "SOURCE_STATE_FAILED",
+		6: "SOURCE_STATE_REFUSED",
 	}
 	SourceState_value = map[string]int32{
 		"SOURCE_STATE_UNSPECIFIED":  0,
@@ -60,6 +67,7 @@ var (
 		"SOURCE_STATE_DISCONNECTED": 3,
 		"SOURCE_STATE_LEFT":         4,
 		"SOURCE_STATE_FAILED":       5,
+		"SOURCE_STATE_REFUSED":      6,
 	}
 )
 
@@ -174,8 +182,16 @@ type Source struct {
 	LeftTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=left_time,json=leftTime,proto3" json:"left_time,omitempty"`
 	// Services the source exports, as last heard.
 	ExportedServices uint32 `protobuf:"varint,13,opt,name=exported_services,json=exportedServices,proto3" json:"exported_services,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Why the source is refused (SOURCE_STATE_REFUSED), a stable reason:
+	// IDENTITY_CLUSTER_MISMATCH, IDENTITY_CLUSTERSET_MISMATCH,
+	// IDENTITY_SERVICE_MISMATCH, CLUSTER_IDENTITY_REQUIRED,
+	// SERVES_OTHER_CLUSTER or EXPORT_CLUSTER_MISMATCH.
+	RefusalReason string `protobuf:"bytes,14,opt,name=refusal_reason,json=refusalReason,proto3" json:"refusal_reason,omitempty"`
+	// The identity (SPIFFE ID or common name) of the membership's server
+	// certificate, as last seen; empty without TLS.
+	PeerIdentity  string `protobuf:"bytes,15,opt,name=peer_identity,json=peerIdentity,proto3" json:"peer_identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Source) Reset() {
@@ -297,6 +313,20 @@ func (x *Source) GetExportedServices() uint32 {
 		return x.ExportedServices
 	}
 	return 0
+}
+
+func (x *Source) GetRefusalReason() string {
+	if x != nil {
+		return x.RefusalReason
+	}
+	return ""
+}
+
+func (x *Source) GetPeerIdentity() string {
+	if x != nil {
+		return x.PeerIdentity
+	}
+	return ""
 }
 
 // ListSourcesRequest asks for a page of sources.
@@ -1002,11 +1032,13 @@ func (x *ListServiceImportsResponse) GetNextPageToken() string {
 type ApplyImportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The endpoint set; endpoints.cluster names the source cluster and
-	// endpoints.export must say the service is exported.
+	// endpoints.export must say the service is exported. Port names are
+	// IANA service names (at most 15 characters, at least one letter); a
+	// session affinity timeout, when given, is from 1s to 86400s.
 	Endpoints *v1.ServiceEndpoints `protobuf:"bytes,1,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
 	// When the change was observed at the source; defaults to now.
 	ObserveTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=observe_time,json=observeTime,proto3" json:"observe_time,omitempty"`
-	// Optional idempotency key.
+	// Optional idempotency key, at most 128 characters.
 	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1224,7 +1256,7 @@ var File_plexus_importer_v1_importer_proto protoreflect.FileDescriptor
 
 const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\n" +
-	"!plexus/importer/v1/importer.proto\x12\x12plexus.importer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%plexus/membership/v1/membership.proto\"\x96\x04\n" +
+	"!plexus/importer/v1/importer.proto\x12\x12plexus.importer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%plexus/membership/v1/membership.proto\"\xe2\x04\n" +
 	"\x06Source\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12&\n" +
@@ -1241,7 +1273,9 @@ const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\n" +
 	"since_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tsinceTime\x127\n" +
 	"\tleft_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bleftTime\x12+\n" +
-	"\x11exported_services\x18\r \x01(\rR\x10exportedServices\"P\n" +
+	"\x11exported_services\x18\r \x01(\rR\x10exportedServices\x12%\n" +
+	"\x0erefusal_reason\x18\x0e \x01(\tR\rrefusalReason\x12#\n" +
+	"\rpeer_identity\x18\x0f \x01(\tR\fpeerIdentity\"P\n" +
 	"\x12ListSourcesRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1310,14 +1344,15 @@ const file_plexus_importer_v1_importer_proto_rawDesc = "" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12#\n" +
 	"\rallow_missing\x18\x03 \x01(\bR\fallowMissing\"2\n" +
 	"\x16WithdrawImportResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved*\xb3\x01\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved*\xcd\x01\n" +
 	"\vSourceState\x12\x1c\n" +
 	"\x18SOURCE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SOURCE_STATE_CONNECTING\x10\x01\x12\x1a\n" +
 	"\x16SOURCE_STATE_CONNECTED\x10\x02\x12\x1d\n" +
 	"\x19SOURCE_STATE_DISCONNECTED\x10\x03\x12\x15\n" +
 	"\x11SOURCE_STATE_LEFT\x10\x04\x12\x17\n" +
-	"\x13SOURCE_STATE_FAILED\x10\x05*j\n" +
+	"\x13SOURCE_STATE_FAILED\x10\x05\x12\x18\n" +
+	"\x14SOURCE_STATE_REFUSED\x10\x06*j\n" +
 	"\x0fConditionStatus\x12 \n" +
 	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +

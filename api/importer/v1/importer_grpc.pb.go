@@ -37,7 +37,10 @@ const (
 // source clusters' membership services and from the push API below.
 //
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
-// one of: IMPORT_NOT_FOUND, NOT_LEADER, NOT_SYNCED, INVALID_ARGUMENT.
+// one of: IMPORT_NOT_FOUND, NOT_LEADER, NOT_SYNCED, INVALID_ARGUMENT,
+// CLUSTER_IDENTITY_MISMATCH (PERMISSION_DENIED: ApplyImport or
+// WithdrawImport by a caller whose certificate names another cluster or
+// clusterset, or, when the importer requires cluster identities, none).
 // Any call may also end with a reason of the runtime every Plexus service
 // shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
 // ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and
@@ -137,7 +140,10 @@ func (c *importerServiceClient) ListSources(ctx context.Context, in *ListSources
 // source clusters' membership services and from the push API below.
 //
 // Errors carry a google.rpc.ErrorInfo (domain "plexus.dev") whose reason is
-// one of: IMPORT_NOT_FOUND, NOT_LEADER, NOT_SYNCED, INVALID_ARGUMENT.
+// one of: IMPORT_NOT_FOUND, NOT_LEADER, NOT_SYNCED, INVALID_ARGUMENT,
+// CLUSTER_IDENTITY_MISMATCH (PERMISSION_DENIED: ApplyImport or
+// WithdrawImport by a caller whose certificate names another cluster or
+// clusterset, or, when the importer requires cluster identities, none).
 // Any call may also end with a reason of the runtime every Plexus service
 // shares: AUTHENTICATION_REQUIRED and INVALID_TOKEN (UNAUTHENTICATED),
 // ACCESS_DENIED (PERMISSION_DENIED), RATE_LIMIT_EXCEEDED and

@@ -5,7 +5,8 @@
 //
 // Plexus reads a member's membership address from the profile's status
 // properties (PropertyMembershipAddress, and PropertyMembershipServerName
-// for its TLS identity); the member's id is the cluster.clusterset.k8s.io
+// for its TLS identity, PropertyMembershipRanges for the addresses its
+// endpoints may have); the member's id is the cluster.clusterset.k8s.io
 // property when the profile carries it, else the profile's name. The
 // upstream module is not a dependency of Plexus, so these types are written
 // here to the upstream schema; the CustomResourceDefinition is generated

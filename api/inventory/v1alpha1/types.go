@@ -26,6 +26,10 @@ const (
 	// PropertyMembershipServerName is the TLS server name the membership's
 	// certificate is verified against, when it is not the address's host.
 	PropertyMembershipServerName = "membership.plexus.dev/tls-server-name"
+	// PropertyMembershipRanges lists, comma-separated, the CIDRs the
+	// member's endpoint addresses lie in; importers drop the member's
+	// endpoints outside them. Absent: any address.
+	PropertyMembershipRanges = "membership.plexus.dev/ranges"
 )
 
 // ClusterProfile represents one member cluster of a fleet.

@@ -2106,7 +2106,12 @@ type WatchServicesResponse struct {
 	ObserveTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=observe_time,json=observeTime,proto3" json:"observe_time,omitempty"`
 	// W3C trace context (traceparent, tracestate, baggage) of the change, so
 	// a consumer can link its work to it.
-	TraceContext  map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The cluster this membership serves, on every event (SNAPSHOT_START and
+	// SNAPSHOT_END included): an importer refuses a source whose membership
+	// serves another cluster than the one the importer follows it as. Empty
+	// from a membership from before this field.
+	Cluster       string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2181,6 +2186,13 @@ func (x *WatchServicesResponse) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *WatchServicesResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
 }
 
 var File_plexus_membership_v1_membership_proto protoreflect.FileDescriptor
@@ -2325,14 +2337,15 @@ const file_plexus_membership_v1_membership_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12#\n" +
 	"\rexported_only\x18\x02 \x01(\bR\fexportedOnly\x12%\n" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\tR\x05epoch\"\xad\x03\n" +
+	"\x05epoch\x18\x04 \x01(\tR\x05epoch\"\xc7\x03\n" +
 	"\x15WatchServicesResponse\x128\n" +
 	"\x04type\x18\x01 \x01(\x0e2$.plexus.membership.v1.WatchEventTypeR\x04type\x12D\n" +
 	"\tendpoints\x18\x02 \x01(\v2&.plexus.membership.v1.ServiceEndpointsR\tendpoints\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\tR\x05epoch\x12=\n" +
 	"\fobserve_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vobserveTime\x12b\n" +
-	"\rtrace_context\x18\x06 \x03(\v2=.plexus.membership.v1.WatchServicesResponse.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\x06 \x03(\v2=.plexus.membership.v1.WatchServicesResponse.TraceContextEntryR\ftraceContext\x12\x18\n" +
+	"\acluster\x18\a \x01(\tR\acluster\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*[\n" +

@@ -102,7 +102,7 @@ with another address moves it: the importers reconnect and resume.`,
   plexusctl clusters join east --address 10.0.0.7:7402 --sources-file fleet.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			member.Name = args[0]
+			member.Name, member.ClusterSet = args[0], clusterSet
 			if err := member.Validate(); err != nil {
 				return err
 			}
@@ -134,6 +134,7 @@ with another address moves it: the importers reconnect and resume.`,
 	inv.add(join)
 	join.Flags().StringVar(&member.Addr, "address", "", "gRPC address of the cluster's membership (host:port, a comma-separated list of replicas, or dns:///name:port)")
 	join.Flags().StringVar(&member.ServerName, "tls-server-name", "", "TLS server name of the membership's certificate, when not the address's host")
+	join.Flags().StringSliceVar(&member.Ranges, "range", nil, "CIDR the cluster's endpoint addresses lie in (its Pod CIDRs, its external workloads' addresses), repeatable or comma-separated: importers drop the cluster's endpoints outside them; none: any address")
 	join.Flags().StringVar(&clusterSet, "clusterset", "", "clusterset the cluster belongs to (the clusterset.k8s.io property; importers of another clusterset skip it)")
 	_ = join.MarkFlagRequired("address")
 

@@ -137,7 +137,7 @@ func TestFleetThroughSourcesFile(t *testing.T) {
 	e := newEnv(t)
 	e.namespace(t, "shop")
 	path := filepath.Join(t.TempDir(), "fleet.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("clusters: []\n"), 0o644))
+	require.NoError(t, os.WriteFile(path, []byte("empty: true\nclusters: []\n"), 0o644))
 	east := sourcetest.Start(t, "east")
 	east.Set(sourcetest.Endpoints("shop", "web", []string{"http=80"}, "10.1.0.1"))
 	west := sourcetest.Start(t, "west")

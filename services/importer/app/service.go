@@ -25,6 +25,15 @@
 // its last known endpoints stay imported, marked stale. Leadership is
 // exported as plexus_importer_leader (1 on the leader), source health as
 // plexus_importer_source_connected.
+//
+// # Refused sources
+//
+// A source whose membership may not speak for it (package sources: the
+// certificate or the stream names another cluster) is reported as a
+// Warning Event SourceRefused on the importer's Lease, the one object every
+// importer has (a refusal concerns no import), and shows as REFUSED in
+// ListSources. --require-cluster-identity refuses memberships whose
+// certificates name no cluster.
 package app
 
 import (
@@ -210,15 +219,19 @@ func (s *service) sources() error {
 		Dial: fleet.Dialer(rt.Config),
 		Start: func(m fleet.Member, conn *grpc.ClientConn, prev fleet.Runner) (fleet.Runner, error) {
 			s.store.AddSource(m.Name)
+			s.store.SetRanges(m.Name, m.Prefixes())
 			var from sources.Position
 			if p, ok := prev.(*sources.Source); ok {
 				from = p.Position()
 			}
 			return sources.New(sources.Config{Name: m.Name, Addr: m.Addr, Conn: conn, Sink: s.store, Start: from,
-				Logger: rt.Logger.With("component", "source"), Metrics: srcMetrics})
+				Logger: rt.Logger.With("component", "source"), Metrics: srcMetrics,
+				Trust:     sources.Trust{Clusterset: s.clusterSet, RequireClusterIdentity: s.o.RequireClusterIdentity},
+				OnRefused: func(r sources.Refusal) { s.sourceRefused(m, r) }})
 		},
 		Gone: func(m fleet.Member) {
 			n := s.store.RemoveSource(m.Name)
+			s.store.SetRanges(m.Name, nil)
 			rt.Logger.Info("withdrew the exports of a cluster that left the fleet", "cluster", m.Name, "services", n)
 		},
 		Grace:      s.o.SourceGrace,
@@ -227,6 +240,23 @@ func (s *service) sources() error {
 	})
 	return err
 }
+
+// sourceRefused reports a refused source as an Event on the importer's
+// Lease: a refusal concerns no import, and the Lease is the one object
+// every importer has (also without leader election, when it may not
+// exist: the Event still names it).
+func (s *service) sourceRefused(m fleet.Member, r sources.Refusal) {
+	ref := &corev1.ObjectReference{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: s.o.LeaseNamespace, Name: s.o.LeaseName}
+	identity := r.Identity
+	if identity == "" {
+		identity = "none"
+	}
+	s.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonSourceRefused, "source cluster %s (%s) refused: %s: %s (identity %s)", m.Name, m.Addr, r.Reason, r.Detail, identity)
+}
+
+// ReasonSourceRefused is the reason of the Event that reports a refused
+// source.
+const ReasonSourceRefused = "SourceRefused"
 
 // register registers the gRPC API, not serving until the caches have
 // synced, who leads, and the readiness checks.
@@ -237,7 +267,8 @@ func (s *service) register(context.Context, *server.Cleanup) error {
 	}
 	srv.AddHealthInfo(leader.Header, func() string { l, _ := s.lead.Leader(); return l })
 	var err error
-	if s.api, err = iserver.New(iserver.Config{Imports: s.ctrl, Store: s.store, Leader: s.lead, Synced: s.informers.HasSynced, Sources: s.sourceInfos}); err != nil {
+	if s.api, err = iserver.New(iserver.Config{Imports: s.ctrl, Store: s.store, Leader: s.lead, Synced: s.informers.HasSynced, Sources: s.sourceInfos,
+		ClusterSet: s.clusterSet, RequireClusterIdentity: s.o.RequireClusterIdentity}); err != nil {
 		return err
 	}
 	s.api.Register(srv.GRPC())
@@ -274,6 +305,10 @@ func (s *service) sourceInfos() []iserver.SourceInfo {
 			info.Epoch, info.Revision = pos.Epoch, pos.Revision
 			if err := src.LastError(); err != nil {
 				info.Err = err.Error()
+			}
+			info.Identity = src.Identity()
+			if r := src.Refusal(); r != nil {
+				info.Refusal = r.Reason
 			}
 		}
 		out = append(out, info)

@@ -141,7 +141,7 @@ func (e Export) Summary() materialize.Export {
 			}
 		}
 	}
-	return materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e), Endpoints: n, Ready: ready}
+	return materialize.Export{Cluster: e.Cluster, Properties: mcsExport(e), Endpoints: n, Ready: ready, Ranges: e.Ranges}
 }
 
 // mcsExport converts one cluster's export for the merge.

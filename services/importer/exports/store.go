@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -103,6 +104,9 @@ type Export struct {
 	ReceiveTime time.Time
 	// Generation counts the changes of the contribution in this process.
 	Generation uint64
+	// Ranges are the address ranges the cluster declares (SetRanges);
+	// none: any address. Shared, never modified.
+	Ranges []netip.Prefix
 }
 
 // Service is the exports of one service, sorted by cluster.
@@ -163,6 +167,7 @@ type Store struct {
 	services  map[Key]*service
 	byCluster map[string]map[Key]struct{}
 	sources   map[string]*SourceState
+	ranges    map[string][]netip.Prefix
 }
 
 // Option configures a Store.
@@ -184,6 +189,7 @@ func New(notify func(Change), opts ...Option) *Store {
 		services:  map[Key]*service{},
 		byCluster: map[string]map[Key]struct{}{},
 		sources:   map[string]*SourceState{},
+		ranges:    map[string][]netip.Prefix{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -228,6 +234,36 @@ func (s *Store) RemoveSource(cluster string) int {
 		s.notify(ch)
 	}
 	return len(changed)
+}
+
+// SetRanges sets the address ranges cluster declares (none: any
+// address): its exports carry them, and each of its services is reported
+// changed when they change, so that its slices are planned again.
+func (s *Store) SetRanges(cluster string, ranges []netip.Prefix) {
+	ranges = slices.Clone(ranges)
+	s.mu.Lock()
+	if slices.Equal(s.ranges[cluster], ranges) {
+		s.mu.Unlock()
+		return
+	}
+	if len(ranges) == 0 {
+		delete(s.ranges, cluster)
+	} else {
+		s.ranges[cluster] = ranges
+	}
+	now := s.now()
+	var changed []Change
+	for key := range s.byCluster[cluster] {
+		prev := s.services[key].exports[cluster]
+		e := *prev
+		e.Ranges = ranges
+		s.services[key].exports[cluster] = &e
+		changed = append(changed, Change{Key: key, Cluster: cluster, Observed: now})
+	}
+	s.mu.Unlock()
+	for _, ch := range changed {
+		s.notify(ch)
+	}
 }
 
 // Exported returns how many services cluster exports.
@@ -331,7 +367,7 @@ func (s *Store) upsertLocked(cluster string, origin Origin, key Key, u Update) (
 		return Change{}, false
 	}
 	e := &Export{Cluster: cluster, Origin: origin, Endpoints: u.Endpoints, Revision: u.Revision,
-		ObserveTime: observed, ReceiveTime: now, Generation: 1}
+		ObserveTime: observed, ReceiveTime: now, Generation: 1, Ranges: s.ranges[cluster]}
 	if prev != nil {
 		e.Generation = prev.Generation + 1
 	}

@@ -2,6 +2,7 @@ package materialize
 
 import (
 	"fmt"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -28,6 +29,10 @@ type Export struct {
 	// Unusable is set when the endpoint set could not be turned into
 	// groups; the cluster's slices are then left as they are.
 	Unusable error
+	// Ranges are the address ranges the cluster declares: an endpoint
+	// with an address outside them is dropped (ErrOutOfRange). None: any
+	// address.
+	Ranges []netip.Prefix
 }
 
 // View is what the runner read for one service: the exports and the

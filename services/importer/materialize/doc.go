@@ -21,7 +21,9 @@
 //     most once per reconcile; the derived Service needs the
 //     ServiceImport's uid as its owner, the slices the derived Service's);
 //   - PlanSlices: one plan per source cluster (package slices), endpoints
-//     the API server would refuse dropped with their reason;
+//     the API server would refuse, and those with an address outside the
+//     ranges their cluster declares (Export.Ranges, ErrOutOfRange),
+//     dropped with their reason;
 //   - Report: the one status value, from what was written (the Outcome
 //     the runner records), never from what was planned. ImportStatus
 //     renders it onto the ServiceImport; the gRPC API serves the same

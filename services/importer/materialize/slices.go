@@ -62,8 +62,12 @@ func PlanSlices(p *islices.Packer, v View, derived *corev1.Service, steer Steeri
 				desired = steered(carriedPorts(e.Groups, e.Properties.Ports, derived.Spec.Ports), cl, v.LocalCluster, steer)
 				cp.Exported = e.Endpoints
 			}
+			// Endpoints outside the cluster's ranges are dropped before
+			// packing, so they are never written.
+			desired, outOfRange := inRanges(desired, e.Ranges, cl)
 			tmpl := islices.ImportTemplate(v.Namespace, derived.Name, derived.UID, v.Name, cl)
 			plan, err := p.Plan(tmpl, desired, v.Slices[cl])
+			plan.Dropped = append(outOfRange, plan.Dropped...)
 			cp.Plan, cp.Skipped = plan, err
 		}
 		out = append(out, cp)

@@ -289,7 +289,7 @@ func droppedCondition(clusters []ClusterStatus) Condition {
 		return Condition{Type: ConditionEndpointsDropped, Status: conditionFalse, Reason: ReasonNoneDropped, Message: "every exported endpoint is written"}
 	}
 	return Condition{Type: ConditionEndpointsDropped, Status: conditionTrue, Reason: ReasonEndpointsDropped, Clusters: named,
-		Message: bound("left out because the API server would refuse them: " + strings.Join(parts, "; "))}
+		Message: bound("left out because the API server would refuse them or they lie outside their cluster's ranges: " + strings.Join(parts, "; "))}
 }
 
 // readyCondition says whether the import is usable as exported: Ready only

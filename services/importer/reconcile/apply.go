@@ -83,6 +83,8 @@ type planStamp struct {
 	ports string
 	// hints are the local zones local first hints for (none: off).
 	hints string
+	// ranges are the cluster's declared address ranges.
+	ranges string
 }
 
 // portsStamp names ports by name, protocol and number.
@@ -108,7 +110,7 @@ func (r *run) unchanged(v *materialize.View, derived *corev1.Service, steer mate
 		if !ok {
 			continue
 		}
-		st := planStamp{export: raw.Endpoints, slices: sliceStamp(v.Slices[e.Cluster]), hints: strings.Join(steer.Zones, ",")}
+		st := planStamp{export: raw.Endpoints, slices: sliceStamp(v.Slices[e.Cluster]), hints: strings.Join(steer.Zones, ","), ranges: fmt.Sprint(raw.Ranges)}
 		if derived != nil {
 			// The derived Service's ports decide which of the cluster's
 			// ports its slices carry.
@@ -159,7 +161,7 @@ func (r *run) noteDrops(cluster string, dropped []islices.Dropped) {
 	for _, d := range dropped {
 		r.c.metrics.dropped.WithLabelValues(dropReason(d.Err)).Inc()
 	}
-	r.c.logger.Warn("endpoints left out: the API server would refuse them", "service", r.key, "cluster", cluster,
+	r.c.logger.Warn("endpoints left out: the API server would refuse them, or they lie outside their cluster's ranges", "service", r.key, "cluster", cluster,
 		"dropped", len(dropped), "first", dropped[0].Addresses, "reason", dropped[0].Err)
 }
 
@@ -182,6 +184,8 @@ func dropReason(err error) string {
 		return "duplicate"
 	case errors.Is(err, islices.ErrNoAddresses):
 		return "no_addresses"
+	case errors.Is(err, materialize.ErrOutOfRange):
+		return "out_of_range"
 	}
 	return "invalid"
 }

@@ -156,7 +156,7 @@ func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, err
 		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plexus_importer_dropped_endpoints_total",
-			Help: "Exported endpoints left out of the slices because the API server would refuse them (invalid, no_addresses) or they repeat another (duplicate); counted when what a cluster's plan leaves out changes.",
+			Help: "Exported endpoints left out of the slices because the API server would refuse them (invalid, no_addresses), they repeat another (duplicate) or lie outside the ranges their cluster declares (out_of_range); counted when what a cluster's plan leaves out changes.",
 		}, []string{"reason"}),
 		clusterFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plexus_importer_cluster_write_failures_total",

@@ -103,6 +103,12 @@ type Config struct {
 	Synced func() bool
 	// Sources, when set, returns the source clusters, sorted by name.
 	Sources func() []SourceInfo
+	// ClusterSet, when known, is the clusterset a caller's cluster-bound
+	// identity must name to push.
+	ClusterSet string
+	// RequireClusterIdentity refuses pushes and withdrawals by callers
+	// whose identity names no cluster (shared ones, or none).
+	RequireClusterIdentity bool
 }
 
 // Server implements importerv1.ImporterServiceServer.
@@ -227,6 +233,9 @@ func (s *Server) ApplyImport(ctx context.Context, req *importerv1.ApplyImportReq
 	if err := s.validateApply(req); err != nil {
 		return nil, err
 	}
+	if err := s.speaksFor(ctx, "endpoints.cluster", req.GetEndpoints().GetCluster()); err != nil {
+		return nil, err
+	}
 	s.term.RLock()
 	defer s.term.RUnlock()
 	if leader, leading := s.cfg.Leader.Leader(); !leading {
@@ -265,7 +274,7 @@ func (s *Server) ApplyImport(ctx context.Context, req *importerv1.ApplyImportReq
 }
 
 // WithdrawImport removes one cluster's pushed contribution.
-func (s *Server) WithdrawImport(_ context.Context, req *importerv1.WithdrawImportRequest) (*importerv1.WithdrawImportResponse, error) {
+func (s *Server) WithdrawImport(ctx context.Context, req *importerv1.WithdrawImportRequest) (*importerv1.WithdrawImportResponse, error) {
 	var v violations
 	key := parseServiceName(&v, "service", req.GetService())
 	checkLabel(&v, "cluster", req.GetCluster())
@@ -273,6 +282,9 @@ func (s *Server) WithdrawImport(_ context.Context, req *importerv1.WithdrawImpor
 		v.add("cluster", "%s is a configured source; its exports come from its stream", req.GetCluster())
 	}
 	if err := v.err(); err != nil {
+		return nil, err
+	}
+	if err := s.speaksFor(ctx, "cluster", req.GetCluster()); err != nil {
 		return nil, err
 	}
 	s.term.RLock()

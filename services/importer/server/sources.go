@@ -29,6 +29,11 @@ type SourceInfo struct {
 	// followed.
 	Err      string
 	Exported int
+	// Refusal is the stable reason the source's membership is refused,
+	// if it is.
+	Refusal string
+	// Identity is the principal of the membership's certificate.
+	Identity string
 }
 
 // ListSources lists the source clusters in name order, a page at a time.
@@ -61,6 +66,7 @@ func sourceToProto(info SourceInfo, now time.Time) *importerv1.Source {
 		Cluster: info.Cluster, Address: info.Addr, TlsServerName: info.ServerName,
 		Synced: info.Synced, Epoch: info.Epoch, Revision: info.Revision,
 		LastError: clip(info.Err, 512), ExportedServices: uint32(info.Exported),
+		RefusalReason: info.Refusal, PeerIdentity: clip(info.Identity, 512),
 	}
 	switch {
 	case !info.LeftAt.IsZero():
@@ -70,6 +76,8 @@ func sourceToProto(info SourceInfo, now time.Time) *importerv1.Source {
 		out.State = importerv1.SourceState_SOURCE_STATE_FAILED
 	case info.Connected:
 		out.State = importerv1.SourceState_SOURCE_STATE_CONNECTED
+	case info.Refusal != "":
+		out.State = importerv1.SourceState_SOURCE_STATE_REFUSED
 	case info.Err != "" || info.Synced:
 		out.State = importerv1.SourceState_SOURCE_STATE_DISCONNECTED
 	default:

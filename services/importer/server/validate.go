@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -20,6 +21,12 @@ const (
 	maxGroups    = 100
 	maxEndpoints = 10000
 	maxAddresses = 100
+	// maxRequestID bounds a request_id, as the allocator does: the
+	// importer remembers recent ones.
+	maxRequestID = 128
+	// maxAffinityTimeout is the longest ClientIP session affinity
+	// Kubernetes accepts.
+	maxAffinityTimeout = 86400 * time.Second
 )
 
 // violations collects field violations.
@@ -74,6 +81,13 @@ func checkPort(v *violations, field string, port int32, name string, proto membe
 	}
 	if err := endpointrules.PortName(field+".name", name); err != nil {
 		v.addErr(err)
+	} else if name != "" {
+		// A pushed port's name is an IANA service name, as a named
+		// target port must be: a number or a 20-character name would
+		// be found out only when the import is written.
+		if msgs := validation.IsValidPortName(name); len(msgs) > 0 {
+			v.add(field+".name", "%q: %s", bounded(name), strings.Join(msgs, "; "))
+		}
 	}
 	if err := endpointrules.AppProtocol(field+".app_protocol", appProtocol); err != nil {
 		v.addErr(err)
@@ -159,6 +173,22 @@ func checkExportInfo(v *violations, info *membershipv1.ExportInfo) {
 	}
 }
 
+// checkAffinity checks a session affinity timeout, when one is given: from
+// a second to a day, as Kubernetes accepts.
+func checkAffinity(v *violations, info *membershipv1.ExportInfo) {
+	t := info.GetSessionAffinityTimeout()
+	if t == nil {
+		return
+	}
+	if err := t.CheckValid(); err != nil {
+		v.add("endpoints.export.session_affinity_timeout", "%s", err.Error())
+		return
+	}
+	if d := t.AsDuration(); d < time.Second || d > maxAffinityTimeout {
+		v.add("endpoints.export.session_affinity_timeout", "must be from 1s to %s, got %s", maxAffinityTimeout, d)
+	}
+}
+
 // bounded cuts a client's text to a short prefix for an error message.
 func bounded(s string) string {
 	if len(s) <= 128 {
@@ -176,6 +206,10 @@ func (s *Server) validateApply(req *importerv1.ApplyImportRequest) error {
 		v.add("endpoints", "required")
 		return v.err()
 	}
+	if n := len(req.GetRequestId()); n > maxRequestID {
+		v.add("request_id", "at most %d characters, got %d", maxRequestID, n)
+	}
+	checkAffinity(&v, eps.GetExport())
 	parseServiceName(&v, "endpoints.service", eps.GetService())
 	checkLabel(&v, "endpoints.cluster", eps.GetCluster())
 	if c := eps.GetCluster(); c != "" && s.cfg.Store.IsSource(c) {

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
@@ -53,9 +55,24 @@ func TestApplyImportRefusesWhatTheAPIServerWould(t *testing.T) {
 			r.GetEndpoints().GetGroups()[0].GetPorts()[0].AppProtocol = "not a protocol!"
 		}, "endpoints.groups[0].ports[0].app_protocol"},
 		{"port name", func(r *importerv1.ApplyImportRequest) { r.GetEndpoints().GetPorts()[0].Name = "HTTP_1" }, "endpoints.ports[0].name"},
+		{"numeric port name", func(r *importerv1.ApplyImportRequest) { r.GetEndpoints().GetPorts()[0].Name = "8080" }, "endpoints.ports[0].name"},
+		{"20-character port name", func(r *importerv1.ApplyImportRequest) {
+			r.GetEndpoints().GetPorts()[0].Name = strings.Repeat("p", 20)
+		}, "endpoints.ports[0].name"},
+		{"numeric group port name", func(r *importerv1.ApplyImportRequest) {
+			r.GetEndpoints().GetGroups()[0].GetPorts()[0].Name = "8080"
+		}, "endpoints.groups[0].ports[0].name"},
+		{"request id of 3 MB", func(r *importerv1.ApplyImportRequest) { r.RequestId = strings.Repeat("r", 3<<20) }, "request_id"},
 		{"session affinity", func(r *importerv1.ApplyImportRequest) {
 			r.GetEndpoints().GetExport().SessionAffinity = 99
 		}, "endpoints.export.session_affinity"},
+		{"session affinity timeout of 0", func(r *importerv1.ApplyImportRequest) {
+			r.GetEndpoints().GetExport().SessionAffinity = membershipv1.SessionAffinity_SESSION_AFFINITY_CLIENT_IP
+			r.GetEndpoints().GetExport().SessionAffinityTimeout = durationpb.New(0)
+		}, "endpoints.export.session_affinity_timeout"},
+		{"session affinity timeout over a day", func(r *importerv1.ApplyImportRequest) {
+			r.GetEndpoints().GetExport().SessionAffinityTimeout = durationpb.New(25 * time.Hour)
+		}, "endpoints.export.session_affinity_timeout"},
 		{"internal traffic policy", func(r *importerv1.ApplyImportRequest) {
 			r.GetEndpoints().GetExport().InternalTrafficPolicy = "Nearby"
 		}, "endpoints.export.internal_traffic_policy"},

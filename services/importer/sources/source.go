@@ -20,6 +20,26 @@
 // to them; the stream is retried with exponential backoff and jitter. A
 // stream counts as up once it delivered an event or stayed open for a
 // moment (a resumed stream with nothing to catch up on is silent).
+//
+// # Who may speak for a source
+//
+// A source cluster's membership speaks only for that cluster. Each stream
+// is checked before anything it says is taken (Trust): the membership's
+// server certificate, with TLS, must not name another cluster, clusterset
+// or service (a shared legacy identity is accepted unless
+// Trust.RequireClusterIdentity); every event must not say that the
+// membership serves another cluster (WatchServicesResponse.cluster); and
+// every export and withdrawal must not name another cluster as its own.
+// An event or export with no cluster (a membership from before these
+// fields) counts as the source's. A refused stream ends: what it sent
+// since its last complete snapshot or live event is dropped, its last
+// accepted exports stay (stale, as for an unreachable source), and it is
+// retried with backoff. The refusal is reported through Source.Refusal,
+// the metric plexus_importer_source_refusals_total, Config.OnRefused and
+// an info log line "source refused" naming the identity and the reason,
+// once per refusal that differs from the one before. This is what keeps
+// two sources that reach one membership under two names from importing
+// one cluster twice.
 package sources
 
 import (
@@ -36,6 +56,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
@@ -96,6 +117,11 @@ type Config struct {
 	// Source this one replaces (the member's membership moved), or zero
 	// for a snapshot.
 	Start Position
+	// Trust says which memberships may speak for the source.
+	Trust Trust
+	// OnRefused, when set, is called when the source is refused, once per
+	// refusal that differs from the last one (reason or identity).
+	OnRefused func(Refusal)
 }
 
 // Position is where a stream resumes from.
@@ -110,10 +136,15 @@ type Source struct {
 	client membershipv1.MembershipServiceClient
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	pos      Position
-	lastErr  error
-	mismatch bool
+	mu      sync.Mutex
+	pos     Position
+	lastErr error
+	// refusal is why the last stream was refused; nil once a stream was
+	// up without one.
+	refusal *Refusal
+	// identity is the principal of the certificate the membership last
+	// presented.
+	identity string
 }
 
 // New returns a Source; Run follows it.
@@ -162,6 +193,21 @@ func (s *Source) LastError() error {
 	return s.lastErr
 }
 
+// Refusal returns why the source is refused, or nil.
+func (s *Source) Refusal() *Refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusal
+}
+
+// Identity returns the principal of the certificate the membership last
+// presented; empty without TLS.
+func (s *Source) Identity() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.identity
+}
+
 // Run follows the source until ctx ends.
 func (s *Source) Run(ctx context.Context) {
 	backoff := s.cfg.BackoffMin
@@ -176,6 +222,10 @@ func (s *Source) Run(ctx context.Context) {
 		s.lastErr = err
 		s.mu.Unlock()
 		s.cfg.Metrics.streamEnded(s.cfg.Name)
+		var refused *Refusal
+		if errors.As(err, &refused) {
+			s.refused(ctx, refused)
+		}
 		if time.Since(started) >= healthyStream {
 			backoff = s.cfg.BackoffMin
 			unavailableSince = time.Time{}
@@ -183,6 +233,9 @@ func (s *Source) Run(ctx context.Context) {
 		wait := backoff/2 + rand.N(backoff/2+1)
 		level := slog.LevelWarn
 		switch {
+		case refused != nil:
+			// The audit line said it.
+			level = slog.LevelDebug
 		case status.Code(err) != codes.Unavailable:
 			unavailableSince = time.Time{}
 		case unavailableSince.IsZero():
@@ -214,12 +267,23 @@ func (s *Source) watch(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("start watch: %w", err)
 	}
+	p, _ := peer.FromContext(stream.Context())
+	principal := peerPrincipal(p)
+	s.mu.Lock()
+	s.identity = principal
+	s.mu.Unlock()
+	if r := s.cfg.Trust.Check(s.cfg.Name, principal); r != nil {
+		return r
+	}
 
 	var once sync.Once
 	wasUp := false
 	up := func() {
 		once.Do(func() {
 			wasUp = true
+			s.mu.Lock()
+			s.refusal = nil
+			s.mu.Unlock()
 			s.cfg.Sink.SetConnected(s.cfg.Name, true, time.Now())
 			s.cfg.Metrics.setConnected(s.cfg.Name, true)
 			s.logger.Info("source stream up", "resume_revision", pos.Revision, "epoch", pos.Epoch)
@@ -244,6 +308,9 @@ func (s *Source) watch(ctx context.Context) (err error) {
 				return errors.New("the source ended the stream")
 			}
 			return err
+		}
+		if r := s.speaksForItself(ev, principal); r != nil {
+			return r
 		}
 		up()
 		s.cfg.Sink.Heard(s.cfg.Name, time.Now())
@@ -303,16 +370,46 @@ func (s *Source) handle(ev *membershipv1.WatchServicesResponse, snap *snapshot) 
 	return nil
 }
 
-func (s *Source) update(ev *membershipv1.WatchServicesResponse) exports.Update {
-	if c := ev.GetEndpoints().GetCluster(); c != "" && c != s.cfg.Name {
-		s.mu.Lock()
-		warn := !s.mismatch
-		s.mismatch = true
-		s.mu.Unlock()
-		if warn {
-			s.logger.Warn("the source names itself differently; its exports are recorded under the --source name", "stream_cluster", c)
-		}
+// speaksForItself refuses an event of a membership that serves another
+// cluster, or that carries another cluster's export.
+func (s *Source) speaksForItself(ev *membershipv1.WatchServicesResponse, principal string) *Refusal {
+	if c := ev.GetCluster(); c != "" && c != s.cfg.Name {
+		return &Refusal{Reason: RefusedServesOther, Identity: principal,
+			Detail: fmt.Sprintf("the membership serves cluster %s, not %s", clipName(c), s.cfg.Name)}
 	}
+	if c := ev.GetEndpoints().GetCluster(); c != "" && c != s.cfg.Name {
+		return &Refusal{Reason: RefusedExportCluster, Identity: principal,
+			Detail: fmt.Sprintf("%s names cluster %s, not %s", clipName(ev.GetEndpoints().GetService()), clipName(c), s.cfg.Name)}
+	}
+	return nil
+}
+
+// refused records and reports a refusal; one that repeats the last is only
+// counted.
+func (s *Source) refused(ctx context.Context, r *Refusal) {
+	s.cfg.Metrics.refused(s.cfg.Name, r.Reason)
+	s.mu.Lock()
+	again := s.refusal != nil && s.refusal.Reason == r.Reason && s.refusal.Identity == r.Identity
+	s.refusal = r
+	s.mu.Unlock()
+	if again {
+		return
+	}
+	s.logger.InfoContext(ctx, "source refused", "identity", r.Identity, "reason", r.Reason, "detail", r.Detail)
+	if s.cfg.OnRefused != nil {
+		s.cfg.OnRefused(*r)
+	}
+}
+
+// clipName cuts a name a membership sent for a message.
+func clipName(s string) string {
+	if len(s) <= 253 {
+		return s
+	}
+	return s[:253] + "…"
+}
+
+func (s *Source) update(ev *membershipv1.WatchServicesResponse) exports.Update {
 	return exports.Update{
 		Endpoints:    ev.GetEndpoints(),
 		Revision:     ev.GetRevision(),
@@ -352,6 +449,7 @@ type Metrics struct {
 	connected *prometheus.GaugeVec
 	events    *prometheus.CounterVec
 	ended     *prometheus.CounterVec
+	refusals  *prometheus.CounterVec
 }
 
 // NewMetrics registers the sources' metrics on reg.
@@ -369,8 +467,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "plexus_importer_source_streams_ended_total",
 			Help: "WatchServices streams that ended and were retried, by source.",
 		}, []string{"source"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_importer_source_refusals_total",
+			Help: "WatchServices streams refused because the membership may not speak for the source cluster, by source and reason (IDENTITY_CLUSTER_MISMATCH, IDENTITY_CLUSTERSET_MISMATCH, IDENTITY_SERVICE_MISMATCH, CLUSTER_IDENTITY_REQUIRED, SERVES_OTHER_CLUSTER, EXPORT_CLUSTER_MISMATCH).",
+		}, []string{"source", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.events, m.ended} {
+	for _, c := range []prometheus.Collector{m.connected, m.events, m.ended, m.refusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register source metrics: %w", err)
 		}
@@ -401,4 +503,11 @@ func (m *Metrics) streamEnded(source string) {
 		return
 	}
 	m.ended.WithLabelValues(source).Inc()
+}
+
+func (m *Metrics) refused(source, reason string) {
+	if m == nil {
+		return
+	}
+	m.refusals.WithLabelValues(source, reason).Inc()
 }

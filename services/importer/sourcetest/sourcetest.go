@@ -3,6 +3,8 @@
 // (exported-only) from endpoint sets the test sets, with revisions, an
 // epoch, resuming, and the failures a real source has (a cut stream, a
 // server that goes away and comes back, a restart that changes the epoch).
+// Like a real membership it names its cluster on every event; StartTLS
+// serves with a certificate, so that a test can give the fake an identity.
 package sourcetest
 
 import (
@@ -20,6 +22,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -39,6 +42,7 @@ type entry struct {
 type Source struct {
 	t       testing.TB
 	cluster string
+	opts    []grpc.ServerOption
 
 	mu       sync.Mutex
 	addr     string
@@ -82,7 +86,23 @@ func (s *subscriber) take() []*membershipv1.WatchServicesResponse {
 // when the test ends.
 func Start(t testing.TB, cluster string) *Source {
 	t.Helper()
-	s := &Source{t: t, cluster: cluster, epoch: newEpoch(), services: map[string]*entry{}, subs: map[*subscriber]struct{}{}}
+	return start(t, cluster, nil)
+}
+
+// StartTLS starts a fake source of cluster that serves TLS with the
+// certificate and key in certFile and keyFile.
+func StartTLS(t testing.TB, cluster, certFile, keyFile string) *Source {
+	t.Helper()
+	creds, err := credentials.NewServerTLSFromFile(certFile, keyFile)
+	if err != nil {
+		t.Fatalf("server certificate: %v", err)
+	}
+	return start(t, cluster, []grpc.ServerOption{grpc.Creds(creds)})
+}
+
+func start(t testing.TB, cluster string, opts []grpc.ServerOption) *Source {
+	t.Helper()
+	s := &Source{t: t, cluster: cluster, opts: opts, epoch: newEpoch(), services: map[string]*entry{}, subs: map[*subscriber]struct{}{}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
@@ -100,7 +120,7 @@ func newEpoch() string {
 }
 
 func (s *Source) serve(lis net.Listener) {
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(s.opts...)
 	membershipv1.RegisterMembershipServiceServer(gs, &api{s: s})
 	s.mu.Lock()
 	s.grpc = gs
@@ -214,11 +234,14 @@ func ObservedAt(t time.Time) Change { return func(e *entry) { e.observe = t } }
 func WithTrace(tc map[string]string) Change { return func(e *entry) { e.trace = tc } }
 
 // Set exports (or changes) a service's endpoint set. Its cluster is set to
-// the source's, and Export.Exported to true unless an Export is given. It
-// returns the change's revision.
+// the source's unless one is given (a membership that passes on another
+// cluster's export), and Export.Exported to true unless an Export is
+// given. It returns the change's revision.
 func (s *Source) Set(eps *membershipv1.ServiceEndpoints, opts ...Change) uint64 {
 	eps = proto.Clone(eps).(*membershipv1.ServiceEndpoints)
-	eps.Cluster = s.cluster
+	if eps.Cluster == "" {
+		eps.Cluster = s.cluster
+	}
 	if eps.Export == nil {
 		eps.Export = &membershipv1.ExportInfo{Exported: true}
 	}
@@ -266,7 +289,7 @@ func (s *Source) broadcast(ev *membershipv1.WatchServicesResponse) {
 }
 
 func (e *entry) event(service, cluster, epoch string) *membershipv1.WatchServicesResponse {
-	ev := &membershipv1.WatchServicesResponse{Revision: e.rev, Epoch: epoch, TraceContext: e.trace}
+	ev := &membershipv1.WatchServicesResponse{Revision: e.rev, Epoch: epoch, TraceContext: e.trace, Cluster: cluster}
 	if !e.observe.IsZero() {
 		ev.ObserveTime = timestamppb.New(e.observe)
 	}
@@ -306,7 +329,7 @@ func (s *Source) subscribe(req *membershipv1.WatchServicesRequest) (*subscriber,
 		}
 	} else {
 		slices.Sort(names)
-		first = append(first, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START, Revision: s.rev, Epoch: s.epoch})
+		first = append(first, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_START, Revision: s.rev, Epoch: s.epoch, Cluster: s.cluster})
 		for _, n := range names {
 			e := s.services[n]
 			if e.value == nil {
@@ -316,7 +339,7 @@ func (s *Source) subscribe(req *membershipv1.WatchServicesRequest) (*subscriber,
 			ev.Revision = s.rev
 			first = append(first, ev)
 		}
-		first = append(first, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END, Revision: s.rev, Epoch: s.epoch})
+		first = append(first, &membershipv1.WatchServicesResponse{Type: membershipv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT_END, Revision: s.rev, Epoch: s.epoch, Cluster: s.cluster})
 	}
 	sub := &subscriber{wake: make(chan struct{}, 1), cut: make(chan error, 1)}
 	s.subs[sub] = struct{}{}

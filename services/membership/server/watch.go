@@ -101,6 +101,7 @@ func (s *Server) send(stream grpc.ServerStreamingServer[membershipv1.WatchServic
 		Revision:     ev.Revision,
 		Epoch:        s.hub.Epoch(),
 		TraceContext: ev.TraceContext,
+		Cluster:      s.cluster,
 	}
 	switch ev.Type {
 	case watch.Upsert:

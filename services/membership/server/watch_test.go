@@ -121,6 +121,7 @@ func TestWatchEvents(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "e1", ev.GetEpoch())
 		require.Equal(t, uint64(1), ev.GetRevision())
+		require.Equal(t, "c1", ev.GetCluster(), "every event names the cluster the membership serves")
 		types = append(types, ev.GetType())
 		if ev.GetType() == membershipv1.WatchEventType_WATCH_EVENT_TYPE_UPSERT {
 			require.True(t, observed.Equal(ev.GetObserveTime().AsTime()))
@@ -140,6 +141,7 @@ func TestWatchEvents(t *testing.T) {
 	require.Equal(t, membershipv1.WatchEventType_WATCH_EVENT_TYPE_DELETE, ev.GetType())
 	require.Equal(t, "namespaces/ns/services/a", ev.GetEndpoints().GetService())
 	require.Equal(t, "c1", ev.GetEndpoints().GetCluster())
+	require.Equal(t, "c1", ev.GetCluster())
 	require.Empty(t, ev.GetEndpoints().GetGroups())
 
 	_, err = client.GetServiceMembers(ctx, &membershipv1.GetServiceMembersRequest{Service: "namespaces/ns/services/a"})

@@ -16,7 +16,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from plexus.membership.v1 import membership_pb2 as plexus_dot_membership_dot_v1_dot_membership__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!plexus/importer/v1/importer.proto\x12\x12plexus.importer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%plexus/membership/v1/membership.proto\"\x8f\x03\n\x06Source\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x17\n\x0ftls_server_name\x18\x03 \x01(\t\x12.\n\x05state\x18\x04 \x01(\x0e\x32\x1f.plexus.importer.v1.SourceState\x12\x0e\n\x06synced\x18\x05 \x01(\x08\x12\r\n\x05\x65poch\x18\x06 \x01(\t\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x33\n\x0flast_heard_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03lag\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nlast_error\x18\n \x01(\t\x12.\n\nsince_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tleft_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x65xported_services\x18\r \x01(\r\";\n\x12ListSourcesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListSourcesResponse\x12+\n\x07sources\x18\x01 \x03(\x0b\x32\x1a.plexus.importer.v1.Source\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xbb\x01\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x33\n\x06status\x18\x02 \x01(\x0e\x32#.plexus.importer.v1.ConditionStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x10\n\x08\x63lusters\x18\x05 \x03(\t\x12\x38\n\x14last_transition_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc7\x02\n\rClusterStatus\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x11\n\tendpoints\x18\x02 \x01(\r\x12\x17\n\x0fready_endpoints\x18\x03 \x01(\r\x12\x10\n\x08revision\x18\x04 \x01(\x04\x12\x33\n\x0flast_heard_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05stale\x18\x06 \x01(\x08\x12\x36\n\x12\x65xport_create_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06origin\x18\x08 \x01(\t\x12\x1a\n\x12\x65xported_endpoints\x18\t \x01(\r\x12\x19\n\x11\x64ropped_endpoints\x18\n \x01(\r\x12\x13\n\x0b\x64rop_reason\x18\x0b \x01(\t\x12\x0f\n\x07problem\x18\x0c \x01(\t\"\xd9\x03\n\rServiceImport\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03ips\x18\x02 \x03(\t\x12/\n\x04type\x18\x03 \x01(\x0e\x32!.plexus.membership.v1.ServiceType\x12\x30\n\x05ports\x18\x04 \x03(\x0b\x32!.plexus.membership.v1.ServicePort\x12?\n\x10session_affinity\x18\x05 \x01(\x0e\x32%.plexus.membership.v1.SessionAffinity\x12;\n\x18session_affinity_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x08\x63lusters\x18\x07 \x03(\x0b\x32!.plexus.importer.v1.ClusterStatus\x12\x31\n\nconditions\x18\x08 \x03(\x0b\x32\x1d.plexus.importer.v1.Condition\x12\x17\n\x0f\x64\x65rived_service\x18\t \x01(\t\x12\x17\n\x0f\x65ndpoint_slices\x18\n \x01(\r\x12\x32\n\x0ereconcile_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\'\n\x17GetServiceImportRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"U\n\x18GetServiceImportResponse\x12\x39\n\x0eservice_import\x18\x01 \x01(\x0b\x32!.plexus.importer.v1.ServiceImport\"U\n\x19ListServiceImportsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"q\n\x1aListServiceImportsResponse\x12:\n\x0fservice_imports\x18\x01 \x03(\x0b\x32!.plexus.importer.v1.ServiceImport\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x95\x01\n\x12\x41pplyImportRequest\x12\x39\n\tendpoints\x18\x01 \x01(\x0b\x32&.plexus.membership.v1.ServiceEndpoints\x12\x30\n\x0cobserve_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"P\n\x13\x41pplyImportResponse\x12\x39\n\x0eservice_import\x18\x01 \x01(\x0b\x32!.plexus.importer.v1.ServiceImport\"P\n\x15WithdrawImportRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x15\n\rallow_missing\x18\x03 \x01(\x08\")\n\x16WithdrawImportResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08*\xb3\x01\n\x0bSourceState\x12\x1c\n\x18SOURCE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17SOURCE_STATE_CONNECTING\x10\x01\x12\x1a\n\x16SOURCE_STATE_CONNECTED\x10\x02\x12\x1d\n\x19SOURCE_STATE_DISCONNECTED\x10\x03\x12\x15\n\x11SOURCE_STATE_LEFT\x10\x04\x12\x17\n\x13SOURCE_STATE_FAILED\x10\x05*j\n\x0f\x43onditionStatus\x12 \n\x1c\x43ONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43ONDITION_STATUS_TRUE\x10\x01\x12\x1a\n\x16\x43ONDITION_STATUS_FALSE\x10\x02\x32\xb2\x04\n\x0fImporterService\x12r\n\x10GetServiceImport\x12+.plexus.importer.v1.GetServiceImportRequest\x1a,.plexus.importer.v1.GetServiceImportResponse\"\x03\x90\x02\x01\x12x\n\x12ListServiceImports\x12-.plexus.importer.v1.ListServiceImportsRequest\x1a..plexus.importer.v1.ListServiceImportsResponse\"\x03\x90\x02\x01\x12\x63\n\x0b\x41pplyImport\x12&.plexus.importer.v1.ApplyImportRequest\x1a\'.plexus.importer.v1.ApplyImportResponse\"\x03\x90\x02\x02\x12g\n\x0eWithdrawImport\x12).plexus.importer.v1.WithdrawImportRequest\x1a*.plexus.importer.v1.WithdrawImportResponse\x12\x63\n\x0bListSources\x12&.plexus.importer.v1.ListSourcesRequest\x1a\'.plexus.importer.v1.ListSourcesResponse\"\x03\x90\x02\x01\x42\x38Z6github.com/plexusnet/plexus/api/importer/v1;importerv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!plexus/importer/v1/importer.proto\x12\x12plexus.importer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%plexus/membership/v1/membership.proto\"\xbe\x03\n\x06Source\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x17\n\x0ftls_server_name\x18\x03 \x01(\t\x12.\n\x05state\x18\x04 \x01(\x0e\x32\x1f.plexus.importer.v1.SourceState\x12\x0e\n\x06synced\x18\x05 \x01(\x08\x12\r\n\x05\x65poch\x18\x06 \x01(\t\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x33\n\x0flast_heard_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03lag\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nlast_error\x18\n \x01(\t\x12.\n\nsince_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tleft_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x65xported_services\x18\r \x01(\r\x12\x16\n\x0erefusal_reason\x18\x0e \x01(\t\x12\x15\n\rpeer_identity\x18\x0f \x01(\t\";\n\x12ListSourcesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListSourcesResponse\x12+\n\x07sources\x18\x01 \x03(\x0b\x32\x1a.plexus.importer.v1.Source\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xbb\x01\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x33\n\x06status\x18\x02 \x01(\x0e\x32#.plexus.importer.v1.ConditionStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x10\n\x08\x63lusters\x18\x05 \x03(\t\x12\x38\n\x14last_transition_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc7\x02\n\rClusterStatus\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x11\n\tendpoints\x18\x02 \x01(\r\x12\x17\n\x0fready_endpoints\x18\x03 \x01(\r\x12\x10\n\x08revision\x18\x04 \x01(\x04\x12\x33\n\x0flast_heard_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05stale\x18\x06 \x01(\x08\x12\x36\n\x12\x65xport_create_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06origin\x18\x08 \x01(\t\x12\x1a\n\x12\x65xported_endpoints\x18\t \x01(\r\x12\x19\n\x11\x64ropped_endpoints\x18\n \x01(\r\x12\x13\n\x0b\x64rop_reason\x18\x0b \x01(\t\x12\x0f\n\x07problem\x18\x0c \x01(\t\"\xd9\x03\n\rServiceImport\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03ips\x18\x02 \x03(\t\x12/\n\x04type\x18\x03 \x01(\x0e\x32!.plexus.membership.v1.ServiceType\x12\x30\n\x05ports\x18\x04 \x03(\x0b\x32!.plexus.membership.v1.ServicePort\x12?\n\x10session_affinity\x18\x05 \x01(\x0e\x32%.plexus.membership.v1.SessionAffinity\x12;\n\x18session_affinity_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x08\x63lusters\x18\x07 \x03(\x0b\x32!.plexus.importer.v1.ClusterStatus\x12\x31\n\nconditions\x18\x08 \x03(\x0b\x32\x1d.plexus.importer.v1.Condition\x12\x17\n\x0f\x64\x65rived_service\x18\t \x01(\t\x12\x17\n\x0f\x65ndpoint_slices\x18\n \x01(\r\x12\x32\n\x0ereconcile_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\'\n\x17GetServiceImportRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"U\n\x18GetServiceImportResponse\x12\x39\n\x0eservice_import\x18\x01 \x01(\x0b\x32!.plexus.importer.v1.ServiceImport\"U\n\x19ListServiceImportsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"q\n\x1aListServiceImportsResponse\x12:\n\x0fservice_imports\x18\x01 \x03(\x0b\x32!.plexus.importer.v1.ServiceImport\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x95\x01\n\x12\x41pplyImportRequest\x12\x39\n\tendpoints\x18\x01 \x01(\x0b\x32&.plexus.membership.v1.ServiceEndpoints\x12\x30\n\x0cobserve_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"P\n\x13\x41pplyImportResponse\x12\x39\n\x0eservice_import\x18\x01 \x01(\x0b\x32!.plexus.importer.v1.ServiceImport\"P\n\x15WithdrawImportRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x15\n\rallow_missing\x18\x03 \x01(\x08\")\n\x16WithdrawImportResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08*\xcd\x01\n\x0bSourceState\x12\x1c\n\x18SOURCE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17SOURCE_STATE_CONNECTING\x10\x01\x12\x1a\n\x16SOURCE_STATE_CONNECTED\x10\x02\x12\x1d\n\x19SOURCE_STATE_DISCONNECTED\x10\x03\x12\x15\n\x11SOURCE_STATE_LEFT\x10\x04\x12\x17\n\x13SOURCE_STATE_FAILED\x10\x05\x12\x18\n\x14SOURCE_STATE_REFUSED\x10\x06*j\n\x0f\x43onditionStatus\x12 \n\x1c\x43ONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43ONDITION_STATUS_TRUE\x10\x01\x12\x1a\n\x16\x43ONDITION_STATUS_FALSE\x10\x02\x32\xb2\x04\n\x0fImporterService\x12r\n\x10GetServiceImport\x12+.plexus.importer.v1.GetServiceImportRequest\x1a,.plexus.importer.v1.GetServiceImportResponse\"\x03\x90\x02\x01\x12x\n\x12ListServiceImports\x12-.plexus.importer.v1.ListServiceImportsRequest\x1a..plexus.importer.v1.ListServiceImportsResponse\"\x03\x90\x02\x01\x12\x63\n\x0b\x41pplyImport\x12&.plexus.importer.v1.ApplyImportRequest\x1a\'.plexus.importer.v1.ApplyImportResponse\"\x03\x90\x02\x02\x12g\n\x0eWithdrawImport\x12).plexus.importer.v1.WithdrawImportRequest\x1a*.plexus.importer.v1.WithdrawImportResponse\x12\x63\n\x0bListSources\x12&.plexus.importer.v1.ListSourcesRequest\x1a\'.plexus.importer.v1.ListSourcesResponse\"\x03\x90\x02\x01\x42\x38Z6github.com/plexusnet/plexus/api/importer/v1;importerv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'plexus.importer.v1.importer_pb2', globals())
@@ -32,38 +32,38 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _IMPORTERSERVICE.methods_by_name['ApplyImport']._serialized_options = b'\220\002\002'
   _IMPORTERSERVICE.methods_by_name['ListSources']._options = None
   _IMPORTERSERVICE.methods_by_name['ListSources']._serialized_options = b'\220\002\001'
-  _SOURCESTATE._serialized_start=2403
-  _SOURCESTATE._serialized_end=2582
-  _CONDITIONSTATUS._serialized_start=2584
-  _CONDITIONSTATUS._serialized_end=2690
+  _SOURCESTATE._serialized_start=2450
+  _SOURCESTATE._serialized_end=2655
+  _CONDITIONSTATUS._serialized_start=2657
+  _CONDITIONSTATUS._serialized_end=2763
   _SOURCE._serialized_start=162
-  _SOURCE._serialized_end=561
-  _LISTSOURCESREQUEST._serialized_start=563
-  _LISTSOURCESREQUEST._serialized_end=622
-  _LISTSOURCESRESPONSE._serialized_start=624
-  _LISTSOURCESRESPONSE._serialized_end=715
-  _CONDITION._serialized_start=718
-  _CONDITION._serialized_end=905
-  _CLUSTERSTATUS._serialized_start=908
-  _CLUSTERSTATUS._serialized_end=1235
-  _SERVICEIMPORT._serialized_start=1238
-  _SERVICEIMPORT._serialized_end=1711
-  _GETSERVICEIMPORTREQUEST._serialized_start=1713
-  _GETSERVICEIMPORTREQUEST._serialized_end=1752
-  _GETSERVICEIMPORTRESPONSE._serialized_start=1754
-  _GETSERVICEIMPORTRESPONSE._serialized_end=1839
-  _LISTSERVICEIMPORTSREQUEST._serialized_start=1841
-  _LISTSERVICEIMPORTSREQUEST._serialized_end=1926
-  _LISTSERVICEIMPORTSRESPONSE._serialized_start=1928
-  _LISTSERVICEIMPORTSRESPONSE._serialized_end=2041
-  _APPLYIMPORTREQUEST._serialized_start=2044
-  _APPLYIMPORTREQUEST._serialized_end=2193
-  _APPLYIMPORTRESPONSE._serialized_start=2195
-  _APPLYIMPORTRESPONSE._serialized_end=2275
-  _WITHDRAWIMPORTREQUEST._serialized_start=2277
-  _WITHDRAWIMPORTREQUEST._serialized_end=2357
-  _WITHDRAWIMPORTRESPONSE._serialized_start=2359
-  _WITHDRAWIMPORTRESPONSE._serialized_end=2400
-  _IMPORTERSERVICE._serialized_start=2693
-  _IMPORTERSERVICE._serialized_end=3255
+  _SOURCE._serialized_end=608
+  _LISTSOURCESREQUEST._serialized_start=610
+  _LISTSOURCESREQUEST._serialized_end=669
+  _LISTSOURCESRESPONSE._serialized_start=671
+  _LISTSOURCESRESPONSE._serialized_end=762
+  _CONDITION._serialized_start=765
+  _CONDITION._serialized_end=952
+  _CLUSTERSTATUS._serialized_start=955
+  _CLUSTERSTATUS._serialized_end=1282
+  _SERVICEIMPORT._serialized_start=1285
+  _SERVICEIMPORT._serialized_end=1758
+  _GETSERVICEIMPORTREQUEST._serialized_start=1760
+  _GETSERVICEIMPORTREQUEST._serialized_end=1799
+  _GETSERVICEIMPORTRESPONSE._serialized_start=1801
+  _GETSERVICEIMPORTRESPONSE._serialized_end=1886
+  _LISTSERVICEIMPORTSREQUEST._serialized_start=1888
+  _LISTSERVICEIMPORTSREQUEST._serialized_end=1973
+  _LISTSERVICEIMPORTSRESPONSE._serialized_start=1975
+  _LISTSERVICEIMPORTSRESPONSE._serialized_end=2088
+  _APPLYIMPORTREQUEST._serialized_start=2091
+  _APPLYIMPORTREQUEST._serialized_end=2240
+  _APPLYIMPORTRESPONSE._serialized_start=2242
+  _APPLYIMPORTRESPONSE._serialized_end=2322
+  _WITHDRAWIMPORTREQUEST._serialized_start=2324
+  _WITHDRAWIMPORTREQUEST._serialized_end=2404
+  _WITHDRAWIMPORTRESPONSE._serialized_start=2406
+  _WITHDRAWIMPORTRESPONSE._serialized_end=2447
+  _IMPORTERSERVICE._serialized_start=2766
+  _IMPORTERSERVICE._serialized_end=3328
 # @@protoc_insertion_point(module_scope)
