@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -44,10 +43,8 @@ var (
 )
 
 // fileFormat is the layout version written in the meta bucket; Open
-// refuses a file of another version rather than misread it. Allocations
-// are filed under sequence numbers, found through indexes in memory
-// (index.go, owners.go).
-const fileFormat = 3
+// refuses a file of another version rather than misread it.
+const fileFormat = 4
 
 // Defaults.
 const (
@@ -285,8 +282,8 @@ func (s *Store) init(tx *bbolt.Tx) error {
 			return err
 		}
 	}
-	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) {
-		return fmt.Errorf("file format %v, want [%d]: not a store file of this version", f, fileFormat)
+	if err := checkFormat(tx); err != nil {
+		return err
 	}
 	for _, b := range [][]byte{bucketPools, bucketRecords, bucketQuarantine, bucketRequests} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -295,9 +292,7 @@ func (s *Store) init(tx *bbolt.Tx) error {
 	}
 	s.rev = int64(getUint64(meta, keyRevision))
 	s.allocs = int64(getUint64(meta, keyAllocs))
-	// Request records put before now, by this version or an older one,
-	// are counted from now at the latest (requests.go).
-	return markRevision(meta, time.Now(), s.span)
+	return nil
 }
 
 // openFile opens the bbolt file of the store at path.
@@ -720,7 +715,7 @@ func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool,
 			return nil
 		}
 		var err error
-		r, err = decodeRequest(id, v)
+		r, _, err = record.DecodeRequest(id, v)
 		ok = err == nil
 		return err
 	})
