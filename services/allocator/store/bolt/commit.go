@@ -64,7 +64,7 @@ func (s *Store) run() {
 	for {
 		s.qmu.Lock()
 		n, ops := 0, 0
-		for n < len(s.queue) && n < s.maxBatch && (n == 0 || ops < maxBatchOps) {
+		for n < len(s.queue) && n < maxBatch && (n == 0 || ops < maxBatchOps) {
 			ops += len(s.queue[n].txn.Ops)
 			n++
 		}

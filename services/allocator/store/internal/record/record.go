@@ -254,9 +254,6 @@ func (d *Decoder) version() {
 	}
 }
 
-// Len is the number of bytes left to read.
-func (d *Decoder) Len() int { return len(d.s) }
-
 // Fail records err, unless an error came before it.
 func (d *Decoder) Fail(err error) {
 	if d.err == nil {
