@@ -100,7 +100,7 @@
 // separately: an allocation takes two compares and three writes, so a
 // batch of more than about 40 addresses needs a higher limit. The
 // request size limit (--max-request-bytes, default 1.5 MiB) comes at
-// about 2,600 (some 600 bytes each). etcd's refusal of a commit for
+// about 3,000 (some 500 bytes each). etcd's refusal of a commit for
 // either is store.ErrTooLarge; the client itself sends up to 16 MiB, so
 // etcd's flag is the limit. A combined transaction counts its commits plus
 // the compares or writes of its largest commit against the limit, so the
