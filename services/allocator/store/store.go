@@ -148,9 +148,7 @@ const (
 	// it with this condition, so no pool created meanwhile through
 	// another replica can overlap it. Deletions count so that a store
 	// can check it as one record of the latest pool change, whatever the
-	// number of pools. (The etcd store, while a replica of an older
-	// version writes, can see only the pools that exist; an overlap check
-	// needs no more.)
+	// number of pools.
 	CondPoolsUnchangedSince
 	// CondRangeFree holds when Pool holds no allocation of an address
 	// from Address to Last, both included (one family, Address <= Last).

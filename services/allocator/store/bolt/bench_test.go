@@ -244,19 +244,20 @@ func BenchmarkOpenSnapshot1M(b *testing.B) {
 func BenchmarkSweep(b *testing.B) {
 	const records, perCommit, expired = 100_000, 100, 4_000
 	rng := rand.New(rand.NewPCG(1, 2))
-	// fill puts the records and returns the revision of the expired ones.
-	fill := func(b *testing.B, s *Store) int64 {
-		var last int64
+	// fill puts the records and returns a cutoff that expires the first
+	// ones.
+	fill := func(b *testing.B, s *Store) time.Time {
+		var last time.Time
 		for i := range records / perCommit {
 			var tx store.Txn
 			for range perCommit {
 				id := fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64())
 				tx.Ops = append(tx.Ops, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: id, Allocations: []string{"bench/10.0.0.1"}}})
 			}
-			rev, err := s.Commit(b.Context(), tx)
+			_, err := s.Commit(b.Context(), tx)
 			require.NoError(b, err)
 			if (i+1)*perCommit == expired {
-				last = rev
+				last = time.Now()
 			}
 		}
 		return last
@@ -266,7 +267,7 @@ func BenchmarkSweep(b *testing.B) {
 		require.NoError(b, err)
 		defer s.Close()
 		var (
-			upTo int64
+			upTo time.Time
 			from []byte
 		)
 		for b.Loop() {
@@ -296,7 +297,7 @@ func BenchmarkSweep(b *testing.B) {
 		defer s.Close()
 		fill(b, s)
 		for b.Loop() {
-			deleted, err := s.sweepUpTo(0) // looks at every record, deletes none
+			deleted, err := s.sweepBefore(time.Time{}) // looks at every record, deletes none
 			require.NoError(b, err)
 			require.Zero(b, deleted)
 		}

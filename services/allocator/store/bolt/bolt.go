@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -21,7 +20,6 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/eventlog"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
@@ -44,14 +42,13 @@ var (
 )
 
 // fileFormat is the layout version written in the meta bucket; Open
-// refuses a file of another version rather than misread it. Allocations
-// are filed under sequence numbers, found through indexes in memory
-// (index.go, owners.go).
-const fileFormat = 3
+// refuses a file of another version rather than misread it.
+const fileFormat = 4
 
 // Defaults.
 const (
-	DefaultMaxBatch    = 4096
+	// maxBatch caps how many transactions are committed together.
+	maxBatch           = 4096
 	DefaultLockTimeout = 5 * time.Second
 	// maxBatchOps bounds the size of one write transaction when callers
 	// send large transactions (bulk allocation).
@@ -70,7 +67,6 @@ type options struct {
 	noSync      bool
 	noWarm      bool
 	history     int
-	maxBatch    int
 	lockTimeout time.Duration
 	logger      *slog.Logger
 
@@ -89,10 +85,6 @@ func WithoutWarmUp() Option { return func(o *options) { o.noWarm = true } }
 // WithHistory sets how many events are kept in memory for watches from a
 // past revision (default 100,000).
 func WithHistory(events int) Option { return func(o *options) { o.history = events } }
-
-// WithMaxBatch caps how many transactions are committed together (default
-// DefaultMaxBatch).
-func WithMaxBatch(txns int) Option { return func(o *options) { o.maxBatch = txns } }
 
 // WithLockTimeout sets how long Open waits for another process to release
 // the file (default DefaultLockTimeout).
@@ -115,13 +107,12 @@ type Store struct {
 	path   string
 
 	// The queue of transactions waiting for the committer.
-	qmu      sync.Mutex
-	queue    []*pending
-	closing  bool
-	kick     chan struct{}
-	stopped  chan struct{}
-	maxBatch int
-	closed   atomic.Bool
+	qmu     sync.Mutex
+	queue   []*pending
+	closing bool
+	kick    chan struct{}
+	stopped chan struct{}
+	closed  atomic.Bool
 
 	// The sweeper drops request records older than retention
 	// (requests.go); stopSweep ends it, and it closes swept.
@@ -152,7 +143,6 @@ var _ store.Store = (*Store)(nil)
 func Open(path string, opts ...Option) (*Store, error) {
 	o := options{
 		history:     eventlog.DefaultCapacity,
-		maxBatch:    DefaultMaxBatch,
 		lockTimeout: DefaultLockTimeout,
 		logger:      slog.Default(),
 
@@ -160,9 +150,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	for _, opt := range opts {
 		opt(&o)
-	}
-	if o.maxBatch <= 0 {
-		o.maxBatch = DefaultMaxBatch
 	}
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, fs.ErrNotExist)
@@ -172,12 +159,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		db:       db,
-		logger:   o.logger,
-		path:     path,
-		kick:     make(chan struct{}, 1),
-		stopped:  make(chan struct{}),
-		maxBatch: o.maxBatch,
+		db:      db,
+		logger:  o.logger,
+		path:    path,
+		kick:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
 
 		retention:      o.requestRetention,
 		observeExpired: o.observeExpired,
@@ -285,8 +271,8 @@ func (s *Store) init(tx *bbolt.Tx) error {
 			return err
 		}
 	}
-	if f := meta.Get(keyFormat); !bytes.Equal(f, []byte{fileFormat}) {
-		return fmt.Errorf("file format %v, want [%d]: not a store file of this version", f, fileFormat)
+	if err := checkFormat(tx); err != nil {
+		return err
 	}
 	for _, b := range [][]byte{bucketPools, bucketRecords, bucketQuarantine, bucketRequests} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -295,9 +281,7 @@ func (s *Store) init(tx *bbolt.Tx) error {
 	}
 	s.rev = int64(getUint64(meta, keyRevision))
 	s.allocs = int64(getUint64(meta, keyAllocs))
-	// Request records put before now, by this version or an older one,
-	// are counted from now at the latest (requests.go).
-	return markRevision(meta, time.Now(), s.span)
+	return nil
 }
 
 // openFile opens the bbolt file of the store at path.
@@ -414,7 +398,7 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 		hint := min(getUint64(meta, keyAllocs), uint64(tx.Size()/16))
 		snap.Allocations = make([]store.Allocation, 0, hint)
 		var ord order
-		var owners sharedPrefix
+		var shared record.Sharer
 		n := 0
 		c := tx.Bucket(bucketRecords).Cursor()
 		for _, v := c.First(); v != nil; _, v = c.Next() {
@@ -431,7 +415,7 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 			if err != nil {
 				return err
 			}
-			owners.share(&a.Owner)
+			shared.Share(&a)
 			snap.Allocations = append(snap.Allocations, a)
 		}
 		ord.apply(snap.Allocations)
@@ -577,25 +561,6 @@ type order struct {
 	mixed bool
 }
 
-// sharedPrefix makes the cluster, kind and namespace of consecutive
-// owners that are equal the same strings, not equal copies: the allocator,
-// which interns them, then finds them equal by their pointers, without
-// reading (often from far in memory) the bytes of each.
-type sharedPrefix struct{ cluster, kind, namespace string }
-
-func (p *sharedPrefix) share(o *decide.Owner) {
-	same := func(last *string, s *string) {
-		if *last == *s {
-			*s = *last
-		} else {
-			*last = *s
-		}
-	}
-	same(&p.cluster, &o.Cluster)
-	same(&p.kind, &o.Kind)
-	same(&p.namespace, &o.Namespace)
-}
-
 // add notes an allocation of addr in pool and returns the pool's id
 // as a string shared by all its allocations.
 func (o *order) add(pool []byte, addr netip.Addr) string {
@@ -672,13 +637,6 @@ func sortAllocations(allocs []store.Allocation) {
 	o.apply(allocs)
 }
 
-func compareAllocations(x, y store.Allocation) int {
-	if c := strings.Compare(x.Pool, y.Pool); c != 0 {
-		return c
-	}
-	return x.Address.Compare(y.Address)
-}
-
 // permute moves allocs[i] to allocs[to[i]] for every i, in place, one
 // swap per allocation out of place; to must be a permutation, and is
 // consumed.
@@ -720,7 +678,7 @@ func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool,
 			return nil
 		}
 		var err error
-		r, err = decodeRequest(id, v)
+		r, _, err = record.DecodeRequest(id, v)
 		ok = err == nil
 		return err
 	})

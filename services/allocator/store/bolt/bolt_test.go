@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -349,4 +350,13 @@ func TestSnapshotSharesOwnerPrefixes(t *testing.T) {
 	require.Same(t, unsafe.StringData(a.Kind), unsafe.StringData(c.Kind))
 	require.Equal(t, "other", c.Namespace)
 	require.Equal(t, "ns", b.Namespace)
+}
+
+// compareAllocations orders allocations as a snapshot does: by pool, then
+// address.
+func compareAllocations(x, y store.Allocation) int {
+	if c := strings.Compare(x.Pool, y.Pool); c != 0 {
+		return c
+	}
+	return x.Address.Compare(y.Address)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
@@ -16,17 +15,13 @@ import (
 // bytes (record.AppendAddr), so a pool's quarantine records are sorted by
 // address.
 //
-// Allocations are filed under a sequence number (format 3), given when an
+// Allocations are filed under a sequence number, given when an
 // allocation is first written and kept while it lives; the record starts
 // with its pool and address, which an index in memory maps back to the
-// number (index.go). Format 2 filed them under pool, then address, in an
-// allocations bucket; format 1 also kept an owner index, keyed by a hash
-// of the owner. Open rewrites a file of either into format 3 (compact.go).
+// number (index.go).
 //
 //	pools       pool id
-//	records     sequence number (8 bytes, big-endian)    (format 3)
-//	allocations pool 0x00 family address                 (formats 1 and 2)
-//	owners      pool 0x00 hash(owner-key) family address (format 1)
+//	records     sequence number (8 bytes, big-endian)
 //	quarantine  pool 0x00 family address
 //	requests    request id
 //
@@ -57,17 +52,3 @@ func splitAddrKey(k []byte) ([]byte, netip.Addr, error) {
 
 // recordKey is the key of the allocation record numbered seq.
 func recordKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq) }
-
-func encodeRequest(r *store.Request, rev int64) []byte {
-	return record.Encoder(make([]byte, 0, 64)).Uint(record.Version).Strs(r.Allocations).Int(rev)
-}
-
-func decodeRequest(id string, v []byte) (store.Request, error) {
-	d := record.NewDecoder(v)
-	r := store.Request{ID: id, Allocations: d.Strs()}
-	r.Revision = d.Int()
-	if err := d.Finish(); err != nil {
-		return r, fmt.Errorf("decode request %s: %w", id, err)
-	}
-	return r, nil
-}

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
 // TestAddrKeysSortByPoolThenAddress: bbolt's byte order must be the
@@ -43,28 +41,4 @@ func TestSplitAddrKey(t *testing.T) {
 		_, _, err := splitAddrKey(bad)
 		require.Error(t, err, "%q", bad)
 	}
-}
-
-func TestRequestRoundTrip(t *testing.T) {
-	r := store.Request{ID: "r", Allocations: []string{"p/10.0.0.1", ""}, Revision: 3}
-	got, err := decodeRequest("r", encodeRequest(&r, 3))
-	require.NoError(t, err)
-	require.Equal(t, r, got)
-	for i := range encodeRequest(&r, 3) {
-		_, err := decodeRequest("r", encodeRequest(&r, 3)[:i])
-		require.Error(t, err, "truncated to %d bytes", i)
-	}
-}
-
-// FuzzDecodeRequest: no stored request record, however damaged, makes
-// the decoder panic or allocate without bound.
-func FuzzDecodeRequest(f *testing.F) {
-	f.Add(encodeRequest(&store.Request{Allocations: []string{"x"}}, 3))
-	f.Fuzz(func(t *testing.T, v []byte) {
-		if got, err := decodeRequest("r", v); err == nil {
-			again, err := decodeRequest("r", encodeRequest(&got, got.Revision))
-			require.NoError(t, err)
-			require.Equal(t, got, again)
-		}
-	})
 }

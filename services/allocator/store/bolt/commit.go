@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -63,7 +64,7 @@ func (s *Store) run() {
 	for {
 		s.qmu.Lock()
 		n, ops := 0, 0
-		for n < len(s.queue) && n < s.maxBatch && (n == 0 || ops < maxBatchOps) {
+		for n < len(s.queue) && n < maxBatch && (n == 0 || ops < maxBatchOps) {
 			ops += len(s.queue[n].txn.Ops)
 			n++
 		}
@@ -219,6 +220,8 @@ type writer struct {
 	// seq is the number the next new allocation is filed under.
 	seq        uint64
 	allocDelta int64
+	// now dates the request records the batch puts.
+	now time.Time
 }
 
 func newWriter(tx *bbolt.Tx, owners *ownerIndex, addrs *addrIndex, seq uint64) *writer {
@@ -231,6 +234,7 @@ func newWriter(tx *bbolt.Tx, owners *ownerIndex, addrs *addrIndex, seq uint64) *
 		seq:        seq,
 		quarantine: tx.Bucket(bucketQuarantine),
 		requests:   tx.Bucket(bucketRequests),
+		now:        time.Now(),
 	}
 	// New records go to the end of the tree, so pages split by an append
 	// would stay half empty at bbolt's default fill; fuller pages mean a
@@ -391,7 +395,7 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 		return append(events, store.Event{Type: store.EventPutQuarantine, Revision: rev, Quarantine: &q}), nil
 
 	case store.OpPutRequest:
-		return events, w.requests.Put([]byte(op.Request.ID), encodeRequest(op.Request, rev))
+		return events, w.requests.Put([]byte(op.Request.ID), record.EncodeRequest(op.Request, rev, w.now))
 	}
 	return events, fmt.Errorf("unknown op kind %d", op.Kind)
 }

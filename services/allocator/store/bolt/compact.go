@@ -124,22 +124,15 @@ func checkFormat(tx *bbolt.Tx) error {
 
 // copyBucket copies the top-level bucket b, named name, into dst under
 // the same name, in write transactions of at most compactTxnRecords
-// records.
+// records. The store keeps no nested buckets; one is an error rather than
+// dropped silently.
 func copyBucket(dst *bbolt.DB, name []byte, b *bbolt.Bucket) (int, error) {
-	return copyRecords(dst, name, b, name, func(k, v []byte) ([]byte, []byte, error) { return k, v, nil })
-}
-
-// copyRecords puts each record of b (the bucket named from) into the
-// bucket to of dst, as conv makes it, in write transactions of at most
-// compactTxnRecords records. The store keeps no nested buckets; one is an
-// error rather than dropped silently.
-func copyRecords(dst *bbolt.DB, from []byte, b *bbolt.Bucket, to []byte, conv func(k, v []byte) ([]byte, []byte, error)) (int, error) {
 	c := b.Cursor()
 	k, v := c.First()
 	copied := 0
 	for first := true; first || k != nil; first = false {
 		err := dst.Update(func(tx *bbolt.Tx) error {
-			out, err := tx.CreateBucketIfNotExists(to)
+			out, err := tx.CreateBucketIfNotExists(name)
 			if err != nil {
 				return err
 			}
@@ -148,13 +141,9 @@ func copyRecords(dst *bbolt.DB, from []byte, b *bbolt.Bucket, to []byte, conv fu
 			out.FillPercent = allocFill
 			for n := 0; k != nil && n < compactTxnRecords; n++ {
 				if v == nil {
-					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", from, k)
+					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", name, k)
 				}
-				ck, cv, err := conv(k, v)
-				if err != nil {
-					return err
-				}
-				if err := out.Put(ck, cv); err != nil { // src's pages stay mapped until its View ends
+				if err := out.Put(k, v); err != nil { // src's pages stay mapped until its View ends
 					return err
 				}
 				copied++

@@ -20,23 +20,18 @@
 // commit's new allocations go to the end of one tree whichever pools
 // they are in; the indexes by pool and address (index.go) and by owner
 // (owners.go) are kept in memory, built in the background as the file
-// opens (Ready; commits wait for them). Values use a small
-// hand-written binary encoding: a million allocations are read back in
-// well under a second. Compact rewrites a file without its free pages
-// while no allocator has it open; Open rewrites a file of an older
-// format the same way.
+// opens (Ready; commits wait for them). Values are package record's
+// compact binary encoding: a million allocations are read back in well
+// under a second. Compact rewrites a file without its free pages while
+// no allocator has it open.
 //
 // Request records are kept for store.DefaultRequestRetention, as etcd's
 // are, not for good: the file would otherwise grow with every request
-// id. Commits write them as before, and pay nothing for their expiry. A
-// sweeper goroutine marks the store's revision with the time, about once
-// a 24th of the period, in the meta bucket; once a mark is a period old,
-// it walks the requests bucket in read transactions, which hold no
-// commit up, and deletes the records with a revision up to the mark's in
-// write transactions of at most 256 records, each about a millisecond
-// (requests.go). A record lives the period and at most a 16th more.
-// Sweeps are not commits: they take no revision and make no event. The
-// records of a file from before request retention are dated by the mark
-// Open writes, and expire a period after the upgrade; the file format
-// does not change (older versions ignore the marks).
+// id. A record holds the time its commit put it; once a 24th of the
+// period, a sweeper goroutine walks the requests bucket in read
+// transactions, which hold no commit up, and deletes the records put a
+// period ago in write transactions of at most 256 records, each about a
+// millisecond (requests.go). A record lives the period and at most a
+// 24th more. Sweeps are not commits: they take no revision and make no
+// event.
 package bolt

@@ -9,14 +9,14 @@ import (
 )
 
 // addrIndex finds the record of an allocation by its pool and address.
-// Format 3 files allocations under the sequence number of their first
+// The file keeps allocations under the sequence number of their first
 // write (records bucket), so that a commit appends its new allocations at
-// the end of one tree whatever pools they belong to. Format 2 keyed them
-// by pool, then address: a commit of 64 allocations into 64 pools dirtied
-// 64 leaves of 4 KiB, where one pool dirtied one or two, which made a
-// load spread over 10,000 pools a third slower than one into a single
-// pool. The index is what the key used to give: kept in memory, built
-// from the records when the file is opened.
+// the end of one tree whatever pools they belong to. Keyed by pool, then
+// address, a commit of 64 allocations into 64 pools dirtied 64 leaves of
+// 4 KiB, where one pool dirtied one or two, which made a load spread over
+// 10,000 pools a third slower than one into a single pool. The index is
+// what that key gave: kept in memory, built from the records when the
+// file is opened.
 //
 // An IPv4 address takes 4 bytes and its sequence number 6 (2^48 writes:
 // centuries at a million a second), about 28 bytes per allocation with
@@ -257,15 +257,6 @@ func (x *addrIndex) rollback() {
 	}
 	clear(x.undo)
 	x.undo = x.undo[:0]
-}
-
-// len counts the addresses filed.
-func (x *addrIndex) len() int {
-	n := 0
-	for _, p := range x.pools {
-		n += p.len()
-	}
-	return n
 }
 
 // addrLoader gathers the pool, address and number of each record as the

@@ -214,3 +214,12 @@ func TestRangeLen(t *testing.T) {
 		require.Equal(t, c.want, rangeLen(netip.MustParseAddr(c.first), netip.MustParseAddr(c.last)), "%s-%s", c.first, c.last)
 	}
 }
+
+// len counts the addresses filed.
+func (x *addrIndex) len() int {
+	n := 0
+	for _, p := range x.pools {
+		n += p.len()
+	}
+	return n
+}

@@ -10,12 +10,12 @@ import (
 )
 
 // ownerIndex finds the allocations whose owner has a given key, for
-// CondOwnerAbsent. Format 1 kept it in the file, as a bucket keyed by a
-// hash of the owner: every allocation added a key to a random leaf of that
-// tree, and with a million allocations a commit of 64 allocations
-// rewrote ~64 pages for it, which made the store's writes two and a half
-// times as costly as on an empty file. Format 2 keeps it in memory,
-// built from the allocations when the file is opened.
+// CondOwnerAbsent. It is kept in memory, built from the allocations when
+// the file is opened: kept in the file, as a bucket keyed by a hash of
+// the owner, every allocation added a key to a random leaf of that tree,
+// and with a million allocations a commit of 64 allocations rewrote ~64
+// pages for it, which made the store's writes two and a half times as
+// costly as on an empty file.
 //
 // The index maps a hash of (pool, owner key) to the addresses holding
 // such an owner; a lookup reads each allocation to compare the key, so a
@@ -197,13 +197,4 @@ func (x *ownerIndex) rollback() {
 		}
 	}
 	x.undo = x.undo[:0]
-}
-
-// len counts the addresses filed (tests).
-func (x *ownerIndex) len() int {
-	n := len(x.v4) + len(x.v6)
-	for _, m := range x.more {
-		n += len(m)
-	}
-	return n
 }

@@ -98,3 +98,12 @@ func TestHashValue(t *testing.T) {
 		}
 	}
 }
+
+// len counts the addresses filed.
+func (x *ownerIndex) len() int {
+	n := len(x.v4) + len(x.v6)
+	for _, m := range x.more {
+		n += len(m)
+	}
+	return n
+}

@@ -164,7 +164,7 @@ func (s *Store) readAllocs(ctx context.Context, keys []string) (map[string]readA
 				continue
 			}
 			kv := rr.Kvs[0]
-			a, err := decodeAlloc(kv.Value, kv.ModRevision)
+			a, err := decodeAlloc(kv)
 			if err != nil {
 				return nil, fmt.Errorf("read %q: %w", kv.Key, err)
 			}
@@ -196,7 +196,7 @@ func (s *Store) readAllocRange(ctx context.Context, keys []string) (map[string]r
 		if _, want := out[string(kv.Key)]; !want {
 			continue
 		}
-		a, err := decodeAlloc(kv.Value, kv.ModRevision)
+		a, err := decodeAlloc(kv)
 		if err != nil {
 			return nil, false, fmt.Errorf("read %q: %w", kv.Key, err)
 		}

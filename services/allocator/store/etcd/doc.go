@@ -16,10 +16,10 @@
 //	PREFIX rev/NN                                 commit marker (empty), put by every commit
 //	PREFIX owners/POOL \0 OWNERKEY \0 ADDR        owner index entry (empty)
 //	PREFIX pools-changed                           empty, put by every commit that puts or deletes a pool
-//	PREFIX requests/ID                             request record (JSON), with a lease
-//	PREFIX state/allocs/POOL \0 ADDR               allocation (JSON)
-//	PREFIX state/pools/POOL                        pool (JSON)
-//	PREFIX state/quarantine/POOL \0 ADDR           quarantine record (JSON)
+//	PREFIX requests/ID                             request record, with a lease
+//	PREFIX state/allocs/POOL \0 ADDR               allocation
+//	PREFIX state/pools/POOL                        pool
+//	PREFIX state/quarantine/POOL \0 ADDR           quarantine record
 //	PREFIX state/tick                              written by a commit that puts nothing else under state/
 //
 // What the replicas follow lives under state/, and only that range is
@@ -37,9 +37,13 @@
 // succeed put one. The latest mod revision of the markers is the latest
 // commit, and the earliest create revision the first.
 //
-// Values are JSON so etcdctl shows them readably. Revisions are not
-// stored: a record's revision (its etag) is its key's mod revision, and
-// the store's revision is etcd's.
+// Values are package record's compact binary encoding, the bolt file's:
+// every replica decodes every allocation any replica commits, and this
+// encoding is read with one allocation a value. etcdctl shows them as
+// bytes; to read what a store holds, ask a running allocator (plexusctl
+// pool list, plexusctl alloc list). Revisions are not stored: a record's
+// revision (its etag) is its key's mod revision, and the store's revision
+// is etcd's.
 //
 // # Commits
 //
@@ -96,7 +100,7 @@
 // separately: an allocation takes two compares and three writes, so a
 // batch of more than about 40 addresses needs a higher limit. The
 // request size limit (--max-request-bytes, default 1.5 MiB) comes at
-// about 2,600 (some 600 bytes each). etcd's refusal of a commit for
+// about 3,000 (some 500 bytes each). etcd's refusal of a commit for
 // either is store.ErrTooLarge; the client itself sends up to 16 MiB, so
 // etcd's flag is the limit. A combined transaction counts its commits plus
 // the compares or writes of its largest commit against the limit, so the

@@ -199,7 +199,7 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []i
 	var ps []store.Pool
 	// The first page fixes the revision; the rest are read at it.
 	rev, err := s.scan(ctx, s.k.prefix+keyPools, 0, func(kv *mvccpb.KeyValue) error {
-		p, err := decodePool(kv.Value, kv.ModRevision)
+		p, err := s.k.decodePool(kv)
 		if err == nil {
 			ps = append(ps, p)
 		}
@@ -217,7 +217,7 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []i
 	}
 	var dec allocDecoder
 	if err := s.scanPools(ctx, s.k.prefix+keyAllocs, rev, ids, func(kv *mvccpb.KeyValue) error {
-		a, err := dec.decode(kv.Value, kv.ModRevision)
+		a, err := dec.decode(kv)
 		if err != nil {
 			return err
 		}
@@ -227,7 +227,7 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []i
 	}
 	var qs []store.Quarantine
 	if err := s.scanPools(ctx, s.k.prefix+keyQuarantine, rev, ids, func(kv *mvccpb.KeyValue) error {
-		q, err := decodeQuarantine(kv.Value)
+		q, err := s.k.decodeQuarantine(kv)
 		if err == nil {
 			qs = append(qs, q)
 		}
@@ -326,7 +326,7 @@ func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, fro
 	pg := store.Page{Allocations: make([]store.Allocation, 0, limit)}
 	var dec allocDecoder
 	_, more, err := r.read(ctx, start, rangeEnd(within), limit, keyed(func(kv *mvccpb.KeyValue) error {
-		a, err := dec.decode(kv.Value, kv.ModRevision)
+		a, err := dec.decode(kv)
 		if err == nil {
 			pg.Allocations = append(pg.Allocations, a)
 		}
@@ -410,7 +410,7 @@ func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool,
 		return store.Request{}, false, nil
 	}
 	kv := resp.Kvs[0]
-	r, err := decodeRequest(id, kv.Value, kv.ModRevision)
+	r, err := decodeRequest(id, kv)
 	if err != nil {
 		return store.Request{}, false, err
 	}

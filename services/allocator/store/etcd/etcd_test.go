@@ -16,6 +16,7 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
 // maxTxnOps lets the suite's bulk commit (500 allocations in one txn)
@@ -157,8 +158,9 @@ func TestKeyLayout(t *testing.T) {
 		"/plexus/state/pools/p",
 		"/plexus/state/quarantine/p\x006" + "20010db8000000000000000000000001",
 	}, got, "a commit that puts state writes no tick")
-	require.JSONEq(t, `{"pool":"p","address":"10.0.0.1","owner":{"cluster":"c","kind":"Pod","namespace":"ns","name":"x","uid":"u"},"create_time":"0001-01-01T00:00:00Z"}`,
-		string(resp.Kvs[4].Value))
+	stored, err := record.DecodeRecord(resp.Kvs[4].Value)
+	require.NoError(t, err, "an allocation's value is package record's")
+	require.Equal(t, *a, stored, "its revision is not stored: it is the key's mod revision")
 
 	// A commit that puts nothing under state/ (here: it frees the
 	// address) puts the tick, so a watch sees it.

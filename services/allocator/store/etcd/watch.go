@@ -299,26 +299,26 @@ func (s *Store) convert(ev *clientv3.Event, dec *allocDecoder) (store.Event, boo
 	switch p.kind {
 	case kindPool:
 		if put {
-			pool, err := decodePool(ev.Kv.Value, rev)
+			pool, err := s.k.decodePool(ev.Kv)
 			return store.Event{Type: store.EventPutPool, Revision: rev, Pool: &pool}, true, err
 		}
 		pool := store.Pool{ID: p.pool}
 		if ev.PrevKv != nil {
-			if pool, err = decodePool(ev.PrevKv.Value, ev.PrevKv.ModRevision); err != nil {
+			if pool, err = s.k.decodePool(ev.PrevKv); err != nil {
 				return store.Event{}, false, err
 			}
 		}
 		return store.Event{Type: store.EventDeletePool, Revision: rev, Pool: &pool}, true, nil
 	case kindAlloc:
 		if put {
-			a, err := dec.decode(ev.Kv.Value, rev)
+			a, err := dec.decode(ev.Kv)
 			return store.Event{Type: store.EventPutAllocation, Revision: rev, Allocation: &a}, true, err
 		}
 		// Without the previous value (compacted away), the key still
 		// says which address was freed.
 		a := store.Allocation{Pool: p.pool, Address: p.addr}
 		if ev.PrevKv != nil {
-			if a, err = dec.decode(ev.PrevKv.Value, ev.PrevKv.ModRevision); err != nil {
+			if a, err = dec.decode(ev.PrevKv); err != nil {
 				return store.Event{}, false, err
 			}
 		}
@@ -327,7 +327,7 @@ func (s *Store) convert(ev *clientv3.Event, dec *allocDecoder) (store.Event, boo
 		if !put {
 			return store.Event{}, false, nil // ends when the address is handed out again
 		}
-		q, err := decodeQuarantine(ev.Kv.Value)
+		q, err := s.k.decodeQuarantine(ev.Kv)
 		return store.Event{Type: store.EventPutQuarantine, Revision: rev, Quarantine: &q}, true, err
 	}
 	return store.Event{}, false, nil

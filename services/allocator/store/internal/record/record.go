@@ -1,6 +1,6 @@
 // Package record encodes the store's records (pools, allocations,
-// quarantine records) into compact bytes and back: the values of the bolt
-// file, and the events a store's history keeps.
+// quarantine and request records) into compact bytes and back: the values
+// of the bolt file and of etcd, and the events a store's history keeps.
 //
 // Values are a version byte and fields in a fixed order: strings as a
 // uvarint length and bytes, integers as varints, times as seconds and
@@ -118,8 +118,7 @@ func appendPool(e Encoder, p *store.Pool, rev int64) Encoder {
 	return e.Time(p.CreateTime).Time(p.UpdateTime).Int(rev)
 }
 
-// Pool flags, one bit each. A value written before Deleting existed
-// holds 0 or 1.
+// Pool flags, one bit each.
 const (
 	flagAllowOverlap = 1 << iota
 	flagDeleting
@@ -202,6 +201,47 @@ func EncodeQuarantine(q *store.Quarantine) []byte {
 	return Encoder(make([]byte, 0, 16)).Uint(Version).Time(q.Until)
 }
 
+// EncodeRequest is a request record's value, without its id: the
+// allocations it answered, the revision of its commit and when it was put
+// (which dates it for expiry).
+func EncodeRequest(r *store.Request, rev int64, put time.Time) []byte {
+	return Encoder(make([]byte, 0, 64)).Uint(Version).Strs(r.Allocations).Int(rev).Time(put)
+}
+
+// DecodeRequest decodes the value of request record id, and returns when
+// it was put.
+func DecodeRequest(id string, v []byte) (store.Request, time.Time, error) {
+	d := NewDecoder(v)
+	r := store.Request{ID: id, Allocations: d.Strs()}
+	r.Revision = d.Int()
+	put := d.Time()
+	if err := d.Finish(); err != nil {
+		return r, put, fmt.Errorf("decode request %s: %w", id, err)
+	}
+	return r, put, nil
+}
+
+// Sharer makes the pool, cluster, kind and namespace of consecutive
+// allocations that are equal the same strings, not equal copies: the
+// allocator, which interns them, then finds them equal by their pointers,
+// without reading (often from far in memory) the bytes of each.
+type Sharer struct{ pool, cluster, kind, namespace string }
+
+// Share shares a's strings with those of the allocation before it.
+func (p *Sharer) Share(a *store.Allocation) {
+	same := func(last *string, s *string) {
+		if *last == *s {
+			*s = *last
+		} else {
+			*last = *s
+		}
+	}
+	same(&p.pool, &a.Pool)
+	same(&p.cluster, &a.Owner.Cluster)
+	same(&p.kind, &a.Owner.Kind)
+	same(&p.namespace, &a.Owner.Namespace)
+}
+
 // A Decoder reads a value copied into one string, so every string field is
 // a substring of it rather than an allocation of its own. It remembers
 // the first error; reads after it return zero values.
@@ -223,9 +263,6 @@ func (d *Decoder) version() {
 		d.err = fmt.Errorf("unknown value version %d", v)
 	}
 }
-
-// Len is the number of bytes left to read.
-func (d *Decoder) Len() int { return len(d.s) }
 
 // Fail records err, unless an error came before it.
 func (d *Decoder) Fail(err error) {
