@@ -15,30 +15,8 @@ import (
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	policyv1alpha1 "github.com/plexusnet/plexus/api/policy/v1alpha1"
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
-
-// applyPolicy creates or replaces the cluster's ClusterSetPolicy with rules.
-func applyPolicy(ctx context.Context, t *testing.T, dyn dynamic.Interface, rules ...map[string]any) error {
-	t.Helper()
-	items := make([]any, len(rules))
-	for i, r := range rules {
-		items[i] = r
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": policyv1alpha1.SchemeGroupVersion.String(), "kind": "ClusterSetPolicy",
-		"metadata": map[string]any{"name": policyv1alpha1.PolicyName},
-		"spec":     map[string]any{"rules": items},
-	}}
-	res := dyn.Resource(policyv1alpha1.ClusterSetPoliciesResource)
-	cur, err := res.Get(ctx, policyv1alpha1.PolicyName, metav1.GetOptions{})
-	if err != nil {
-		_, err = res.Create(ctx, u, metav1.CreateOptions{})
-		return err
-	}
-	u.SetResourceVersion(cur.GetResourceVersion())
-	_, err = res.Update(ctx, u, metav1.UpdateOptions{})
-	return err
-}
 
 // testExportPolicy: the clusterset policy refuses an export of this
 // cluster with Valid=False ExportNotPermitted naming the rule, and the
@@ -76,9 +54,9 @@ func testExportPolicy(ctx context.Context, t *testing.T, e *env) {
 	valid("Valid", "")
 
 	t.Run("bad entries are refused by the API server", func(t *testing.T) {
-		err := applyPolicy(ctx, t, dyn, map[string]any{"namespace": "Bad_Name"})
+		err := kubetest.ApplyPolicy(ctx, e.cluster.Config, kubetest.Rule{"namespace": "Bad_Name"})
 		require.ErrorContains(t, err, "spec.rules[0].namespace")
-		err = applyPolicy(ctx, t, dyn, map[string]any{"namespace": ns, "exportFrom": []any{"east", "not a cluster"}})
+		err = kubetest.ApplyPolicy(ctx, e.cluster.Config, kubetest.Rule{"namespace": ns, "exportFrom": []any{"east", "not a cluster"}})
 		require.ErrorContains(t, err, "spec.rules[0].exportFrom[1]")
 		other := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": policyv1alpha1.SchemeGroupVersion.String(), "kind": "ClusterSetPolicy",
@@ -88,12 +66,11 @@ func testExportPolicy(ctx context.Context, t *testing.T, e *env) {
 		require.ErrorContains(t, err, "the clusterset policy is named clusterset")
 	})
 
-	// A rule for another namespace changes nothing here.
-	require.NoError(t, applyPolicy(ctx, t, dyn, map[string]any{"namespace": "elsewhere", "exportFrom": []any{}}))
-	// The refusal: only another cluster may export the namespace.
-	require.NoError(t, applyPolicy(ctx, t, dyn,
-		map[string]any{"namespace": "elsewhere", "exportFrom": []any{}},
-		map[string]any{"namespace": "policy-*", "exportFrom": []any{"another-cluster"}}))
+	// The refusal: only another cluster may export the namespace (the
+	// rule for another namespace does not apply).
+	require.NoError(t, kubetest.ApplyPolicy(ctx, e.cluster.Config,
+		kubetest.Rule{"namespace": "elsewhere", "exportFrom": []any{}},
+		kubetest.Rule{"namespace": "policy-*", "exportFrom": []any{"another-cluster"}}))
 	valid("ExportNotPermitted", `spec.rules[1] (namespace "policy-*")`)
 	del := w.next(t, evTimeout)
 	require.Equal(t, deleteEv, del.GetType(), "a refused export leaves the exported-only view")
@@ -105,20 +82,20 @@ func testExportPolicy(ctx context.Context, t *testing.T, e *env) {
 	require.Equal(t, metav1.ConditionFalse, ready.Status)
 
 	// Allowed again by a closer rule that lists this cluster.
-	require.NoError(t, applyPolicy(ctx, t, dyn,
-		map[string]any{"namespace": "policy-*", "exportFrom": []any{"another-cluster"}},
-		map[string]any{"namespace": ns, "exportFrom": []any{clusterName}}))
+	require.NoError(t, kubetest.ApplyPolicy(ctx, e.cluster.Config,
+		kubetest.Rule{"namespace": "policy-*", "exportFrom": []any{"another-cluster"}},
+		kubetest.Rule{"namespace": ns, "exportFrom": []any{clusterName}}))
 	valid("Valid", "")
 	back := expectUpsert(t, w, svc, del.GetRevision())
 
 	// Refused by an empty list, then allowed by deleting the policy: the
 	// default is every cluster.
-	require.NoError(t, applyPolicy(ctx, t, dyn, map[string]any{"namespace": ns, "exportFrom": []any{}}))
+	require.NoError(t, kubetest.ApplyPolicy(ctx, e.cluster.Config, kubetest.Rule{"namespace": ns, "exportFrom": []any{}}))
 	valid("ExportNotPermitted", "lets no cluster export namespace "+ns)
 	del = w.next(t, evTimeout)
 	require.Equal(t, deleteEv, del.GetType())
 	require.Greater(t, del.GetRevision(), back.GetRevision())
-	require.NoError(t, dyn.Resource(policyv1alpha1.ClusterSetPoliciesResource).Delete(ctx, policyv1alpha1.PolicyName, metav1.DeleteOptions{}))
+	require.NoError(t, kubetest.DeletePolicy(ctx, e.cluster.Config))
 	valid("Valid", "")
 	expectUpsert(t, w, svc, del.GetRevision())
 }
