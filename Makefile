@@ -6,7 +6,7 @@ BIN   := $(CURDIR)/.bin
 export PATH := $(BIN):$(PATH)
 
 # Pure cores: no gRPC, no Kubernetes; always tested with the race detector.
-CORE_PKGS := ./internal/netparse/... ./services/allocator/ipam/... \
+CORE_PKGS := ./internal/netparse/... ./internal/exportpolicy/... ./services/allocator/ipam/... \
 	./services/membership/selector/... ./services/membership/endpoints/... \
 	./services/importer/slices/... ./services/importer/mcs/... ./services/importer/materialize/... \
 	./internal/endpointrules/... \

@@ -280,6 +280,15 @@ func accessTable() []access {
 	add(grant(importer, []string{"list", "watch"}, "clusterprofiles.multicluster.x-k8s.io")...)
 	add(grant(repair, []string{"list", "watch"}, "clusterprofiles.multicluster.x-k8s.io")...)
 	add(deny(membership, []string{"list", "watch"}, "clusterprofiles.multicluster.x-k8s.io")...)
+	// The clusterset policy: membership and the importer follow it, repair
+	// has no use for it, and nobody writes it.
+	add(grant(membership, []string{"list", "watch"}, "clustersetpolicies.policy.plexus.dev")...)
+	add(grant(importer, []string{"list", "watch"}, "clustersetpolicies.policy.plexus.dev")...)
+	add(deny(repair, []string{"get", "list", "watch"}, "clustersetpolicies.policy.plexus.dev")...)
+	add(deny(allocator, []string{"get", "list", "watch"}, "clustersetpolicies.policy.plexus.dev")...)
+	for _, sa := range []string{membership, importer, repair} {
+		add(deny(sa, []string{"create", "update", "patch", "delete"}, "clustersetpolicies.policy.plexus.dev")...)
+	}
 
 	// importer: writes imports, derived Services and slices; elects a
 	// leader; records Events.

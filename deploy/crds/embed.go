@@ -40,6 +40,13 @@ var ClusterProperty []byte
 //go:embed multicluster.x-k8s.io_clusterprofiles.yaml
 var ClusterProfile []byte
 
+// ClusterSetPolicy is the CRD manifest (YAML) of
+// clustersetpolicies.policy.plexus.dev: which member clusters may export
+// which namespaces and which import them.
+//
+//go:embed policy.plexus.dev_clustersetpolicies.yaml
+var ClusterSetPolicy []byte
+
 // All returns every CRD a Plexus cluster needs, the MCS API's first.
 func All() []Manifest {
 	return []Manifest{
@@ -48,5 +55,6 @@ func All() []Manifest {
 		{"Plexus ExternalWorkload", ExternalWorkload},
 		{"About API ClusterProperty (KEP-2149)", ClusterProperty},
 		{"Cluster Inventory API ClusterProfile (KEP-4322)", ClusterProfile},
+		{"Plexus ClusterSetPolicy", ClusterSetPolicy},
 	}
 }

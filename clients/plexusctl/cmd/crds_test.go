@@ -37,7 +37,8 @@ func TestCRDsApply(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	require.Equal(t, []string{"serviceexports.multicluster.x-k8s.io", "serviceimports.multicluster.x-k8s.io",
-		"externalworkloads.workload.plexus.dev", "clusterproperties.about.k8s.io", "clusterprofiles.multicluster.x-k8s.io"}, names)
+		"externalworkloads.workload.plexus.dev", "clusterproperties.about.k8s.io", "clusterprofiles.multicluster.x-k8s.io",
+		"clustersetpolicies.policy.plexus.dev"}, names)
 
 	cluster := kubetest.StartAPIServer(t, kubetest.StartEtcd(t))
 	client, err := apiextensionsclient.NewForConfig(cluster.Config)

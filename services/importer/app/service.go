@@ -56,6 +56,7 @@ import (
 	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/leader"
+	"github.com/plexusnet/plexus/internal/policywatch"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/importer/controller"
 	"github.com/plexusnet/plexus/services/importer/exports"
@@ -86,6 +87,7 @@ type service struct {
 	informers *kube.Informers
 	lead      *leader.Elector
 	ctrl      *controller.Controller
+	policy    *policywatch.Watcher
 	inventory fleet.Inventory
 	group     *fleet.Group
 	api       *iserver.Server
@@ -191,14 +193,21 @@ func (s *service) controller() error {
 	if s.allocConn != nil {
 		alloc = allocatorv1.NewAllocatorServiceClient(s.allocConn)
 	}
+	// What this cluster imports, and from whom, follows the clusterset
+	// policy in this cluster.
+	if s.policy, err = policywatch.New(s.clients.Dynamic, s.rt.Logger.With("component", "policy"), reg); err != nil {
+		return err
+	}
 	if s.ctrl, err = controller.New(controller.Config{
-		Store: s.store, Informers: s.informers, Tracker: tracker, Writer: writer, Kube: kubeClient,
+		Policy: s.policy,
+		Store:  s.store, Informers: s.informers, Tracker: tracker, Writer: writer, Kube: kubeClient,
 		Allocator: alloc, VIPPools: s.pools, Guard: s.lead.Valid, Packer: packer, Recorder: s.recorder,
 		Workers: o.Workers, SourceGrace: o.SourceGrace, ClusterName: s.rt.Config.ClusterName, ManageServiceCIDRs: o.ManageServiceCIDRs,
 		Logger: s.rt.Logger.With("component", "controller"), Registerer: reg,
 	}); err != nil {
 		return err
 	}
+	s.policy.OnChange(s.ctrl.PolicyChanged)
 	return s.informers.AddHandlers(kube.Handlers{Service: s.ctrl.Enqueue, Namespace: s.ctrl.EnqueueNamespace})
 }
 
@@ -321,6 +330,7 @@ func (s *service) sourceInfos() []iserver.SourceInfo {
 // leads.
 func (s *service) start(ctx context.Context, c *server.Cleanup) error {
 	s.informers.Start(ctx)
+	c.Go(func() { s.policy.Run(ctx) })
 	c.Go(func() {
 		if err := s.group.Run(ctx, s.inventory); err != nil && ctx.Err() == nil {
 			s.logger.Error("stopped following the member clusters", "error", err)

@@ -19,10 +19,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	"github.com/plexusnet/plexus/internal/exportpolicy"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/kube"
@@ -82,6 +84,18 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// TracerProvider; nil uses the global one.
 	TracerProvider trace.TracerProvider
+	// Policy is the clusterset policy as this cluster holds it; nil
+	// imports everything. A term starts once it has been read; call
+	// PolicyChanged when it changes.
+	Policy Policy
+}
+
+// Policy is the clusterset policy as the member cluster holds it.
+type Policy interface {
+	// Current returns the policy, nil for none.
+	Current() *exportpolicy.Policy
+	// HasSynced reports whether the policy has been read once.
+	HasSynced() bool
 }
 
 // Controller reconciles imported services into the member cluster. Only a
@@ -138,10 +152,14 @@ func New(cfg Config) (*Controller, error) {
 		tracer: tp.Tracer("github.com/plexusnet/plexus/services/importer/controller"),
 		vips:   vips.New(cfg.Allocator, cfg.VIPPools, cfg.Guard),
 	}
-	rec, err := reconcile.New(reconcile.Config{
+	rcfg := reconcile.Config{
 		Store: cfg.Store, Informers: cfg.Informers, Tracker: cfg.Tracker, Writer: cfg.Writer, VIPs: c.vips,
 		Packer: cfg.Packer, Recorder: cfg.Recorder, ClusterName: cfg.ClusterName, ManageServiceCIDRs: cfg.ManageServiceCIDRs, Logger: cfg.Logger, Tracer: c.tracer, Registerer: cfg.Registerer,
-	})
+	}
+	if cfg.Policy != nil {
+		rcfg.Policy = cfg.Policy // a nil interface, not a typed nil, without one
+	}
+	rec, err := reconcile.New(rcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +222,11 @@ func (c *Controller) Run(term context.Context) error {
 	if !c.cfg.Informers.WaitForSync(term) {
 		return term.Err()
 	}
+	if c.cfg.Policy != nil && !cache.WaitForCacheSync(term.Done(), c.cfg.Policy.HasSynced) {
+		// Reconciling before the policy is read would import what it
+		// may refuse.
+		return term.Err()
+	}
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[exports.Key](10*time.Millisecond, time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[exports.Key]{Name: "importer"})
@@ -252,6 +275,14 @@ func (c *Controller) Run(term context.Context) error {
 	c.rec.EndTerm()
 	c.logger.Info("importer term ended")
 	return nil
+}
+
+// PolicyChanged queues every service: the clusterset policy changed, and
+// with it, maybe, what this cluster imports.
+func (c *Controller) PolicyChanged() {
+	if c.Running() {
+		c.enqueueAll()
+	}
 }
 
 // enqueueAll queues every service the controller knows of: exported ones,

@@ -8,6 +8,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/plexusnet/plexus/internal/exportpolicy"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/services/importer/mcs"
 	islices "github.com/plexusnet/plexus/services/importer/slices"
@@ -63,6 +64,10 @@ type View struct {
 	// for them, and their Groups may be left empty, so that a change of
 	// one cluster costs the planning of that cluster alone.
 	Unchanged map[string]bool
+	// Refused are the clusters whose exports the clusterset policy keeps
+	// out of this cluster, with the refusal (see Admit); Exports holds
+	// none of theirs.
+	Refused map[string]exportpolicy.Decision
 }
 
 // DerivedName returns the name of the view's derived Service.

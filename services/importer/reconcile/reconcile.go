@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/plexusnet/plexus/internal/exportpolicy"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/kube"
 	"github.com/plexusnet/plexus/services/importer/materialize"
@@ -36,6 +37,9 @@ type run struct {
 	handled map[string]bool
 	writes  int
 	latency time.Duration
+	// refused are the clusters the clusterset policy keeps out (see
+	// materialize.Admit).
+	refused map[string]exportpolicy.Decision
 	// exports are the exports the run's view was read from, by cluster:
 	// their endpoints are converted only for the clusters to plan.
 	exports map[string]exports.Export
@@ -112,6 +116,9 @@ func (c *Reconciler) view(key exports.Key, keep map[string]exports.Export) mater
 		cl := s.Labels[islices.LabelSourceCluster]
 		v.Slices[cl] = append(v.Slices[cl], s)
 	}
+	if c.cfg.Policy != nil {
+		v = materialize.Admit(v, c.cfg.Policy.Current())
+	}
 	return v
 }
 
@@ -120,6 +127,9 @@ func (c *Reconciler) view(key exports.Key, keep map[string]exports.Export) mater
 // run carries its own word about this very service (a withdrawal, pushed
 // or streamed), which is its last word whatever the state of the rest.
 func (r *run) authoritative(cluster string) bool {
+	if _, ok := r.refused[cluster]; ok {
+		return true // the clusterset policy's word is final
+	}
 	if _, ok := r.pending.since[cluster]; ok {
 		return true
 	}
@@ -161,6 +171,8 @@ func (r *run) sync(ctx context.Context) (time.Duration, error) {
 	}
 	r.exports = map[string]exports.Export{}
 	v := c.view(r.key, r.exports)
+	r.refused = v.Refused
+	defer r.noteRefused(v)
 	d := materialize.Decide(v)
 	switch d.Verdict {
 	case materialize.Withdrawn:
@@ -397,4 +409,17 @@ func (r *run) remove(ctx context.Context, v materialize.View) error {
 	delete(c.local, r.key)
 	c.mu.Unlock()
 	return nil
+}
+
+// noteRefused logs the clusters the clusterset policy kept out of a run
+// that wrote something: a refusal that took effect, not every look at it.
+func (r *run) noteRefused(v materialize.View) {
+	if len(v.Refused) == 0 || r.writes == 0 {
+		return
+	}
+	for _, cl := range slices.Sorted(maps.Keys(v.Refused)) {
+		d := v.Refused[cl]
+		r.c.metrics.refused.WithLabelValues(d.Reason).Inc()
+		r.c.logger.Info("export kept out by the clusterset policy", "service", r.key, "source", cl, "reason", d.Reason, "message", d.Message)
+	}
 }

@@ -27,6 +27,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/plexusnet/plexus/internal/exportpolicy"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/kube"
 	"github.com/plexusnet/plexus/services/importer/materialize"
@@ -64,6 +65,15 @@ type Config struct {
 	Tracer   trace.Tracer
 	// Registerer receives the metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Policy is the clusterset policy as this cluster holds it; nil
+	// imports everything.
+	Policy Policy
+}
+
+// Policy is the clusterset policy as the member cluster holds it.
+type Policy interface {
+	// Current returns the policy, nil for none.
+	Current() *exportpolicy.Policy
 }
 
 // Reconciler reconciles one service at a time; any number of goroutines
@@ -140,6 +150,7 @@ type metrics struct {
 	clusterFailures *prometheus.CounterVec
 	plansSkipped    prometheus.Counter
 	localFirst      *prometheus.CounterVec
+	refused         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, error) {
@@ -170,6 +181,10 @@ func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, err
 			Name: "plexus_importer_local_first_transitions_total",
 			Help: "Imports with local first whose traffic moved to this cluster's own endpoints (to=local) or, with fewer ready local endpoints than asked, to every cluster's (to=failover).",
 		}, []string{"to"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_importer_policy_refusals_total",
+			Help: "Reconciles that removed or kept out a source cluster's export because the clusterset policy refuses it, by reason (ImportNotPermitted, ExportNotPermitted).",
+		}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -178,7 +193,7 @@ func newMetrics(reg prometheus.Registerer, tracker *kube.Tracker) (*metrics, err
 		Name: "plexus_importer_unobserved_writes",
 		Help: "The importer's writes not yet seen in its informer caches.",
 	}, func() float64 { return float64(tracker.Len()) })
-	for _, col := range []prometheus.Collector{m.latency, m.stale, m.dropped, m.clusterFailures, m.plansSkipped, m.localFirst, pending} {
+	for _, col := range []prometheus.Collector{m.latency, m.stale, m.dropped, m.clusterFailures, m.plansSkipped, m.localFirst, m.refused, pending} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register reconcile metrics: %w", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/plexusnet/plexus/internal/clusterid"
 	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/kubeclient"
+	"github.com/plexusnet/plexus/internal/policywatch"
 	"github.com/plexusnet/plexus/internal/server"
 	"github.com/plexusnet/plexus/services/membership/kube"
 	"github.com/plexusnet/plexus/services/membership/registry"
@@ -35,6 +36,7 @@ type service struct {
 	ctrl      *kube.Controller
 	registrar *registry.Registry
 	sweeper   *registry.Sweeper
+	policy    *policywatch.Watcher
 }
 
 // Setup wires membership onto rt: open the clients, build the controller
@@ -79,7 +81,13 @@ func (s *service) build(context.Context, *server.Cleanup) error {
 	s.hub = watch.New[*membershipv1.ServiceEndpoints](
 		watch.WithHistory(o.WatchHistory), watch.WithMaxPending(o.WatchMaxPending), watch.WithMaxLag(o.WatchMaxLag))
 	var err error
+	// The clusterset policy may refuse this cluster's exports of a
+	// namespace; a change of it is a change of every export.
+	if s.policy, err = policywatch.New(s.clients.Dynamic, rt.Logger.With("component", "policy"), reg); err != nil {
+		return err
+	}
 	if s.ctrl, err = kube.New(s.clients.Kube, s.clients.MCS, workloads, s.hub, kube.Options{
+		Policy:            s.policy,
 		ClusterName:       cluster,
 		Workers:           o.Workers,
 		BatchPeriod:       o.BatchPeriod,
@@ -89,6 +97,7 @@ func (s *service) build(context.Context, *server.Cleanup) error {
 	}); err != nil {
 		return err
 	}
+	s.policy.OnChange(s.ctrl.PolicyChanged)
 	if s.registrar, err = registry.New(workloads, allocatorv1.NewAllocatorServiceClient(s.allocConn), cluster,
 		registry.WithLogger(rt.Logger.With("component", "registry")), registry.WithRegisterer(reg), registry.WithAddressBook(s.ctrl)); err != nil {
 		return err
@@ -130,6 +139,7 @@ func (s *service) start(ctx context.Context, c *server.Cleanup) error {
 		}
 	})
 	c.Go(func() { s.sweeper.Run(ctx, s.o.SweepWorkers) })
+	c.Go(func() { s.policy.Run(ctx) })
 	c.Go(func() {
 		select {
 		case <-s.ctrl.Synced():

@@ -90,6 +90,7 @@ func TestMembership(t *testing.T) {
 	t.Run("address conflicts", func(t *testing.T) { testAddressConflicts(ctx, t, e) })
 	t.Run("plain errors", func(t *testing.T) { testPlainErrors(ctx, t, e) })
 	t.Run("export status", func(t *testing.T) { testExportStatus(ctx, t, e) })
+	t.Run("export policy", func(t *testing.T) { testExportPolicy(ctx, t, e) })
 	t.Run("list workloads", func(t *testing.T) { testListWorkloads(ctx, t, e) })
 	t.Run("plexusctl", func(t *testing.T) { testPlexusctl(ctx, t, e) })
 }

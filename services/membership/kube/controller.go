@@ -29,6 +29,7 @@ import (
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
+	"github.com/plexusnet/plexus/internal/exportpolicy"
 	"github.com/plexusnet/plexus/services/membership/endpoints"
 	"github.com/plexusnet/plexus/services/membership/selector"
 	"github.com/plexusnet/plexus/services/membership/watch"
@@ -76,6 +77,18 @@ type Options struct {
 	Propagator propagation.TextMapPropagator
 	// Registerer, when set, receives the controller's metrics.
 	Registerer prometheus.Registerer
+	// Policy is the clusterset policy, which may refuse the cluster's
+	// exports of a namespace; nil permits every export. Call
+	// PolicyChanged when it changes.
+	Policy Policy
+}
+
+// Policy is the clusterset policy as the member cluster holds it.
+type Policy interface {
+	// Current returns the policy, nil for none.
+	Current() *exportpolicy.Policy
+	// HasSynced reports whether the policy has been read once.
+	HasSynced() bool
 }
 
 // Controller keeps the endpoint set of every Service in a Hub, from shared
@@ -320,9 +333,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 
 	start := time.Now()
-	synced := make([]cache.InformerSynced, 0, len(c.handlers))
+	synced := make([]cache.InformerSynced, 0, len(c.handlers)+1)
 	for _, h := range c.handlers {
 		synced = append(synced, h.HasSynced)
+	}
+	if c.opts.Policy != nil {
+		// An export published before the policy is read could be one it
+		// refuses.
+		synced = append(synced, c.opts.Policy.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("informers did not sync: %w", context.Cause(ctx))
@@ -482,6 +500,23 @@ func (c *Controller) serviceChanged(old, svc *corev1.Service) {
 		c.index.DeleteService(old.Namespace, old.Name)
 	}
 	c.observe("Service", s.Namespace, s.Name, []selector.ServiceKey{{Namespace: s.Namespace, Name: s.Name}})
+}
+
+// PolicyChanged queues every exported Service: the clusterset policy
+// changed, and with it, maybe, which of them the cluster may export.
+func (c *Controller) PolicyChanged() {
+	exports, err := c.exports.List(labelsEverything)
+	if err != nil {
+		c.logger.Error("list service exports from cache", "error", err)
+		return
+	}
+	keys := make([]selector.ServiceKey, 0, len(exports))
+	for _, e := range exports {
+		if !c.index.Ignored(e.Namespace) {
+			keys = append(keys, selector.ServiceKey{Namespace: e.Namespace, Name: e.Name})
+		}
+	}
+	c.observe("ClusterSetPolicy", "", "clusterset", keys)
 }
 
 func (c *Controller) exportChanged(old, export *mcsv1beta1.ServiceExport) {

@@ -44,6 +44,22 @@ func exportConditions(svc *corev1.Service) (valid bool, conds []metav1.Condition
 	}
 }
 
+// permitted asks the clusterset policy whether the cluster may export the
+// services of namespace; a refusal turns the export's conditions into
+// Valid=False (reason ExportNotPermitted, the message naming the rule) and
+// Ready=False.
+func (c *Controller) permitted(namespace string, conds []metav1.Condition) (bool, []metav1.Condition) {
+	d := c.opts.Policy.Current().MayExport(namespace, c.opts.ClusterName)
+	if d.Allowed {
+		return true, conds
+	}
+	return false, []metav1.Condition{
+		{Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message},
+		{Type: string(mcsv1beta1.ServiceExportConditionReady), Status: metav1.ConditionFalse,
+			Reason: string(mcsv1beta1.ServiceExportReasonFailed), Message: "not exported: " + d.Message},
+	}
+}
+
 // writeExportStatus brings the ServiceExport's Valid and Ready conditions to
 // conds through the status subresource, guarded by the cached object's
 // resourceVersion (a lost race is retried by the queue); other conditions

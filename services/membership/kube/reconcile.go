@@ -130,6 +130,9 @@ func (c *Controller) exportOf(ctx context.Context, svc *corev1.Service) (export 
 		return nil, nil, fmt.Errorf("get service export %s/%s from cache: %w", svc.Namespace, svc.Name, err)
 	}
 	valid, conds := exportConditions(svc)
+	if valid && c.opts.Policy != nil {
+		valid, conds = c.permitted(svc.Namespace, conds)
+	}
 	statusErr = c.writeExportStatus(ctx, export, conds)
 	if !valid {
 		return nil, statusErr, nil // not published as exported: the clusterset cannot serve it
