@@ -33,10 +33,10 @@ type Options struct {
 	MaxEndpointsPerSlice int
 	// Workers reconcile services concurrently.
 	Workers int
-	// RequireClusterIdentity refuses a source whose membership's
+	// RequireClusterIdentities refuses a source whose membership's
 	// certificate does not name its cluster (a shared legacy or a fleet
 	// identity, or none).
-	RequireClusterIdentity bool
+	RequireClusterIdentities bool
 
 	// KubeQPS and KubeBurst are the client-side rate limits of Kubernetes
 	// API calls.
@@ -86,7 +86,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ManageServiceCIDRs, "manage-service-cidrs", o.ManageServiceCIDRs, "when the API server refuses a clusterset VIP as the derived Service's cluster IP (outside its --service-cluster-ip-range), create a ServiceCIDR (networking.k8s.io/v1) for each CIDR of the VIP pools, so that every member cluster routes the same VIP; off: the derived Service then gets an address of the cluster's own")
 	fs.IntVar(&o.MaxEndpointsPerSlice, "max-endpoints-per-slice", o.MaxEndpointsPerSlice, "most endpoints in one EndpointSlice (1 to 1000)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "services reconciled concurrently")
-	fs.BoolVar(&o.RequireClusterIdentity, "require-cluster-identity", o.RequireClusterIdentity, "refuse a source cluster whose membership's TLS certificate does not name that cluster (spiffe://TD/clusterset/CS/cluster/ID/membership): without it a shared identity (spiffe://TD/membership), a fleet identity or plaintext is accepted, while a fleet moves to per-cluster identities; a certificate that names another cluster is refused either way")
+	fs.BoolVar(&o.RequireClusterIdentities, "require-cluster-identities", o.RequireClusterIdentities, "refuse a source cluster whose membership's TLS certificate does not name that cluster (spiffe://TD/clusterset/CS/cluster/ID/membership): without it a shared identity (spiffe://TD/membership), a fleet identity or plaintext is accepted, while a fleet moves to per-cluster identities; a certificate that names another cluster is refused either way")
 	fs.Float32Var(&o.KubeQPS, "kube-api-qps", o.KubeQPS, "queries per second to the Kubernetes API (client-side limit)")
 	fs.IntVar(&o.KubeBurst, "kube-api-burst", o.KubeBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	o.Config.AddFlags(fs, "elect one writing replica through a Lease; the others keep their state warm and serve reads")

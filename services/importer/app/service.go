@@ -32,7 +32,7 @@
 // certificate or the stream names another cluster) is reported as a
 // Warning Event SourceRefused on the importer's Lease, the one object every
 // importer has (a refusal concerns no import), and shows as REFUSED in
-// ListSources. --require-cluster-identity refuses memberships whose
+// ListSources. --require-cluster-identities refuses memberships whose
 // certificates name no cluster.
 package app
 
@@ -235,7 +235,7 @@ func (s *service) sources() error {
 			}
 			return sources.New(sources.Config{Name: m.Name, Addr: m.Addr, Conn: conn, Sink: s.store, Start: from,
 				Logger: rt.Logger.With("component", "source"), Metrics: srcMetrics,
-				Trust:     sources.Trust{Clusterset: s.clusterSet, RequireClusterIdentity: s.o.RequireClusterIdentity},
+				Trust:     sources.Trust{Clusterset: s.clusterSet, RequireClusterIdentities: s.o.RequireClusterIdentities},
 				OnRefused: func(r sources.Refusal) { s.sourceRefused(m, r) }})
 		},
 		Gone: func(m fleet.Member) {
@@ -277,7 +277,7 @@ func (s *service) register(context.Context, *server.Cleanup) error {
 	srv.AddHealthInfo(leader.Header, func() string { l, _ := s.lead.Leader(); return l })
 	var err error
 	if s.api, err = iserver.New(iserver.Config{Imports: s.ctrl, Store: s.store, Leader: s.lead, Synced: s.informers.HasSynced, Sources: s.sourceInfos,
-		ClusterSet: s.clusterSet, RequireClusterIdentity: s.o.RequireClusterIdentity}); err != nil {
+		ClusterSet: s.clusterSet, RequireClusterIdentities: s.o.RequireClusterIdentities}); err != nil {
 		return err
 	}
 	s.api.Register(srv.GRPC())

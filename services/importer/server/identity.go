@@ -26,7 +26,7 @@ func (s *Server) speaksFor(ctx context.Context, field, cluster string) error {
 		why = fmt.Sprintf("%s speaks for cluster %s, not %s", id.Principal, id.Cluster, cluster)
 	case ok && id.Clusterset != "" && s.cfg.ClusterSet != "" && id.Clusterset != s.cfg.ClusterSet:
 		why = fmt.Sprintf("%s belongs to clusterset %s, not %s", id.Principal, id.Clusterset, s.cfg.ClusterSet)
-	case s.cfg.RequireClusterIdentity && (!ok || id.Shared):
+	case s.cfg.RequireClusterIdentities && (!ok || id.Shared):
 		why = fmt.Sprintf("cluster identities are required; the caller's names no cluster of the clusterset (%q)", bounded(id.Principal))
 	default:
 		return nil

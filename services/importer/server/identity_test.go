@@ -43,7 +43,7 @@ func TestPushSpeaksOnlyForItsCluster(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			store := exports.New(nil)
 			s, err := New(Config{Imports: noImports{}, Store: store, Leader: &leadership{leading: true}, Synced: func() bool { return true },
-				ClusterSet: "prod", RequireClusterIdentity: tc.require})
+				ClusterSet: "prod", RequireClusterIdentities: tc.require})
 			require.NoError(t, err)
 			_, err = s.ApplyImport(tc.ctx, push("shop", "cart", "vm-fleet", "10.0.0.2", ""))
 			_, werr := s.WithdrawImport(tc.ctx, &importerv1.WithdrawImportRequest{Service: "namespaces/shop/services/cart", Cluster: "vm-fleet", AllowMissing: true})

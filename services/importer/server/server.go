@@ -106,9 +106,9 @@ type Config struct {
 	// ClusterSet, when known, is the clusterset a caller's cluster-bound
 	// identity must name to push.
 	ClusterSet string
-	// RequireClusterIdentity refuses pushes and withdrawals by callers
+	// RequireClusterIdentities refuses pushes and withdrawals by callers
 	// whose identity names no cluster (shared ones, or none).
-	RequireClusterIdentity bool
+	RequireClusterIdentities bool
 }
 
 // Server implements importerv1.ImporterServiceServer.

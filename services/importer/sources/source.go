@@ -27,7 +27,7 @@
 // is checked before anything it says is taken (Trust): the membership's
 // server certificate, with TLS, must not name another cluster, clusterset
 // or service (a shared legacy identity is accepted unless
-// Trust.RequireClusterIdentity); every event must not say that the
+// Trust.RequireClusterIdentities); every event must not say that the
 // membership serves another cluster (WatchServicesResponse.cluster); and
 // every export and withdrawal must not name another cluster as its own.
 // An event or export with no cluster (a membership from before these

@@ -42,12 +42,12 @@ type Trust struct {
 	// Clusterset, when known, is the clusterset a cluster-bound identity
 	// must name.
 	Clusterset string
-	// RequireClusterIdentity refuses a membership whose certificate does
+	// RequireClusterIdentities refuses a membership whose certificate does
 	// not name its cluster: a shared (legacy) or fleet identity, a
 	// certificate naming no Plexus identity, no certificate at all.
 	// Without it those are accepted, so that a fleet can move to
 	// per-cluster identities one cluster at a time.
-	RequireClusterIdentity bool
+	RequireClusterIdentities bool
 }
 
 // A Refusal is why a source's membership was not listened to.
@@ -74,7 +74,7 @@ func (t Trust) Check(cluster, principal string) *Refusal {
 	if !ok || id.Cluster == "" {
 		// No certificate, a shared or a fleet identity, or one Plexus
 		// does not know: nothing binds it to a cluster.
-		if t.RequireClusterIdentity {
+		if t.RequireClusterIdentities {
 			if principal == "" {
 				return refuse(RefusedIdentityRequired, "cluster identities are required and the membership presented no certificate")
 			}

@@ -29,20 +29,20 @@ func TestTrustCheck(t *testing.T) {
 		want      string // a reason; empty: accepted
 	}{
 		{name: "own cluster", principal: east},
-		{name: "own cluster and clusterset", trust: sources.Trust{Clusterset: "cs1", RequireClusterIdentity: true}, principal: east},
+		{name: "own cluster and clusterset", trust: sources.Trust{Clusterset: "cs1", RequireClusterIdentities: true}, principal: east},
 		{name: "another cluster", principal: auth.ClusterPrincipal("plexus.test", "cs1", "west", "membership"), want: sources.RefusedIdentityCluster},
 		{name: "another clusterset", trust: sources.Trust{Clusterset: "cs2"}, principal: east, want: sources.RefusedIdentityClusterset},
 		{name: "clusterset unknown here", principal: auth.ClusterPrincipal("plexus.test", "cs2", "east", "membership")},
 		{name: "another service", principal: auth.ClusterPrincipal("plexus.test", "cs1", "east", "importer"), want: sources.RefusedIdentityService},
 		{name: "shared", principal: "spiffe://plexus.test/membership"},
-		{name: "shared, required", trust: sources.Trust{RequireClusterIdentity: true}, principal: "spiffe://plexus.test/membership", want: sources.RefusedIdentityRequired},
+		{name: "shared, required", trust: sources.Trust{RequireClusterIdentities: true}, principal: "spiffe://plexus.test/membership", want: sources.RefusedIdentityRequired},
 		{name: "fleet", principal: auth.FleetPrincipal("plexus.test", "cs1", "membership")},
-		{name: "fleet, required", trust: sources.Trust{RequireClusterIdentity: true}, principal: auth.FleetPrincipal("plexus.test", "cs1", "membership"), want: sources.RefusedIdentityRequired},
+		{name: "fleet, required", trust: sources.Trust{RequireClusterIdentities: true}, principal: auth.FleetPrincipal("plexus.test", "cs1", "membership"), want: sources.RefusedIdentityRequired},
 		{name: "common name", principal: "membership.east"},
 		{name: "unknown SPIFFE shape", principal: "spiffe://plexus.test/ns/x/sa/y"},
-		{name: "unknown SPIFFE shape, required", trust: sources.Trust{RequireClusterIdentity: true}, principal: "spiffe://plexus.test/ns/x/sa/y", want: sources.RefusedIdentityRequired},
+		{name: "unknown SPIFFE shape, required", trust: sources.Trust{RequireClusterIdentities: true}, principal: "spiffe://plexus.test/ns/x/sa/y", want: sources.RefusedIdentityRequired},
 		{name: "no certificate", principal: ""},
-		{name: "no certificate, required", trust: sources.Trust{RequireClusterIdentity: true}, want: sources.RefusedIdentityRequired},
+		{name: "no certificate, required", trust: sources.Trust{RequireClusterIdentities: true}, want: sources.RefusedIdentityRequired},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,7 +206,7 @@ func TestMembershipCertificateIdentity(t *testing.T) {
 	}
 
 	ownID := auth.ClusterPrincipal("plexus.test", "cs1", "east", "membership")
-	own, store := run(issue("own", ownID), sources.Trust{Clusterset: "cs1", RequireClusterIdentity: true})
+	own, store := run(issue("own", ownID), sources.Trust{Clusterset: "cs1", RequireClusterIdentities: true})
 	require.Eventually(t, func() bool { return store.Exported("east") == 1 }, wait, tick)
 	require.Equal(t, ownID, own.src.Identity())
 	require.Nil(t, own.src.Refusal())
@@ -223,7 +223,7 @@ func TestMembershipCertificateIdentity(t *testing.T) {
 	legacy, store := run(shared, sources.Trust{Clusterset: "cs1"})
 	require.Eventually(t, func() bool { return store.Exported("east") == 1 }, wait, tick, "a shared identity is accepted during the migration")
 	require.Nil(t, legacy.src.Refusal())
-	strict, store := run(shared, sources.Trust{Clusterset: "cs1", RequireClusterIdentity: true})
+	strict, store := run(shared, sources.Trust{Clusterset: "cs1", RequireClusterIdentities: true})
 	require.Eventually(t, func() bool { return strict.count(t, "east", sources.RefusedIdentityRequired) >= 1 }, wait, tick)
 	require.Zero(t, store.Exported("east"))
 	require.Zero(t, testutil.CollectAndCount(strict.registry, "plexus_importer_source_connected"), "a refused stream never counts as up")
