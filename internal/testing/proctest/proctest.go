@@ -19,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexusnet/plexus/internal/tlsconf"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -96,7 +98,10 @@ type Proc struct {
 	LogPath  string
 	cmd      *exec.Cmd
 	done     chan struct{}
-	waitErr  error
+	// healthTLS are the CA, certificate and key of WaitServing's
+	// checks; plaintext when empty.
+	healthTLS []string
+	waitErr   error
 }
 
 // Option configures Start.
@@ -104,6 +109,12 @@ type Option func(*Proc)
 
 // WithEnv adds environment variables (KEY=VALUE) to the process.
 func WithEnv(kv ...string) Option { return func(p *Proc) { p.env = append(p.env, kv...) } }
+
+// WithHealthTLS makes the health checks of WaitServing use mutual TLS
+// with these files, for a process that serves only TLS.
+func WithHealthTLS(caFile, certFile, keyFile string) Option {
+	return func(p *Proc) { p.healthTLS = []string{caFile, certFile, keyFile} }
+}
 
 // Start runs bin with args plus --grpc-addr and --http-addr on free
 // loopback ports and waits until its health check answers SERVING. The
@@ -147,7 +158,15 @@ func (p *Proc) start() {
 // WaitServing waits until the process's overall health is SERVING.
 func (p *Proc) WaitServing(timeout time.Duration) {
 	p.t.Helper()
-	cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if len(p.healthTLS) == 3 {
+		cfg, err := tlsconf.Client(p.healthTLS[0], p.healthTLS[1], p.healthTLS[2])
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -411,15 +412,30 @@ func (r *run) remove(ctx context.Context, v materialize.View) error {
 	return nil
 }
 
-// noteRefused logs the clusters the clusterset policy kept out of a run
-// that wrote something: a refusal that took effect, not every look at it.
+// noteRefused logs and counts the clusters the clusterset policy keeps
+// out of a service when they change: a refusal that takes effect (it
+// removed something, or kept an export from ever being imported), not
+// every look at it.
 func (r *run) noteRefused(v materialize.View) {
-	if len(v.Refused) == 0 || r.writes == 0 {
+	var sig strings.Builder
+	for _, cl := range slices.Sorted(maps.Keys(v.Refused)) {
+		sig.WriteString(cl + "=" + v.Refused[cl].Reason + ";")
+	}
+	c := r.c
+	c.mu.Lock()
+	seen := c.refusedSeen[r.key]
+	if sig.Len() == 0 {
+		delete(c.refusedSeen, r.key)
+	} else {
+		c.refusedSeen[r.key] = sig.String()
+	}
+	c.mu.Unlock()
+	if sig.Len() == 0 || (seen == sig.String() && r.writes == 0) {
 		return
 	}
 	for _, cl := range slices.Sorted(maps.Keys(v.Refused)) {
 		d := v.Refused[cl]
-		r.c.metrics.refused.WithLabelValues(d.Reason).Inc()
-		r.c.logger.Info("export kept out by the clusterset policy", "service", r.key, "source", cl, "reason", d.Reason, "message", d.Message)
+		c.metrics.refused.WithLabelValues(d.Reason).Inc()
+		c.logger.Info("export kept out by the clusterset policy", "service", r.key, "source", cl, "reason", d.Reason, "message", d.Message)
 	}
 }

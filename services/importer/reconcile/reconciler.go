@@ -89,6 +89,10 @@ type Reconciler struct {
 
 	mu    sync.Mutex
 	local map[exports.Key]*local
+	// refusedSeen is, per service, the refusals of the clusterset policy
+	// last logged and counted (noteRefused), so that a refusal is told
+	// once when it takes effect, not at every look.
+	refusedSeen map[exports.Key]string
 }
 
 // Note records a change of the exports store for the service's next
@@ -130,7 +134,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler{cfg: cfg, logger: cfg.Logger, tracer: cfg.Tracer, metrics: m, local: map[exports.Key]*local{}}, nil
+	return &Reconciler{cfg: cfg, logger: cfg.Logger, tracer: cfg.Tracer, metrics: m, local: map[exports.Key]*local{}, refusedSeen: map[exports.Key]string{}}, nil
 }
 
 func (c *Reconciler) localOf(key exports.Key) *local {
