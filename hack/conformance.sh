@@ -100,7 +100,7 @@ set +e
 # The suite writes its HTML report (report.html) into the working folder.
 cd "$REPORT"
 KUBECONFIG="$KUBECONFIG_A:$KUBECONFIG_B" "$WORK/conformance.test" --contexts a,b \
-  --organization Plexus --project plexus --version "$(cat VERSION)+$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
+  --organization Plexus --project plexus --version "$(cat "$ROOT/VERSION")+$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
   "${filter[@]}" \
   --ginkgo.junit-report="$REPORT/junit.xml" --ginkgo.no-color --ginkgo.v >"$REPORT/suite.log" 2>&1
 rc=$?
