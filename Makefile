@@ -22,8 +22,10 @@ ALLOCATOR_STORE ?= bolt
 # the commit stamped into them (--version, plexusctl version and status).
 VERSION := $(shell cat VERSION)
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -modified)
-# Where make certs writes the CA and the certificates.
+# Where make certs writes the CA and the certificates, and the clusterset
+# its per-cluster certificates name (docker-compose.yaml's allocators say it).
 CERTS_DIR ?= .certs
+CLUSTERSET ?= plexus
 # Images are $(IMAGE_PREFIX)<service>:$(IMAGE_TAG), as deploy/ and
 # docker-compose.yaml name them: plexus/allocator:latest by default; set
 # IMAGE_PREFIX=registry.example/plexus/ IMAGE_TAG=$(VERSION) for a registry.
@@ -109,8 +111,10 @@ images: ## Build the container images $(IMAGE_PREFIX){allocator,membership,impor
 	done
 
 .PHONY: certs
-certs: ## Create a local CA and mutual TLS certificates for the services and an operator in .certs/ (plexusctl certs).
+certs: ## Create a local CA and mutual TLS certificates in .certs/: the allocator's, clusters a and b's, the fleet's (plexusctl certs).
 	$(GO) run ./clients/plexusctl certs --dir $(CERTS_DIR)
+	for c in a b; do $(GO) run ./clients/plexusctl certs --dir $(CERTS_DIR) --clusterset $(CLUSTERSET) --cluster $$c || exit 1; done
+	$(GO) run ./clients/plexusctl certs --dir $(CERTS_DIR) --clusterset $(CLUSTERSET) --fleet
 
 .PHONY: demo
 demo: demo-tools build kube-binaries coredns ## Run the whole system locally end to end, then stop (SECURE=1: mutual TLS and policies; ALLOCATOR_STORE=etcd: two allocator replicas on etcd).

@@ -73,15 +73,27 @@ CERTS="$DEMO/certs"
 OPERATOR_TLS=()
 GRPCURL_TLS=(-plaintext)
 if [[ -n "$SECURE" ]]; then
-  OPERATOR_TLS=(--tls-ca "$CERTS/ca.crt" --tls-cert "$CERTS/operator/tls.crt" --tls-key "$CERTS/operator/tls.key")
-  GRPCURL_TLS=(-cacert "$CERTS/ca.crt" -cert "$CERTS/operator/tls.crt" -key "$CERTS/operator/tls.key")
+  OPERATOR_TLS=(--tls-ca "$CERTS/ca.crt" --tls-cert "$CERTS/fleet/operator/tls.crt" --tls-key "$CERTS/fleet/operator/tls.key")
+  GRPCURL_TLS=(-cacert "$CERTS/ca.crt" -cert "$CERTS/fleet/operator/tls.crt" -key "$CERTS/fleet/operator/tls.key")
 fi
 plexusctl() { command plexusctl "${OPERATOR_TLS[@]}" "$@"; }
 grpcurl() { command grpcurl "${GRPCURL_TLS[@]}" "$@"; }
-service_env() { # name: sets SERVICE_ENV to the environment of that service
+# Secure mode: the allocator is the fleet's, and every other service acts
+# for its own cluster, with that cluster's certificate; the allocator and
+# the importers refuse the shared identities.
+CLUSTERSET=demo
+ALLOCATOR_TRUST=()
+IMPORTER_TRUST=()
+if [[ -n "$SECURE" ]]; then
+  ALLOCATOR_TRUST=(--clusterset "$CLUSTERSET" --require-cluster-identities)
+  IMPORTER_TRUST=(--require-cluster-identities)
+fi
+service_env() { # name [cluster]: sets SERVICE_ENV to the environment of that service
   SERVICE_ENV=()
   [[ -n "$SECURE" ]] || return 0
-  SERVICE_ENV=(PLEXUS_TLS_CERT="$CERTS/$1/tls.crt" PLEXUS_TLS_KEY="$CERTS/$1/tls.key"
+  local dir="$CERTS/$1"
+  [[ -n "${2:-}" ]] && dir="$CERTS/$2/$1"
+  SERVICE_ENV=(PLEXUS_TLS_CERT="$dir/tls.crt" PLEXUS_TLS_KEY="$dir/tls.key"
     PLEXUS_TLS_CLIENT_CA="$CERTS/ca.crt" PLEXUS_AUTHZ_POLICY="$ROOT/deploy/policy/$1.json")
   if [[ "$1" != allocator ]]; then
     SERVICE_ENV+=(PLEXUS_PEER_CA="$CERTS/ca.crt")
@@ -103,10 +115,15 @@ wait_healthy() { # name addr: waits until the service's own API is SERVING (cach
 }
 
 if [[ -n "$SECURE" ]]; then
-  step "Secure mode: a local CA, a certificate per service and one for the operator"
-  say "each certificate names its holder by a SPIFFE ID (spiffe://plexus.local/<name>), which the"
-  say "policies in deploy/policy allow method by method:"
+  step "Secure mode: a local CA, the allocator's certificate, and each cluster's and the fleet's"
+  say "each certificate names its holder by a SPIFFE ID, which the policies in deploy/policy allow"
+  say "method by method; a member cluster's services are named by their cluster"
+  say "(spiffe://plexus.local/clusterset/$CLUSTERSET/cluster/<id>/<service>), and may act only for it:"
   run plexusctl certs --dir "$CERTS"
+  for c in a b; do
+    run plexusctl certs --dir "$CERTS" --clusterset "$CLUSTERSET" --cluster "$c"
+  done
+  run plexusctl certs --dir "$CERTS" --clusterset "$CLUSTERSET" --fleet
 fi
 
 step "Starting two local Kubernetes clusters (a and b) on one etcd, with kube-controller-manager and a data plane"
@@ -151,10 +168,10 @@ if [[ "$ALLOCATOR_STORE" == etcd ]]; then
   say "plexusctl and this script are given both addresses (PLEXUS_ALLOCATOR_ADDR) and use either."
   ALLOC2=127.0.0.1:7411
   service_env allocator
-  env "${SERVICE_ENV[@]}" plexus-allocator --store "etcd:$ETCD_ENDPOINT" --etcd-prefix /plexus-demo/ \
+  env "${SERVICE_ENV[@]}" plexus-allocator --store "etcd:$ETCD_ENDPOINT" --etcd-prefix /plexus-demo/ "${ALLOCATOR_TRUST[@]}" \
     >"$LOGS/allocator.log" 2>&1 &
   pids+=($!)
-  env "${SERVICE_ENV[@]}" plexus-allocator --store "etcd:$ETCD_ENDPOINT" --etcd-prefix /plexus-demo/ \
+  env "${SERVICE_ENV[@]}" plexus-allocator --store "etcd:$ETCD_ENDPOINT" --etcd-prefix /plexus-demo/ "${ALLOCATOR_TRUST[@]}" \
     --grpc-addr "$ALLOC2" --http-addr 127.0.0.1:9411 >"$LOGS/allocator-2.log" 2>&1 &
   pids+=($!)
   wait_healthy allocator "$ALLOC"
@@ -163,7 +180,7 @@ if [[ "$ALLOCATOR_STORE" == etcd ]]; then
 else
   step "Starting the allocator (embedded bolt store) and creating its pools"
   service_env allocator
-  env "${SERVICE_ENV[@]}" plexus-allocator --store "bolt:$DEMO/allocator.db" >"$LOGS/allocator.log" 2>&1 &
+  env "${SERVICE_ENV[@]}" plexus-allocator --store "bolt:$DEMO/allocator.db" "${ALLOCATOR_TRUST[@]}" >"$LOGS/allocator.log" 2>&1 &
   pids+=($!)
   wait_healthy allocator "$ALLOC"
 fi
@@ -181,22 +198,24 @@ fi
 
 step "Starting a membership and an importer in each cluster, and repair"
 say "every cluster imports, the exporting one too, as the MCS API wants the ServiceImport everywhere"
-service_env membership
+service_env membership a
 env "${SERVICE_ENV[@]}" plexus-membership --cluster-name a --kubeconfig "$KUBECONFIG_A" >"$LOGS/membership.log" 2>&1 &
 pids+=($!)
 # Cluster b's membership sends no spans, so the trace below is a's.
 MEMBERS_B=127.0.0.1:7412
+service_env membership b
 env "${SERVICE_ENV[@]}" OTEL_TRACES_EXPORTER=none plexus-membership --cluster-name b --kubeconfig "$KUBECONFIG_B" \
   --grpc-addr "$MEMBERS_B" --http-addr 127.0.0.1:9412 >"$LOGS/membership-b.log" 2>&1 &
 pids+=($!)
-service_env importer
+service_env importer b
 env "${SERVICE_ENV[@]}" plexus-importer --cluster-name b --kubeconfig "$KUBECONFIG_B" --source "a=$MEMBERS" --source "b=$MEMBERS_B" \
-  --vip-pool vips >"$LOGS/importer.log" 2>&1 &
+  --vip-pool vips "${IMPORTER_TRUST[@]}" >"$LOGS/importer.log" 2>&1 &
 pids+=($!)
 # Cluster a's importer sends no spans, so the trace below is cluster b's.
 IMPORTER_A=127.0.0.1:7413
+service_env importer a
 env "${SERVICE_ENV[@]}" OTEL_TRACES_EXPORTER=none plexus-importer --cluster-name a --kubeconfig "$KUBECONFIG_A" --source "a=$MEMBERS" \
-  --source "b=$MEMBERS_B" --vip-pool vips --grpc-addr "$IMPORTER_A" --http-addr 127.0.0.1:9413 >"$LOGS/importer-a.log" 2>&1 &
+  --source "b=$MEMBERS_B" --vip-pool vips "${IMPORTER_TRUST[@]}" --grpc-addr "$IMPORTER_A" --http-addr 127.0.0.1:9413 >"$LOGS/importer-a.log" 2>&1 &
 pids+=($!)
 # CoreDNS for cluster b: its kubernetes plugin serves clusterset.local from
 # the ServiceImports and EndpointSlices the importer writes.
@@ -213,7 +232,7 @@ COREFILE
 pids+=($!)
 # Short intervals so the demo sees a leak released within a minute; the
 # defaults are a pass a minute and a minute of grace.
-service_env repair
+service_env repair a
 env "${SERVICE_ENV[@]}" plexus-repair --cluster-name a --kubeconfig "$KUBECONFIG_A" --source "a=$MEMBERS" \
   --interval 2s --leak-grace 4s >"$LOGS/repair.log" 2>&1 &
 pids+=($!)
@@ -229,12 +248,12 @@ run grpcurl "$MEMBERS" list
 if [[ -n "$SECURE" ]]; then
   step "Secure mode: every service is mutual TLS, and its policy says who may call what"
   say "the importer's certificate is good for BatchAllocate on the allocator, not for creating pools:"
-  importer_tls=(--tls-ca "$CERTS/ca.crt" --tls-cert "$CERTS/importer/tls.crt" --tls-key "$CERTS/importer/tls.key")
+  importer_tls=(--tls-ca "$CERTS/ca.crt" --tls-cert "$CERTS/b/importer/tls.crt" --tls-key "$CERTS/b/importer/tls.key")
   if out=$(command plexusctl "${importer_tls[@]}" pool create rogue --cidr 10.99.0.0/24 2>&1); then
     echo "the importer's certificate created a pool: the allocator's policy is not in force" >&2
     exit 1
   fi
-  say "\$ plexusctl --tls-cert $CERTS/importer/tls.crt ... pool create rogue --cidr 10.99.0.0/24"
+  say "\$ plexusctl --tls-cert $CERTS/b/importer/tls.crt ... pool create rogue --cidr 10.99.0.0/24"
   say "$out"
   grep -q ACCESS_DENIED <<<"$out" || { echo "expected ACCESS_DENIED" >&2; exit 1; }
   say "a client without a certificate does not get past the TLS handshake:"
@@ -260,6 +279,19 @@ run demokube namespace --kubeconfig "$KUBECONFIG_B" --namespace shop
 
 step "An external workload (a VM) joins the Service, with an address from the allocator"
 run plexusctl workload register vm-1 -n shop --label app=cart --pool workloads --port http:8080 --ttl 10m
+if [[ -n "$SECURE" ]]; then
+  VM_ADDR=$(plexusctl alloc list workloads -o json | sed -n 's/.*"address": *"\([^"]*\)".*/\1/p' | head -1)
+  say "the VM's address belongs to cluster a: cluster b's membership, whose certificate names b, may"
+  say "not release it, whatever it knows of the allocation:"
+  b_tls=(--tls-ca "$CERTS/ca.crt" --tls-cert "$CERTS/b/membership/tls.crt" --tls-key "$CERTS/b/membership/tls.key")
+  if out=$(command plexusctl "${b_tls[@]}" alloc release workloads "$VM_ADDR" 2>&1); then
+    echo "cluster b's membership released cluster a's address: the allocator's per-cluster rule is not in force" >&2
+    exit 1
+  fi
+  say "\$ plexusctl --tls-cert $CERTS/b/membership/tls.crt ... alloc release workloads $VM_ADDR"
+  say "$out"
+  grep -q OWNER_OUTSIDE_CLUSTER <<<"$out" || { echo "expected OWNER_OUTSIDE_CLUSTER" >&2; exit 1; }
+fi
 
 step "Cluster b: the ServiceImport with its clusterset VIP, the derived Service, the EndpointSlices"
 run demokube wait --kubeconfig "$KUBECONFIG_B" --namespace shop --service cart --endpoints 4 --ready-endpoints 4

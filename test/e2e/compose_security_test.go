@@ -15,8 +15,8 @@ import (
 
 // TestComposeMutualTLSAndPolicy: every Plexus service of
 // docker-compose.yaml serves mutual TLS with its own folder of `make certs`
-// (and no other key), calls its peers over TLS, and enforces its own policy
-// from deploy/policy.
+// (and no other key) — a member cluster's service with its cluster's —,
+// calls its peers over TLS, and enforces its own policy from deploy/policy.
 func TestComposeMutualTLSAndPolicy(t *testing.T) {
 	root := filepath.Join("..", "..")
 	raw, err := os.ReadFile(filepath.Join(root, "docker-compose.yaml"))
@@ -62,7 +62,12 @@ func TestComposeMutualTLSAndPolicy(t *testing.T) {
 			return v
 		}
 
+		// The allocator is the fleet's; every other service acts for its
+		// cluster, with that cluster's certificate (make certs).
 		certs := "${PLEXUS_CERTS_DIR:-./.certs}/" + target
+		if target != "allocator" {
+			certs = "${PLEXUS_CERTS_DIR:-./.certs}/" + env("PLEXUS_CLUSTER_NAME") + "/" + target
+		}
 		require.Equal(t, certs+"/tls.crt", hostFile(env("PLEXUS_TLS_CERT")), name)
 		require.Equal(t, certs+"/tls.key", hostFile(env("PLEXUS_TLS_KEY")), name)
 		require.Equal(t, certs+"/ca.crt", hostFile(env("PLEXUS_TLS_CLIENT_CA")), name)

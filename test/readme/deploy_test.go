@@ -134,12 +134,16 @@ func checkPlexusctl(t *testing.T, line int, args []string) {
 }
 
 // runCerts runs the guide's plexusctl certs into a temporary directory and
-// checks that each --san SERVICE=NAME is in that service's certificate.
+// checks that each --san SERVICE=NAME is in that service's certificate, in
+// the folder the guide makes its Secret from: .certs/<service>, a member
+// cluster's .certs/<cluster>/<service>, or the fleet's .certs/fleet/<service>.
 func runCerts(t *testing.T, line int, args []string) {
 	t.Helper()
 	dir := t.TempDir()
 	var run []string
 	var sans [][2]string
+	folder := dir
+	services := []string{"allocator", "membership", "importer", "repair", "operator"}
 	for i := 0; i < len(args); i++ {
 		switch args[i] {
 		case "--dir":
@@ -148,6 +152,10 @@ func runCerts(t *testing.T, line int, args []string) {
 		case "--san":
 			svc, name, _ := strings.Cut(args[i+1], "=")
 			sans = append(sans, [2]string{svc, name})
+		case "--cluster":
+			folder, services = filepath.Join(dir, args[i+1]), []string{"membership", "importer", "repair"}
+		case "--fleet":
+			folder, services = filepath.Join(dir, "fleet"), []string{"repair", "operator"}
 		}
 		run = append(run, args[i])
 	}
@@ -155,17 +163,16 @@ func runCerts(t *testing.T, line int, args []string) {
 	root := cmd.NewRoot(&bytes.Buffer{})
 	root.SetArgs(run)
 	require.NoError(t, root.Execute(), "docs/deploy.md:%d", line)
-	require.NotEmpty(t, sans)
 	for _, s := range sans {
-		raw, err := os.ReadFile(filepath.Join(dir, s[0], "tls.crt"))
-		require.NoError(t, err, "docs/deploy.md:%d: the Secret folder .certs/%s", line, s[0])
+		raw, err := os.ReadFile(filepath.Join(folder, s[0], "tls.crt"))
+		require.NoError(t, err, "docs/deploy.md:%d: the Secret folder of %s", line, s[0])
 		block, _ := pem.Decode(raw)
 		cert, err := x509.ParseCertificate(block.Bytes)
 		require.NoError(t, err)
 		require.Contains(t, cert.DNSNames, s[1])
 	}
-	for _, svc := range []string{"allocator", "membership", "importer", "repair", "operator"} {
-		require.DirExists(t, filepath.Join(dir, svc), "docs/deploy.md mounts .certs/<service> folders")
+	for _, svc := range services {
+		require.DirExists(t, filepath.Join(folder, svc), "docs/deploy.md:%d mounts the folder of %s", line, svc)
 	}
 }
 

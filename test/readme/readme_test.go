@@ -36,7 +36,7 @@ var notRun = map[string]string{
 	"plexusctl alloc watch lab-vips": "streams until interrupted",
 	"plexusctl members watch":        "streams until interrupted",
 	"make demo SECURE=1":             "runs the whole system itself",
-	"plexusctl --tls-ca .certs/ca.crt --tls-cert .certs/operator/tls.crt --tls-key .certs/operator/tls.key status": "needs the services serving mutual TLS",
+	"plexusctl --tls-ca .certs/ca.crt --tls-cert .certs/fleet/operator/tls.crt --tls-key .certs/fleet/operator/tls.key status": "needs the services serving mutual TLS",
 }
 
 // maxNotRun bounds notRun: most of the examples must really run.

@@ -51,7 +51,7 @@ fleet-wide certificate.`,
   plexusctl certs --dir .certs --san membership=plexus-membership.cluster-a.example.net
   plexusctl certs --dir .certs --clusterset east --cluster cluster-a
   plexusctl certs --dir .certs --clusterset east --fleet
-  plexusctl pool list --tls-ca .certs/ca.crt --tls-cert .certs/operator/tls.crt --tls-key .certs/operator/tls.key`,
+  plexusctl pool list --tls-ca .certs/ca.crt --tls-cert .certs/fleet/operator/tls.crt --tls-key .certs/fleet/operator/tls.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, v := range sans {
