@@ -7,6 +7,7 @@ package proctest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -94,6 +96,7 @@ type Proc struct {
 	GRPCAddr string
 	HTTPAddr string
 	LogPath  string
+	health   *tls.Config
 	cmd      *exec.Cmd
 	done     chan struct{}
 	waitErr  error
@@ -104,6 +107,10 @@ type Option func(*Proc)
 
 // WithEnv adds environment variables (KEY=VALUE) to the process.
 func WithEnv(kv ...string) Option { return func(p *Proc) { p.env = append(p.env, kv...) } }
+
+// WithHealthTLS makes the health checks dial the process with cfg: for a
+// process that serves (mutual) TLS.
+func WithHealthTLS(cfg *tls.Config) Option { return func(p *Proc) { p.health = cfg } }
 
 // Start runs bin with args plus --grpc-addr and --http-addr on free
 // loopback ports and waits until its health check answers SERVING. The
@@ -147,7 +154,11 @@ func (p *Proc) start() {
 // WaitServing waits until the process's overall health is SERVING.
 func (p *Proc) WaitServing(timeout time.Duration) {
 	p.t.Helper()
-	cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if p.health != nil {
+		creds = credentials.NewTLS(p.health)
+	}
+	cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -257,6 +268,15 @@ func (p *Proc) Restart() {
 	<-p.done
 	p.start()
 	p.WaitServing(30 * time.Second)
+}
+
+// RestartWith is Restart with args in place of the arguments the process
+// was started with (the ports stay), for a service restarted with another
+// configuration.
+func (p *Proc) RestartWith(args []string) {
+	p.t.Helper()
+	p.args = args
+	p.Restart()
 }
 
 // Tool returns the path of a pinned tool installed into .bin by `make
