@@ -7,6 +7,7 @@ package proctest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -19,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexusnet/plexus/internal/tlsconf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -96,12 +96,10 @@ type Proc struct {
 	GRPCAddr string
 	HTTPAddr string
 	LogPath  string
+	health   *tls.Config
 	cmd      *exec.Cmd
 	done     chan struct{}
-	// healthTLS are the CA, certificate and key of WaitServing's
-	// checks; plaintext when empty.
-	healthTLS []string
-	waitErr   error
+	waitErr  error
 }
 
 // Option configures Start.
@@ -110,11 +108,9 @@ type Option func(*Proc)
 // WithEnv adds environment variables (KEY=VALUE) to the process.
 func WithEnv(kv ...string) Option { return func(p *Proc) { p.env = append(p.env, kv...) } }
 
-// WithHealthTLS makes the health checks of WaitServing use mutual TLS
-// with these files, for a process that serves only TLS.
-func WithHealthTLS(caFile, certFile, keyFile string) Option {
-	return func(p *Proc) { p.healthTLS = []string{caFile, certFile, keyFile} }
-}
+// WithHealthTLS makes the health checks dial the process with cfg: for a
+// process that serves (mutual) TLS.
+func WithHealthTLS(cfg *tls.Config) Option { return func(p *Proc) { p.health = cfg } }
 
 // Start runs bin with args plus --grpc-addr and --http-addr on free
 // loopback ports and waits until its health check answers SERVING. The
@@ -159,12 +155,8 @@ func (p *Proc) start() {
 func (p *Proc) WaitServing(timeout time.Duration) {
 	p.t.Helper()
 	creds := insecure.NewCredentials()
-	if len(p.healthTLS) == 3 {
-		cfg, err := tlsconf.Client(p.healthTLS[0], p.healthTLS[1], p.healthTLS[2])
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		creds = credentials.NewTLS(cfg)
+	if p.health != nil {
+		creds = credentials.NewTLS(p.health)
 	}
 	cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -276,6 +268,15 @@ func (p *Proc) Restart() {
 	<-p.done
 	p.start()
 	p.WaitServing(30 * time.Second)
+}
+
+// RestartWith is Restart with args in place of the arguments the process
+// was started with (the ports stay), for a service restarted with another
+// configuration.
+func (p *Proc) RestartWith(args []string) {
+	p.t.Helper()
+	p.args = args
+	p.Restart()
 }
 
 // Tool returns the path of a pinned tool installed into .bin by `make
