@@ -164,3 +164,16 @@ func (a Access) Watch(c Caller) error {
 	}
 	return nil
 }
+
+// ManagePools decides whether c may create, change or delete pools: a
+// change to a pool reaches every cluster's allocations in it (a forced
+// deletion releases them all), so it needs fleet rights.
+func (a Access) ManagePools(c Caller) error {
+	if err := a.admit(c); err != nil {
+		return err
+	}
+	if c.Bound() {
+		return &Refusal{Caller: c, Err: ErrFleetRightsRequired}
+	}
+	return nil
+}

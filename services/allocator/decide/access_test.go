@@ -126,3 +126,17 @@ func TestReleaseChecksTheHolderFirst(t *testing.T) {
 	_, err = Release(ReleaseRequest{Pool: "p", Address: addr, Caller: &callerB, Access: east}, h)
 	require.ErrorIs(t, err, ErrOwnerOutsideCluster, "refused even while another release commits")
 }
+
+// TestAccessManagePools: only fleet (or, until refused, shared) identities
+// create, change or delete pools: a forced deletion releases every
+// cluster's allocations in the pool.
+func TestAccessManagePools(t *testing.T) {
+	east := Access{Clusterset: "east"}
+	for _, c := range []Caller{callerA, callerB} {
+		require.ErrorIs(t, east.ManagePools(c), ErrFleetRightsRequired, c.Principal)
+	}
+	require.NoError(t, east.ManagePools(callerFleet))
+	require.NoError(t, east.ManagePools(callerShared))
+	require.ErrorIs(t, east.ManagePools(callerWestA), ErrClustersetMismatch)
+	require.ErrorIs(t, Access{RequireClusterIdentities: true}.ManagePools(callerShared), ErrSharedIdentityRefused)
+}

@@ -198,6 +198,18 @@ func TestClusterBoundCallers(t *testing.T) {
 			_, err := importerB.Release(ctx(t), &allocatorv1.ReleaseRequest{Name: vip.GetAllocation().GetName()})
 			return err
 		}, "FLEET_RIGHTS_REQUIRED"},
+		{"force-delete the pool", func() error {
+			_, err := bRepair.DeletePool(ctx(t), &allocatorv1.DeletePoolRequest{Name: "pools/p", Force: true})
+			return err
+		}, "FLEET_RIGHTS_REQUIRED"},
+		{"shrink the pool", func() error {
+			_, err := bRepair.UpdatePool(ctx(t), &allocatorv1.UpdatePoolRequest{Pool: &allocatorv1.Pool{Name: "pools/p", Cidrs: []string{"10.0.0.0/30"}}})
+			return err
+		}, "FLEET_RIGHTS_REQUIRED"},
+		{"create a pool", func() error {
+			_, err := bRepair.CreatePool(ctx(t), &allocatorv1.CreatePoolRequest{PoolId: "q", Pool: &allocatorv1.Pool{Cidrs: []string{"10.1.0.0/24"}}})
+			return err
+		}, "FLEET_RIGHTS_REQUIRED"},
 		{"another clusterset", func() error {
 			_, err := west.Allocate(ctx(t), &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: owner("a", "web-9")})
 			return err
@@ -245,7 +257,7 @@ func TestClusterBoundCallers(t *testing.T) {
 	require.Equal(t, "p", lines[2]["pool"])
 	metrics := httpGet(t, "http://"+e.httpAddr+"/metrics")
 	require.Contains(t, metrics, `plexus_allocator_refusals_total{reason="OWNER_OUTSIDE_CLUSTER"} 8`)
-	require.Contains(t, metrics, `plexus_allocator_refusals_total{reason="FLEET_RIGHTS_REQUIRED"} 2`)
+	require.Contains(t, metrics, `plexus_allocator_refusals_total{reason="FLEET_RIGHTS_REQUIRED"} 5`)
 	require.Contains(t, metrics, `plexus_allocator_refusals_total{reason="CLUSTERSET_MISMATCH"} 1`)
 
 	// What each may do: a releases its own, the fleet the VIP, the shared

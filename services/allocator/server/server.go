@@ -239,6 +239,9 @@ func (s *Server) CreatePool(ctx context.Context, req *allocatorv1.CreatePoolRequ
 	annotate(ctx, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("plexus.pool", req.GetPoolId())}
 	})
+	if err := s.access.ManagePools(s.callers.of(ctx)); err != nil {
+		return nil, s.failAt(ctx, req.GetPoolId(), err)
+	}
 	if req.GetPool() == nil {
 		return nil, s.fail(&decide.FieldError{Field: "pool", Reason: "REQUIRED", Message: "pool is required"})
 	}
@@ -310,6 +313,9 @@ func (s *Server) UpdatePool(ctx context.Context, req *allocatorv1.UpdatePoolRequ
 	annotate(ctx, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("plexus.pool", id)}
 	})
+	if err := s.access.ManagePools(s.callers.of(ctx)); err != nil {
+		return nil, s.failAt(ctx, id, err)
+	}
 	spec, err := specFrom(req.GetPool())
 	if err != nil {
 		return nil, s.fail(err)
@@ -365,6 +371,9 @@ func (s *Server) DeletePool(ctx context.Context, req *allocatorv1.DeletePoolRequ
 	annotate(ctx, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("plexus.pool", id)}
 	})
+	if err := s.access.ManagePools(s.callers.of(ctx)); err != nil {
+		return nil, s.failAt(ctx, id, err)
+	}
 	n, err := s.svc.DeletePool(ctx, id, req.GetEtag(), req.GetForce(), req.GetAllowMissing())
 	if err != nil {
 		return nil, s.fail(err)

@@ -28,7 +28,8 @@ class AllocatorServiceStub(object):
     - PERMISSION_DENIED, when the caller's identity may not touch the
     allocations a call names (a member cluster's identity acts only for
     its own cluster's owners, and allocates but never releases clusterset
-    VIPs; a watch needs fleet rights): OWNER_OUTSIDE_CLUSTER,
+    VIPs; a watch and creating, changing or deleting a pool need fleet
+    rights): OWNER_OUTSIDE_CLUSTER,
     FLEET_RIGHTS_REQUIRED, CLUSTERSET_MISMATCH, SHARED_IDENTITY_REFUSED;
     - OUT_OF_RANGE: REVISION_TOO_OLD, REVISION_IN_FUTURE;
     - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, CLUSTER_QUOTA_EXCEEDED,
@@ -137,7 +138,8 @@ class AllocatorServiceServicer(object):
     - PERMISSION_DENIED, when the caller's identity may not touch the
     allocations a call names (a member cluster's identity acts only for
     its own cluster's owners, and allocates but never releases clusterset
-    VIPs; a watch needs fleet rights): OWNER_OUTSIDE_CLUSTER,
+    VIPs; a watch and creating, changing or deleting a pool need fleet
+    rights): OWNER_OUTSIDE_CLUSTER,
     FLEET_RIGHTS_REQUIRED, CLUSTERSET_MISMATCH, SHARED_IDENTITY_REFUSED;
     - OUT_OF_RANGE: REVISION_TOO_OLD, REVISION_IN_FUTURE;
     - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, CLUSTER_QUOTA_EXCEEDED,
@@ -361,7 +363,8 @@ class AllocatorService(object):
     - PERMISSION_DENIED, when the caller's identity may not touch the
     allocations a call names (a member cluster's identity acts only for
     its own cluster's owners, and allocates but never releases clusterset
-    VIPs; a watch needs fleet rights): OWNER_OUTSIDE_CLUSTER,
+    VIPs; a watch and creating, changing or deleting a pool need fleet
+    rights): OWNER_OUTSIDE_CLUSTER,
     FLEET_RIGHTS_REQUIRED, CLUSTERSET_MISMATCH, SHARED_IDENTITY_REFUSED;
     - OUT_OF_RANGE: REVISION_TOO_OLD, REVISION_IN_FUTURE;
     - RESOURCE_EXHAUSTED: POOL_EXHAUSTED, CLUSTER_QUOTA_EXCEEDED,
