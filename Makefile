@@ -73,14 +73,16 @@ docs: ## Regenerate the flag and metric references (docs/flags.md, docs/metrics.
 	$(GO) run ./hack/gendocs -out docs
 
 .PHONY: lint
-lint: tools ## buf lint, buf breaking against main, gofmt, go vet, docker-compose config.
+lint: tools check-breaking ## buf lint, buf breaking against the last release, gofmt, go vet, docker-compose config.
 	buf lint
-	@if git rev-parse --verify -q main >/dev/null && git cat-file -e main:buf.yaml 2>/dev/null; then \
-		buf breaking --against '.git#branch=main'; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); test -z "$$out" || { echo "gofmt needed: $$out"; exit 1; }
 	$(GO) vet ./...
 	@if command -v docker-compose >/dev/null; then docker-compose config -q && echo "docker-compose.yaml: valid"; \
 	else echo "docker-compose not installed: docker-compose.yaml not validated (.ci/run installs it)"; fi
+
+.PHONY: check-breaking
+check-breaking: tools ## Compare the protos with the last release's (RELEASES); a break must be named under Breaking in CHANGELOG.md.
+	hack/check-breaking.sh
 
 .PHONY: build
 build: ## Build the four services and plexusctl into bin/.
