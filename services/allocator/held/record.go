@@ -136,6 +136,27 @@ func (r record) prefixAndName() (uint32, string) {
 	return uint32(p), d.str()
 }
 
+// creator reads the creator's cluster alone, of a record whose owner is
+// of no cluster (so the creator is never "the owner's").
+func (r record) creator() string {
+	d := decoder{s: string(r)}
+	d.uvarint()
+	d.varint()
+	d.uvarint()
+	d.uvarint()
+	d.str()
+	if d.byte() == uidUUID {
+		d.take(16)
+	} else {
+		d.str()
+	}
+	d.str()
+	if d.s == "" || d.byte() != creatorOther {
+		return ""
+	}
+	return d.str()
+}
+
 // decoder reads a record front to back; bad is set once anything does not
 // decode, and every read after that returns zero values.
 type decoder struct {

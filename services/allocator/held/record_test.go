@@ -25,6 +25,9 @@ func TestRecordRoundTrip(t *testing.T) {
 		if p, n := encode(f).prefixAndName(); p != f.prefix || n != f.name {
 			t.Fatalf("prefixAndName = %d %q, want %d %q", p, n, f.prefix, f.name)
 		}
+		if c := encode(f).creator(); c != f.creator {
+			t.Fatalf("creator = %q, want %q", c, f.creator)
+		}
 		if r := encode(f).revision(); r != f.revision {
 			t.Fatalf("revision = %d, want %d", r, f.revision)
 		}
@@ -59,6 +62,7 @@ func FuzzRecord(f *testing.F) {
 		_, _ = record(junk).decode()
 		_ = record(junk).revision()
 		_, _ = record(junk).prefixAndName()
+		_ = record(junk).creator()
 
 		if rev < 0 {
 			rev = -rev

@@ -338,11 +338,7 @@ func (t *Table) unlink(it item) {
 func (t *Table) uncharge(cluster string, r ref) {
 	if cluster == "" {
 		// A clusterset VIP: charged to its creator's cluster, if any.
-		f, err := t.arena.record(r).decode()
-		if err != nil {
-			panic(fmt.Sprintf("held: record in pool %s: %v", t.pool, err))
-		}
-		if cluster = f.creator; cluster == "" {
+		if cluster = t.arena.record(r).creator(); cluster == "" {
 			return
 		}
 	}
