@@ -694,7 +694,7 @@ func (s *Allocator) batchOnce(ctx context.Context, reqs []decide.Request, reques
 			// Rare: let the single-request path hand the address over,
 			// then decide the batch again.
 			b.unlock()
-			if _, _, err := s.Allocate(ctx, decide.Request{Pool: reqs[i].Pool, Owner: reqs[i].Owner}); err != nil {
+			if _, _, err := s.Allocate(ctx, decide.Request{Pool: reqs[i].Pool, Owner: reqs[i].Owner, Creator: reqs[i].Creator}); err != nil {
 				return nil, err
 			}
 			return nil, fmt.Errorf("owner %s changed incarnation: %w", reqs[i].Owner.Key(), decide.ErrConflict)
