@@ -178,6 +178,7 @@ func TestClusterQuotaChargesVIPsToCreators(t *testing.T) {
 	require.NoError(t, two.Sync(ctx))
 	_, err = vip(two, "made-up-3", "c")
 	require.NoError(t, err)
+	require.NoError(t, one.Sync(ctx)) // each replica counts what it has followed
 	_, err = vip(one, "made-up-4", "c")
 	require.ErrorIs(t, err, decide.ErrClusterQuotaExceeded)
 }
