@@ -148,7 +148,11 @@ func AppendAllocation(e Encoder, a *store.Allocation, rev int64) Encoder {
 	if a.CreatorCluster == "" {
 		return appendAllocationBase(e, Version, a, rev)
 	}
-	return appendAllocationBase(e, VersionFlagged, a, rev).Uint(allocCreator).Str(a.CreatorCluster)
+	e = appendAllocationBase(e, VersionFlagged, a, rev)
+	if a.CreatorCluster == a.Owner.Cluster {
+		return e.Uint(allocCreatorIsOwner)
+	}
+	return e.Uint(allocCreator).Str(a.CreatorCluster)
 }
 
 // VersionFlagged is the version byte of an allocation's value that has
@@ -167,8 +171,11 @@ func appendAllocationBase(e Encoder, version uint64, a *store.Allocation, rev in
 const (
 	// allocCreator: the creator's cluster follows the flags.
 	allocCreator = 1 << iota
+	// allocCreatorIsOwner: the creator's cluster is the owner's (what a
+	// member cluster's callers make), not repeated.
+	allocCreatorIsOwner
 	// allocKnown are the flags this version reads.
-	allocKnown = allocCreator
+	allocKnown = allocCreator | allocCreatorIsOwner
 )
 
 // AppendRecord appends an allocation's record: its pool and address, then
@@ -446,7 +453,10 @@ func (d *Decoder) allocation(a *store.Allocation) {
 		d.Fail(fmt.Errorf("unknown allocation flags %#x", f))
 		return
 	}
-	if f&allocCreator != 0 {
+	switch {
+	case f == allocCreatorIsOwner:
+		a.CreatorCluster = a.Owner.Cluster
+	case f&allocCreator != 0:
 		a.CreatorCluster = d.Str()
 	}
 }

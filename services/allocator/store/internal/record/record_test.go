@@ -53,9 +53,12 @@ func TestAllocationValueSize(t *testing.T) {
 	}
 	// The strings themselves take 84 bytes.
 	require.LessOrEqual(t, len(encodeAllocation(&a, a.Revision)), 84+20)
-	// A creator costs its name and two bytes, and nothing when there is none.
+	// A creator costs a byte when it is the owner's cluster, its name and
+	// two bytes when it is another, and nothing when there is none.
 	without := len(encodeAllocation(&a, a.Revision))
 	a.CreatorCluster = "cluster-east-1"
+	require.Equal(t, without+1, len(encodeAllocation(&a, a.Revision)))
+	a.CreatorCluster = "cluster-west-2"
 	require.Equal(t, without+2+len(a.CreatorCluster), len(encodeAllocation(&a, a.Revision)))
 }
 
