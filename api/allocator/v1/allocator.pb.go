@@ -184,8 +184,11 @@ type Pool struct {
 	Deleting bool `protobuf:"varint,12,opt,name=deleting,proto3" json:"deleting,omitempty"`
 	// Most allocations the owners of one member cluster (Owner.cluster) may
 	// hold in the pool; one more is RESOURCE_EXHAUSTED,
-	// CLUSTER_QUOTA_EXCEEDED. Owners of no cluster (clusterset VIPs) are not
-	// counted. Zero or unset means no quota. Lowering it below what a cluster
+	// CLUSTER_QUOTA_EXCEEDED. A clusterset VIP (an owner of no cluster)
+	// counts against the member cluster whose caller created it
+	// (Allocation.creator_cluster), until it is released; asking for an
+	// existing VIP charges nothing, and VIPs a fleet or shared caller created
+	// count against no cluster. Zero or unset means no quota. Lowering it below what a cluster
 	// holds releases nothing: that cluster gets no new address until it
 	// holds fewer. Replicas on one etcd store each count what they know;
 	// allocations racing through several replicas may pass it by a few.
@@ -500,9 +503,14 @@ type Allocation struct {
 	Revision int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
 	// True when the address lies outside the pool's CIDRs (after a forced
 	// shrink). Output only.
-	OutOfRange    bool `protobuf:"varint,8,opt,name=out_of_range,json=outOfRange,proto3" json:"out_of_range,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutOfRange bool `protobuf:"varint,8,opt,name=out_of_range,json=outOfRange,proto3" json:"out_of_range,omitempty"`
+	// The member cluster of the caller that created the allocation (from
+	// its cluster-bound identity); empty when a fleet or shared caller did.
+	// A clusterset VIP counts against this cluster's Pool.cluster_quota.
+	// Output only.
+	CreatorCluster string `protobuf:"bytes,9,opt,name=creator_cluster,json=creatorCluster,proto3" json:"creator_cluster,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Allocation) Reset() {
@@ -589,6 +597,13 @@ func (x *Allocation) GetOutOfRange() bool {
 		return x.OutOfRange
 	}
 	return false
+}
+
+func (x *Allocation) GetCreatorCluster() string {
+	if x != nil {
+		return x.CreatorCluster
+	}
+	return ""
 }
 
 // CreatePoolRequest creates a pool.
@@ -2019,7 +2034,7 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"\x8f\x02\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xb8\x02\n" +
 	"\n" +
 	"Allocation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2031,7 +2046,8 @@ const file_plexus_allocator_v1_allocator_proto_rawDesc = "" +
 	"createTime\x12\x1a\n" +
 	"\brevision\x18\a \x01(\x03R\brevision\x12 \n" +
 	"\fout_of_range\x18\b \x01(\bR\n" +
-	"outOfRange\"\xa8\x01\n" +
+	"outOfRange\x12'\n" +
+	"\x0fcreator_cluster\x18\t \x01(\tR\x0ecreatorCluster\"\xa8\x01\n" +
 	"\x11CreatePoolRequest\x12\x17\n" +
 	"\apool_id\x18\x01 \x01(\tR\x06poolId\x12-\n" +
 	"\x04pool\x18\x02 \x01(\v2\x19.plexus.allocator.v1.PoolR\x04pool\x12\x1d\n" +

@@ -85,7 +85,7 @@ func (spec *poolSpec) addFlags(fs *pflag.FlagSet) {
 	fs.StringToStringVar(&spec.labels, "label", nil, "label key=value (repeatable)")
 	fs.DurationVar(&spec.reuse, "reuse-delay", 0, "a released address is not reused before this delay")
 	fs.BoolVar(&spec.overlap, "allow-overlap", false, "allow the pool to overlap other pools")
-	fs.Uint32Var(&spec.clusterQuota, "cluster-quota", 0, "most allocations the owners of one member cluster may hold in the pool (clusterset VIPs not counted); 0: no quota")
+	fs.Uint32Var(&spec.clusterQuota, "cluster-quota", 0, "most allocations the owners of one member cluster, with the clusterset VIPs its callers created, may hold in the pool; 0: no quota")
 	fs.StringVar(&spec.requestID, "request-id", "", "idempotency key")
 }
 

@@ -79,8 +79,9 @@ type poolState struct {
 	// pending holds in-flight allocations by owner key, so a concurrent
 	// request for the same owner waits for the first one's result.
 	pending map[string]*pendingAlloc
-	// pendingClusters counts pending by owner cluster: with what held
-	// counts, what a cluster quota weighs.
+	// pendingClusters counts pending by the cluster each is charged to
+	// (decide.ChargedCluster): with what held counts, what a cluster
+	// quota weighs.
 	pendingClusters map[string]int
 	// releasing holds addresses whose release is being committed; the
 	// channel closes when it is done.
@@ -375,8 +376,8 @@ func (ps *poolState) holdingOf(a store.Allocation) *decide.Holding {
 // with req's request record if any; concurrent requests of the owner (key)
 // wait for its answer meanwhile. The caller holds ps.mu; it is released.
 func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req decide.Request, key string, now time.Time) (store.Allocation, bool, error) {
-	cluster := req.Owner.Cluster
-	if err := ps.quota(req.Owner, 0); err != nil {
+	cluster := decide.ChargedCluster(req.Owner, req.Creator)
+	if err := ps.quota(cluster, 0); err != nil {
 		ps.mu.Unlock()
 		return store.Allocation{}, false, err
 	}
@@ -392,7 +393,7 @@ func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req dec
 	ps.gate.enter()
 	ps.mu.Unlock()
 
-	rec := store.Allocation{Pool: req.Pool, Address: addr, Owner: req.Owner, CreateTime: now.UTC(), RequestID: req.RequestID}
+	rec := store.Allocation{Pool: req.Pool, Address: addr, Owner: req.Owner, CreateTime: now.UTC(), RequestID: req.RequestID, CreatorCluster: req.Creator}
 	txn := store.Txn{Conds: []store.Cond{{Kind: store.CondPoolRevision, Pool: req.Pool, Revision: poolRev}}}
 	appendAllocTxn(&txn, rec)
 	appendRequestTxn(&txn, req.RequestID, []store.Allocation{rec})
@@ -428,16 +429,16 @@ func (s *Allocator) reserveAndCommit(ctx context.Context, ps *poolState, req dec
 	return store.Allocation{}, false, cerr
 }
 
-// quota refuses one more address for owner o when the pool has a cluster
-// quota and o's cluster holds it, with what it has committed, in flight
-// and, in a batch, taken earlier in the batch (more). The caller holds
-// ps.mu.
-func (ps *poolState) quota(o decide.Owner, more int) error {
-	if ps.rec.ClusterQuota == 0 {
+// quota refuses one more address charged to cluster (decide.
+// ChargedCluster) when the pool has a cluster quota and the cluster is
+// charged it, with what it has committed, in flight and, in a batch,
+// taken earlier in the batch (more). The caller holds ps.mu.
+func (ps *poolState) quota(cluster string, more int) error {
+	if ps.rec.ClusterQuota == 0 || cluster == "" {
 		return nil
 	}
-	n := ps.held.ClusterLen(o.Cluster) + ps.pendingClusters[o.Cluster] + more
-	return decide.CheckClusterQuota(ps.rec.ID, ps.rec.ClusterQuota, o, n)
+	n := ps.held.ClusterLen(cluster) + ps.pendingClusters[cluster] + more
+	return decide.CheckClusterQuota(ps.rec.ID, ps.rec.ClusterQuota, cluster, n)
 }
 
 // unreserve gives back an address whose commit failed with err, unless a
@@ -693,7 +694,7 @@ func (s *Allocator) batchOnce(ctx context.Context, reqs []decide.Request, reques
 			// Rare: let the single-request path hand the address over,
 			// then decide the batch again.
 			b.unlock()
-			if _, _, err := s.Allocate(ctx, decide.Request{Pool: reqs[i].Pool, Owner: reqs[i].Owner}); err != nil {
+			if _, _, err := s.Allocate(ctx, decide.Request{Pool: reqs[i].Pool, Owner: reqs[i].Owner, Creator: reqs[i].Creator}); err != nil {
 				return nil, err
 			}
 			return nil, fmt.Errorf("owner %s changed incarnation: %w", reqs[i].Owner.Key(), decide.ErrConflict)
@@ -790,8 +791,9 @@ func (b *batch) reserve(reqs []decide.Request, steps []decide.Step, requestID st
 			if taken == nil {
 				taken = map[[2]string]int{}
 			}
-			k := [2]string{r.Pool, r.Owner.Cluster}
-			if err := ps.quota(r.Owner, taken[k]); err != nil {
+			c := decide.ChargedCluster(r.Owner, r.Creator)
+			k := [2]string{r.Pool, c}
+			if err := ps.quota(c, taken[k]); err != nil {
 				b.rollback(out, fresh)
 				return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
 			}
@@ -802,7 +804,7 @@ func (b *batch) reserve(reqs []decide.Request, steps []decide.Step, requestID st
 			b.rollback(out, fresh)
 			return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
 		}
-		out[i] = store.Allocation{Pool: r.Pool, Address: addr, Owner: r.Owner, CreateTime: now.UTC(), RequestID: requestID}
+		out[i] = store.Allocation{Pool: r.Pool, Address: addr, Owner: r.Owner, CreateTime: now.UTC(), RequestID: requestID, CreatorCluster: r.Creator}
 		fresh = append(fresh, i)
 	}
 	return out, fresh, nil

@@ -3,6 +3,7 @@ package allocation_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -114,4 +115,84 @@ func TestClusterQuota(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = svc.Allocate(ctx, decide.Request{Pool: "p", Owner: ownerOf("a", "latest")})
 	require.NoError(t, err)
+}
+
+func vipOf(name string) decide.Owner {
+	return decide.Owner{Kind: mcsnames.OwnerKindClusterSetService, Namespace: "default", Name: name}
+}
+
+// TestClusterQuotaChargesVIPsToCreators: a clusterset VIP counts against
+// the quota of the cluster whose caller created it, on the replica that
+// created it and on one that follows the store; asking again for a VIP
+// another cluster created charges nothing; a release frees the charge;
+// fleet callers' VIPs count against no cluster.
+func TestClusterQuotaChargesVIPsToCreators(t *testing.T) {
+	ctx := context.Background()
+	rs := replicas(t, 2)
+	one, two := rs[0], rs[1]
+	_, err := one.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}, ClusterQuota: 2})
+	require.NoError(t, err)
+	require.NoError(t, two.Sync(ctx))
+
+	vip := func(svc *allocation.Allocator, name, creator string) (bool, error) {
+		_, created, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: vipOf(name), Creator: creator})
+		return created, err
+	}
+	for _, name := range []string{"made-up-1", "made-up-2"} {
+		created, err := vip(one, name, "c")
+		require.NoError(t, err)
+		require.True(t, created)
+	}
+	a, err := one.GetAllocation("p", mustOwned(t, one, "made-up-1"))
+	require.NoError(t, err)
+	require.Equal(t, "c", a.CreatorCluster)
+	_, err = vip(one, "made-up-3", "c")
+	require.ErrorIs(t, err, decide.ErrClusterQuotaExceeded)
+	_, err = one.BatchAllocate(ctx, []decide.Request{{Pool: "p", Owner: vipOf("made-up-3"), Creator: "c"}}, "")
+	require.ErrorIs(t, err, decide.ErrClusterQuotaExceeded)
+	require.NoError(t, two.Sync(ctx))
+	_, err = vip(two, "made-up-3", "c")
+	require.ErrorIs(t, err, decide.ErrClusterQuotaExceeded, "a following replica counts them too")
+
+	// Cluster a is not held back by c's VIPs; asking for one of them
+	// again returns it and charges a nothing.
+	created, err := vip(two, "made-up-1", "a")
+	require.NoError(t, err)
+	require.False(t, created)
+	for _, o := range []decide.Owner{ownerOf("a", "pod-0"), vipOf("a-svc")} {
+		_, _, err = two.Allocate(ctx, decide.Request{Pool: "p", Owner: o, Creator: "a"})
+		require.NoError(t, err)
+	}
+	_, _, err = two.Allocate(ctx, decide.Request{Pool: "p", Owner: ownerOf("a", "pod-1"), Creator: "a"})
+	require.ErrorIs(t, err, decide.ErrClusterQuotaExceeded)
+
+	// Fleet callers' VIPs are charged to nobody.
+	for i := range 4 {
+		_, err = vip(one, fmt.Sprint("fleet-", i), "")
+		require.NoError(t, err)
+	}
+
+	// A release frees c's charge, on both replicas.
+	_, _, err = one.Release(ctx, decide.ReleaseRequest{Pool: "p", Address: mustOwned(t, one, "made-up-1")})
+	require.NoError(t, err)
+	require.NoError(t, two.Sync(ctx))
+	_, err = vip(two, "made-up-3", "c")
+	require.NoError(t, err)
+	require.NoError(t, one.Sync(ctx)) // each replica counts what it has followed
+	_, err = vip(one, "made-up-4", "c")
+	require.ErrorIs(t, err, decide.ErrClusterQuotaExceeded)
+}
+
+// mustOwned is the address VIP name holds in pool p.
+func mustOwned(t *testing.T, svc *allocation.Allocator, name string) netip.Addr {
+	t.Helper()
+	list, _, err := svc.ListAllocations("p", allocation.Filter{}, allocation.Cursor{}, 1000)
+	require.NoError(t, err)
+	for _, a := range list {
+		if a.Owner.Name == name && a.Owner.Cluster == "" {
+			return a.Address
+		}
+	}
+	t.Fatalf("no allocation of VIP %s", name)
+	return netip.Addr{}
 }

@@ -8,20 +8,24 @@ import (
 
 func TestCheckClusterQuota(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		quota uint32
-		owner Owner
-		held  int
-		err   bool
+		name    string
+		quota   uint32
+		owner   Owner
+		creator string
+		held    int
+		err     bool
 	}{
 		{name: "no quota", quota: 0, owner: podA, held: 1 << 20},
 		{name: "below", quota: 3, owner: podA, held: 2},
 		{name: "reached", quota: 3, owner: podA, held: 3, err: true},
 		{name: "beyond, after the quota was lowered", quota: 3, owner: podA, held: 7, err: true},
-		{name: "a VIP is not counted", quota: 1, owner: vipOwner, held: 5},
+		{name: "a VIP of a fleet caller is not counted", quota: 1, owner: vipOwner, held: 5},
+		{name: "a VIP counts against the cluster that creates it", quota: 3, owner: vipOwner, creator: "a", held: 3, err: true},
+		{name: "a VIP below its creator's quota", quota: 3, owner: vipOwner, creator: "a", held: 2},
+		{name: "an owner's cluster wins over its creator's", quota: 3, owner: podA, creator: "b", held: 3, err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := CheckClusterQuota("p", tc.quota, tc.owner, tc.held)
+			err := CheckClusterQuota("p", tc.quota, ChargedCluster(tc.owner, tc.creator), tc.held)
 			if !tc.err {
 				require.NoError(t, err)
 				return
@@ -30,6 +34,13 @@ func TestCheckClusterQuota(t *testing.T) {
 			require.ErrorContains(t, err, `cluster "a"`)
 		})
 	}
+}
+
+func TestChargedCluster(t *testing.T) {
+	require.Equal(t, "a", ChargedCluster(podA, ""), "an owner of a cluster, created by a fleet caller")
+	require.Equal(t, "a", ChargedCluster(podA, "b"))
+	require.Equal(t, "c", ChargedCluster(vipOwner, "c"), "a VIP: its creator")
+	require.Empty(t, ChargedCluster(vipOwner, ""), "a VIP a fleet caller created")
 }
 
 func TestUpdateClusterQuota(t *testing.T) {

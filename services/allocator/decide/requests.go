@@ -43,6 +43,10 @@ type Request struct {
 	// Address, when valid, asks for this address.
 	Address   netip.Addr
 	RequestID string
+	// Creator is the member cluster of the caller that asks, empty for a
+	// fleet or shared caller: the allocation records it, and a clusterset
+	// VIP's counts against its cluster quota (ChargedCluster).
+	Creator string
 }
 
 // Validate checks a request; prefix goes before the fields it names
@@ -76,7 +80,8 @@ type PoolSpec struct {
 	Labels       map[string]string
 	AllowOverlap bool
 	// ClusterQuota is the most allocations the owners of one member
-	// cluster may hold in the pool (CheckClusterQuota); 0: no quota.
+	// cluster, with the clusterset VIPs its callers created, may hold in
+	// the pool (CheckClusterQuota); 0: no quota.
 	ClusterQuota uint32
 }
 

@@ -19,6 +19,9 @@ import (
 //	uid          tag byte: 0 then uvarint length and bytes, or
 //	             1 then the 16 bytes of a UUID in canonical form
 //	request id   uvarint length, bytes
+//	creator      absent when the creator's cluster is empty; else a tag
+//	             byte: 0 when it is the owner's cluster, or 1 then
+//	             uvarint length and bytes
 type record string
 
 // fields are a record's contents.
@@ -29,11 +32,18 @@ type fields struct {
 	name      string
 	uid       string
 	requestID string
+	// creator is the cluster of the allocation's creator; sameCreator
+	// says it is the owner's (and creator is then empty).
+	creator     string
+	sameCreator bool
 }
 
 const (
 	uidRaw  = 0
 	uidUUID = 1
+
+	creatorSame  = 0
+	creatorOther = 1
 )
 
 var errCorrupt = errors.New("held: corrupt record")
@@ -57,7 +67,14 @@ func appendRecord(b []byte, f fields) []byte {
 		b = append(b, uidRaw)
 		b = appendString(b, f.uid)
 	}
-	return appendString(b, f.requestID)
+	b = appendString(b, f.requestID)
+	switch {
+	case f.sameCreator:
+		b = append(b, creatorSame)
+	case f.creator != "":
+		b = appendString(append(b, creatorOther), f.creator)
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {
@@ -91,6 +108,17 @@ func (r record) decode() (fields, error) {
 		d.bad = true
 	}
 	f.requestID = d.str()
+	if d.s != "" {
+		switch d.byte() {
+		case creatorSame:
+			f.sameCreator = true
+		case creatorOther:
+			f.creator = d.str()
+			d.bad = d.bad || f.creator == ""
+		default:
+			d.bad = true
+		}
+	}
 	if d.bad || d.s != "" || p > 1<<32-1 || nsec >= 1e9 {
 		return fields{}, errCorrupt
 	}
@@ -106,6 +134,27 @@ func (r record) prefixAndName() (uint32, string) {
 	d.uvarint()
 	p := d.uvarint()
 	return uint32(p), d.str()
+}
+
+// creator reads the creator's cluster alone, of a record whose owner is
+// of no cluster (so the creator is never "the owner's").
+func (r record) creator() string {
+	d := decoder{s: string(r)}
+	d.uvarint()
+	d.varint()
+	d.uvarint()
+	d.uvarint()
+	d.str()
+	if d.byte() == uidUUID {
+		d.take(16)
+	} else {
+		d.str()
+	}
+	d.str()
+	if d.s == "" || d.byte() != creatorOther {
+		return ""
+	}
+	return d.str()
 }
 
 // decoder reads a record front to back; bad is set once anything does not

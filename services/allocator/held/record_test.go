@@ -12,6 +12,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{revision: 1<<63 - 1, create: time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC), prefix: 1<<32 - 1, name: "x", uid: "0F6C1E8A-3B9E-4C5D-8F7A-1B2C3D4E5F60"},
 		{revision: 7, uid: "not-a-uuid-but-36-characters-long-xx"},
 		{revision: 7, uid: "0f6c1e8a-3b9e-4c5d-8f7a-1b2c3d4e5f6g"},
+		{revision: 8, name: "vip", creator: "east"},
+		{revision: 9, name: "pod", requestID: "r", sameCreator: true},
 	} {
 		got, err := encode(f).decode()
 		if err != nil {
@@ -22,6 +24,9 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 		if p, n := encode(f).prefixAndName(); p != f.prefix || n != f.name {
 			t.Fatalf("prefixAndName = %d %q, want %d %q", p, n, f.prefix, f.name)
+		}
+		if c := encode(f).creator(); c != f.creator {
+			t.Fatalf("creator = %q, want %q", c, f.creator)
 		}
 		if r := encode(f).revision(); r != f.revision {
 			t.Fatalf("revision = %d, want %d", r, f.revision)
@@ -57,6 +62,7 @@ func FuzzRecord(f *testing.F) {
 		_, _ = record(junk).decode()
 		_ = record(junk).revision()
 		_, _ = record(junk).prefixAndName()
+		_ = record(junk).creator()
 
 		if rev < 0 {
 			rev = -rev

@@ -68,8 +68,10 @@ type Table struct {
 	overflow map[ownerKey]key
 	seed     maphash.Seed
 	hash     func(ownerKey) uint32
-	// clusters counts the allocations of each owner cluster, kept as
-	// records come and go, so a per-cluster quota costs a lookup.
+	// clusters counts the allocations charged to each member cluster
+	// (decide.ChargedCluster: an owner's cluster, or a clusterset VIP's
+	// creator's), kept as records come and go, so a per-cluster quota
+	// costs a lookup.
 	clusters map[string]int
 }
 
@@ -96,7 +98,8 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 // Len returns the number of allocations held.
 func (t *Table) Len() int { return t.tree.len() }
 
-// ClusterLen returns the number of allocations whose owner is of cluster.
+// ClusterLen returns the number of allocations charged to cluster: those
+// of its owners and the clusterset VIPs its callers created.
 func (t *Table) ClusterLen(cluster string) int { return t.clusters[cluster] }
 
 // fits tells whether a can be held: an address of the table's family.
@@ -161,6 +164,26 @@ func (t *Table) decode(it item) store.Allocation {
 		CreateTime: f.create,
 		RequestID:  f.requestID,
 		Revision:   f.revision,
+
+		CreatorCluster: f.creatorCluster(p.cluster),
+	}
+}
+
+// creatorCluster is the creator's cluster of a record whose owner is of
+// cluster.
+func (f *fields) creatorCluster(cluster string) string {
+	if f.sameCreator {
+		return cluster
+	}
+	return f.creator
+}
+
+// creatorFields sets how f records a's creator.
+func creatorFields(f *fields, a *store.Allocation) {
+	if a.CreatorCluster != "" && a.CreatorCluster == a.Owner.Cluster {
+		f.sameCreator = true
+	} else {
+		f.creator = a.CreatorCluster
 	}
 }
 
@@ -212,13 +235,17 @@ func (t *Table) Put(a *store.Allocation) error {
 	// counted before the old one's is dropped, so a prefix they share
 	// stays interned.
 	id := t.prefixes.ref(prefix{a.Owner.Cluster, a.Owner.Kind, a.Owner.Namespace})
-	t.scratch = appendRecord(t.scratch[:0], fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID})
+	f := fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID}
+	creatorFields(&f, a)
+	t.scratch = appendRecord(t.scratch[:0], f)
 	old, replaced := t.tree.replaceOrInsert(item{k: k, r: t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch)))})
 	if replaced {
 		t.unlink(old)
 	}
 	t.link(ownerKey{id, a.Owner.Name}, k)
-	t.clusters[t.prefixes.list[id].cluster]++
+	if c := decide.ChargedCluster(a.Owner, a.CreatorCluster); c != "" {
+		t.clusters[c]++
+	}
 	if replaced {
 		t.arena.drop(old.r)
 		t.compact()
@@ -302,12 +329,24 @@ func (t *Table) unlink(it item) {
 	} else if h := t.hash(o); t.linked(h, it.k) {
 		t.owners.delete(h)
 	}
-	if c := t.prefixes.list[p].cluster; t.clusters[c] > 1 {
-		t.clusters[c]--
-	} else {
-		delete(t.clusters, c)
-	}
+	t.uncharge(t.prefixes.list[p].cluster, it.r)
 	t.prefixes.unref(p)
+}
+
+// uncharge drops the charge of the record at r, whose owner is of
+// cluster.
+func (t *Table) uncharge(cluster string, r ref) {
+	if cluster == "" {
+		// A clusterset VIP: charged to its creator's cluster, if any.
+		if cluster = t.arena.record(r).creator(); cluster == "" {
+			return
+		}
+	}
+	if t.clusters[cluster] > 1 {
+		t.clusters[cluster]--
+	} else {
+		delete(t.clusters, cluster)
+	}
 }
 
 // Ascend calls fn with each allocation from address from (all of them

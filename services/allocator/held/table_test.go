@@ -89,6 +89,13 @@ func TestTableFollowsModel(t *testing.T) {
 				switch rng.IntN(3) {
 				case 0, 1:
 					a := store.Allocation{Pool: "p", Address: addr, Owner: owner(), CreateTime: time.Unix(int64(step), int64(step)).UTC(), Revision: int64(step + 1)}
+					// Creators: none (fleet), the owner's cluster, another.
+					switch rng.IntN(3) {
+					case 1:
+						a.CreatorCluster = a.Owner.Cluster
+					case 2:
+						a.CreatorCluster = []string{"c1", "c2"}[rng.IntN(2)]
+					}
 					if rng.IntN(4) == 0 {
 						a.RequestID = fmt.Sprintf("req-%d", step)
 					}
@@ -106,6 +113,51 @@ func TestTableFollowsModel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTableChargesVIPsToCreators: a clusterset VIP counts against the
+// cluster that created it, until it is released; an owner of a cluster
+// against that cluster, whoever created it; a fleet caller's VIP against
+// none.
+func TestTableChargesVIPsToCreators(t *testing.T) {
+	tab := New("p", true, 0)
+	vip := func(name string) decide.Owner {
+		return decide.Owner{Kind: "ServiceImport", Namespace: "ns", Name: name}
+	}
+	put := func(addr string, o decide.Owner, creator string) {
+		t.Helper()
+		a := store.Allocation{Pool: "p", Address: netip.MustParseAddr(addr), Owner: o, CreatorCluster: creator, Revision: 1}
+		if err := tab.Put(&a); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := tab.Get(a.Address); got.CreatorCluster != creator {
+			t.Fatalf("Get(%s).CreatorCluster = %q, want %q", addr, got.CreatorCluster, creator)
+		}
+	}
+	counts := func(want map[string]int) {
+		t.Helper()
+		for c, n := range want {
+			if got := tab.ClusterLen(c); got != n {
+				t.Fatalf("ClusterLen(%q) = %d, want %d", c, got, n)
+			}
+		}
+	}
+	put("10.0.0.1", vip("a"), "c")
+	put("10.0.0.2", vip("b"), "c")
+	put("10.0.0.3", vip("f"), "")
+	put("10.0.0.4", decide.Owner{Cluster: "a", Kind: "Pod", Namespace: "ns", Name: "p"}, "")
+	put("10.0.0.5", decide.Owner{Cluster: "a", Kind: "Pod", Namespace: "ns", Name: "q"}, "a")
+	counts(map[string]int{"c": 2, "a": 2, "": 0})
+	// A new incarnation keeps its creator: the charge stays where it was.
+	put("10.0.0.1", vip("a"), "c")
+	counts(map[string]int{"c": 2})
+	tab.Delete(netip.MustParseAddr("10.0.0.2"))
+	tab.Delete(netip.MustParseAddr("10.0.0.3"))
+	counts(map[string]int{"c": 1, "a": 2})
+	tab.Delete(netip.MustParseAddr("10.0.0.1"))
+	if _, ok := tab.clusters["c"]; ok {
+		t.Fatal("a cluster charged nothing is still counted")
 	}
 }
 
@@ -155,7 +207,13 @@ func check(t *testing.T, tab *Table, m *model) {
 	}
 	perCluster := map[string]int{}
 	for _, a := range m.byAddr {
-		perCluster[a.Owner.Cluster]++
+		// Charged to the owner's cluster, or to a VIP's creator's.
+		if c := decide.ChargedCluster(a.Owner, a.CreatorCluster); c != "" {
+			perCluster[c]++
+		}
+	}
+	if got := tab.ClusterLen(""); got != 0 {
+		t.Fatalf("ClusterLen(\"\") = %d: nothing is charged to no cluster", got)
 	}
 	for c, n := range perCluster {
 		if got := tab.ClusterLen(c); got != n {

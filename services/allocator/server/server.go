@@ -190,6 +190,8 @@ func allocationMsg(a store.Allocation, outOfRange bool) *allocatorv1.Allocation 
 		CreateTime: timestamppb.New(a.CreateTime),
 		Revision:   a.Revision,
 		OutOfRange: outOfRange,
+
+		CreatorCluster: a.CreatorCluster,
 	}
 }
 
@@ -407,9 +409,11 @@ func (s *Server) Allocate(ctx context.Context, req *allocatorv1.AllocateRequest)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	if err := s.access.Allocate(s.callers.of(ctx), r.Owner); err != nil {
+	caller := s.callers.of(ctx)
+	if err := s.access.Allocate(caller, r.Owner); err != nil {
 		return nil, s.failAt(ctx, r.Pool, err)
 	}
+	r.Creator = caller.Cluster
 	a, created, err := s.svc.Allocate(ctx, r)
 	if err != nil {
 		return nil, s.fail(err)
@@ -441,6 +445,7 @@ func (s *Server) BatchAllocate(ctx context.Context, req *allocatorv1.BatchAlloca
 		if err := s.access.Allocate(caller, reqs[i].Owner); err != nil {
 			return nil, s.failAt(ctx, reqs[i].Pool, fmt.Errorf("requests[%d]: %w", i, err))
 		}
+		reqs[i].Creator = caller.Cluster
 	}
 	out, err := s.svc.BatchAllocate(ctx, reqs, req.GetRequestId())
 	if err != nil {

@@ -32,6 +32,7 @@ const (
 	fieldAllocCreateTime protowire.Number = 6
 	fieldAllocRevision   protowire.Number = 7
 	fieldAllocOutOfRange protowire.Number = 8
+	fieldAllocCreator    protowire.Number = 9
 
 	fieldOwnerCluster   protowire.Number = 1
 	fieldOwnerKind      protowire.Number = 2
@@ -59,7 +60,7 @@ type wireEncoder struct {
 func (e *wireEncoder) allocation(a *store.Allocation, outOfRange bool) (b []byte, ok bool) {
 	o := &a.Owner
 	if !a.Address.IsValid() || !utf8.ValidString(a.Pool) || !utf8.ValidString(o.Cluster) || !utf8.ValidString(o.Kind) ||
-		!utf8.ValidString(o.Namespace) || !utf8.ValidString(o.Name) || !utf8.ValidString(o.UID) {
+		!utf8.ValidString(o.Namespace) || !utf8.ValidString(o.Name) || !utf8.ValidString(o.UID) || !utf8.ValidString(a.CreatorCluster) {
 		return nil, false
 	}
 	e.addr = a.Address.AppendTo(e.addr[:0])
@@ -111,6 +112,7 @@ func (e *wireEncoder) allocation(a *store.Allocation, outOfRange bool) (b []byte
 		b = protowire.AppendTag(b, fieldAllocOutOfRange, protowire.VarintType)
 		b = protowire.AppendVarint(b, 1)
 	}
+	b = appendStringField(b, fieldAllocCreator, a.CreatorCluster)
 	e.alloc = b
 	return b, true
 }

@@ -31,8 +31,8 @@ func marshalSnapshot(as []store.Allocation, outOfRange func(*store.Allocation) b
 func wireAllocations() []store.Allocation {
 	created := time.Date(2026, 11, 28, 12, 0, 0, 123456789, time.UTC)
 	return []store.Allocation{
-		{Pool: "vips", Address: netip.MustParseAddr("10.97.0.16"), Owner: decide.Owner{Kind: "ClusterSetService", Namespace: "shop", Name: "cart"}, Revision: 3, CreateTime: created},
-		{Pool: "workloads", Address: netip.MustParseAddr("10.200.0.1"), Owner: decide.Owner{Cluster: "a", Kind: "ExternalWorkload", Namespace: "shop", Name: "vm-1", UID: "58e98c00-5c81-4a9b-bb18-2471ce97fb76"}, Revision: 1 << 40, CreateTime: created.Add(time.Hour)},
+		{Pool: "vips", Address: netip.MustParseAddr("10.97.0.16"), Owner: decide.Owner{Kind: "ClusterSetService", Namespace: "shop", Name: "cart"}, Revision: 3, CreateTime: created, CreatorCluster: "east"},
+		{Pool: "workloads", Address: netip.MustParseAddr("10.200.0.1"), Owner: decide.Owner{Cluster: "a", Kind: "ExternalWorkload", Namespace: "shop", Name: "vm-1", UID: "58e98c00-5c81-4a9b-bb18-2471ce97fb76"}, Revision: 1 << 40, CreateTime: created.Add(time.Hour), CreatorCluster: "a"},
 		{Pool: "v6", Address: netip.MustParseAddr("fd00::1"), Owner: decide.Owner{Kind: "Pod", Name: "ünïcode-名前"}, Revision: 0, CreateTime: time.Unix(1700000000, 0)},
 		{Pool: "v6", Address: netip.MustParseAddr("::ffff:10.0.0.1"), Owner: decide.Owner{}, Revision: 7},                             // zero time: negative seconds
 		{Pool: "p", Address: netip.MustParseAddr("2001:db8::ffff:ffff"), Owner: decide.Owner{Name: "n"}, CreateTime: time.Unix(0, 5)}, // nanos alone

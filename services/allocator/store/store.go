@@ -87,6 +87,10 @@ type Allocation struct {
 	// RequestID is the idempotency key the allocation was made with, if
 	// any.
 	RequestID string
+	// CreatorCluster is the member cluster of the caller that created the
+	// allocation; empty for a fleet or shared caller. A clusterset VIP
+	// counts against its creator's cluster quota.
+	CreatorCluster string
 	// Revision is the revision of the commit that wrote the allocation; it
 	// is the allocation's etag. Set by the store.
 	Revision int64

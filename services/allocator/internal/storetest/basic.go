@@ -31,7 +31,8 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	p4 := newPool("p4", "10.0.0.0/24", "10.1.0.0/16")
 	p6 := &store.Pool{ID: "p6", CIDRs: []string{"2001:db8::/64"}, CreateTime: t0}
 	a4 := newAlloc("p4", "10.0.0.10", "web-0")
-	a4.Owner = decide.Owner{Cluster: "c1", Kind: "ClusterSetService", Namespace: "ns", Name: "svc", UID: ""}
+	a4.Owner = decide.Owner{Cluster: "", Kind: "ClusterSetService", Namespace: "ns", Name: "svc", UID: ""}
+	a4.CreatorCluster = "c1"
 	a6 := newAlloc("p6", "2001:db8::ff", "web-1")
 	a6.RequestID = ""
 	q := putQuarantine("p6", "2001:db8::1")

@@ -25,8 +25,10 @@ func testPersistence(t *testing.T, s store.Store, reopen func(*testing.T, store.
 		bulk = append(bulk, putAlloc(a))
 	}
 	commit(t, s, txn(bulk...))
+	vm1 := newAlloc("p6", "2001:db8::1", "vm-1")
+	vm1.CreatorCluster = "west" // kept, a field most allocations lack
 	commit(t, s, txn(
-		putAlloc(newAlloc("p6", "2001:db8::1", "vm-1")),
+		putAlloc(vm1),
 		putAlloc(newAlloc("p6", "2001:db8::ffff:1", "vm-2")),
 		putQuarantine("p6", "2001:db8::2"),
 		store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: "req-1", Allocations: []string{"p6/2001:db8::1"}}},

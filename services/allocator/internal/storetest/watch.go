@@ -61,13 +61,15 @@ func testWatchFromZero(t *testing.T, s store.Store) {
 	requireLastOfRevision(t, got)
 	requireQuiet(t, ch)
 
-	rev := commit(t, s, txn(putAlloc(newAlloc("p", "10.0.0.9", "web-9"))))
+	web9 := newAlloc("p", "10.0.0.9", "web-9")
+	web9.CreatorCluster = "east"
+	rev := commit(t, s, txn(putAlloc(web9)))
 	ev := receive(t, ch, 1)[0]
 	require.Equal(t, rev, ev.Revision)
 	require.Equal(t, rev, ev.Allocation.Revision)
 	require.Equal(t, normAlloc(*ev.Allocation), store.Allocation{
 		Pool: "p", Address: netip.MustParseAddr("10.0.0.9"), Owner: owner("web-9", "uid-web-9"),
-		CreateTime: t0, RequestID: "req-web-9", Revision: rev,
+		CreateTime: t0, RequestID: "req-web-9", Revision: rev, CreatorCluster: "east",
 	})
 }
 

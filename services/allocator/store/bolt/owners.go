@@ -75,7 +75,7 @@ func (x *ownerIndex) hashValue(pool, v []byte) (uint32, error) {
 	h.Write(pool)
 	h.WriteByte(0)
 	version, n := binary.Uvarint(v)
-	if n <= 0 || version != record.Version {
+	if n <= 0 || (version != record.Version && version != record.VersionFlagged) {
 		return 0, fmt.Errorf("unknown or damaged value version")
 	}
 	v = v[n:]

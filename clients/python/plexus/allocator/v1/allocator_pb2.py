@@ -16,7 +16,7 @@ from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mas
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#plexus/allocator/v1/allocator.proto\x12\x13plexus.allocator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x03\n\x04Pool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63idrs\x18\x02 \x03(\t\x12\x10\n\x08reserved\x18\x03 \x03(\t\x12.\n\x0breuse_delay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x06labels\x18\x05 \x03(\x0b\x32%.plexus.allocator.v1.Pool.LabelsEntry\x12\x15\n\rallow_overlap\x18\x06 \x01(\x08\x12-\n\x06\x66\x61mily\x18\x07 \x01(\x0e\x32\x1d.plexus.allocator.v1.IPFamily\x12\x0c\n\x04\x65tag\x18\x08 \x01(\t\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x05stats\x18\x0b \x01(\x0b\x32\x1e.plexus.allocator.v1.PoolStats\x12\x10\n\x08\x64\x65leting\x18\x0c \x01(\x08\x12\x15\n\rcluster_quota\x18\r \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"T\n\tPoolStats\x12\x10\n\x08\x63\x61pacity\x18\x01 \x01(\t\x12\x11\n\tallocated\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ree\x18\x03 \x01(\t\x12\x14\n\x0cout_of_range\x18\x04 \x01(\x04\"T\n\x05Owner\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0b\n\x03uid\x18\x05 \x01(\t\"\xcb\x01\n\nAllocation\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12)\n\x05owner\x18\x04 \x01(\x0b\x32\x1a.plexus.allocator.v1.Owner\x12\x0c\n\x04\x65tag\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x03\x12\x14\n\x0cout_of_range\x18\x08 \x01(\x08\"}\n\x11\x43reatePoolRequest\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\'\n\x04pool\x18\x02 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x1a\n\x12\x61llow_local_ranges\x18\x04 \x01(\x08\"=\n\x12\x43reatePoolResponse\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\"\x1e\n\x0eGetPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x0fGetPoolResponse\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\"9\n\x10ListPoolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x11ListPoolsResponse\x12(\n\x05pools\x18\x01 \x03(\x0b\x32\x19.plexus.allocator.v1.Pool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x98\x01\n\x11UpdatePoolRequest\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x1a\n\x12\x61llow_local_ranges\x18\x04 \x01(\x08\"t\n\x12UpdatePoolResponse\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\x12\x35\n\x0cout_of_range\x18\x02 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"U\n\x11\x44\x65letePoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x65tag\x18\x02 \x01(\t\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x15\n\rallow_missing\x18\x04 \x01(\x08\"&\n\x12\x44\x65letePoolResponse\x12\x10\n\x08released\x18\x01 \x01(\x04\"o\n\x0f\x41llocateRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12)\n\x05owner\x18\x02 \x01(\x0b\x32\x1a.plexus.allocator.v1.Owner\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"X\n\x10\x41llocateResponse\x12\x33\n\nallocation\x18\x01 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"b\n\x14\x42\x61tchAllocateRequest\x12\x36\n\x08requests\x18\x01 \x03(\x0b\x32$.plexus.allocator.v1.AllocateRequest\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"M\n\x15\x42\x61tchAllocateResponse\x12\x34\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"$\n\x14GetAllocationRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"L\n\x15GetAllocationResponse\x12\x33\n\nallocation\x18\x01 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"\xb8\x01\n\x16ListAllocationsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x15\n\rowner_cluster\x18\x02 \x01(\t\x12\x12\n\nowner_kind\x18\x03 \x01(\t\x12\x17\n\x0fowner_namespace\x18\x04 \x01(\t\x12\x12\n\nowner_name\x18\x05 \x01(\t\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x11\n\towner_uid\x18\x08 \x01(\t\"z\n\x17ListAllocationsResponse\x12\x34\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x03\"\x8f\x01\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12)\n\x05owner\x18\x03 \x01(\x0b\x32\x1a.plexus.allocator.v1.Owner\x12\x0c\n\x04\x65tag\x18\x04 \x01(\t\x12\x11\n\towner_uid\x18\x05 \x01(\t\x12\x15\n\rallow_missing\x18\x06 \x01(\x08\"F\n\x0fReleaseResponse\x12\x33\n\nallocation\x18\x01 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"W\n\x17WatchAllocationsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x16\n\x0estart_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x62\x61tch_snapshot\x18\x03 \x01(\x08\"\xdb\x01\n\x18WatchAllocationsResponse\x12,\n\x04type\x18\x01 \x01(\x0e\x32\x1e.plexus.allocator.v1.EventType\x12\x33\n\nallocation\x18\x02 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\x17\n\x0fresume_revision\x18\x04 \x01(\x03\x12\x31\n\x08snapshot\x18\x05 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation*M\n\x08IPFamily\x12\x19\n\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\x12\n\x0eIP_FAMILY_IPV4\x10\x01\x12\x12\n\x0eIP_FAMILY_IPV6\x10\x02*\x85\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x15\n\x11\x45VENT_TYPE_SYNCED\x10\x04\x32\xe4\x08\n\x10\x41llocatorService\x12]\n\nCreatePool\x12&.plexus.allocator.v1.CreatePoolRequest\x1a\'.plexus.allocator.v1.CreatePoolResponse\x12Y\n\x07GetPool\x12#.plexus.allocator.v1.GetPoolRequest\x1a$.plexus.allocator.v1.GetPoolResponse\"\x03\x90\x02\x01\x12_\n\tListPools\x12%.plexus.allocator.v1.ListPoolsRequest\x1a&.plexus.allocator.v1.ListPoolsResponse\"\x03\x90\x02\x01\x12]\n\nUpdatePool\x12&.plexus.allocator.v1.UpdatePoolRequest\x1a\'.plexus.allocator.v1.UpdatePoolResponse\x12]\n\nDeletePool\x12&.plexus.allocator.v1.DeletePoolRequest\x1a\'.plexus.allocator.v1.DeletePoolResponse\x12\\\n\x08\x41llocate\x12$.plexus.allocator.v1.AllocateRequest\x1a%.plexus.allocator.v1.AllocateResponse\"\x03\x90\x02\x02\x12k\n\rBatchAllocate\x12).plexus.allocator.v1.BatchAllocateRequest\x1a*.plexus.allocator.v1.BatchAllocateResponse\"\x03\x90\x02\x02\x12k\n\rGetAllocation\x12).plexus.allocator.v1.GetAllocationRequest\x1a*.plexus.allocator.v1.GetAllocationResponse\"\x03\x90\x02\x01\x12q\n\x0fListAllocations\x12+.plexus.allocator.v1.ListAllocationsRequest\x1a,.plexus.allocator.v1.ListAllocationsResponse\"\x03\x90\x02\x01\x12T\n\x07Release\x12#.plexus.allocator.v1.ReleaseRequest\x1a$.plexus.allocator.v1.ReleaseResponse\x12v\n\x10WatchAllocations\x12,.plexus.allocator.v1.WatchAllocationsRequest\x1a-.plexus.allocator.v1.WatchAllocationsResponse\"\x03\x90\x02\x01\x30\x01\x42:Z8github.com/plexusnet/plexus/api/allocator/v1;allocatorv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#plexus/allocator/v1/allocator.proto\x12\x13plexus.allocator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x03\n\x04Pool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63idrs\x18\x02 \x03(\t\x12\x10\n\x08reserved\x18\x03 \x03(\t\x12.\n\x0breuse_delay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x06labels\x18\x05 \x03(\x0b\x32%.plexus.allocator.v1.Pool.LabelsEntry\x12\x15\n\rallow_overlap\x18\x06 \x01(\x08\x12-\n\x06\x66\x61mily\x18\x07 \x01(\x0e\x32\x1d.plexus.allocator.v1.IPFamily\x12\x0c\n\x04\x65tag\x18\x08 \x01(\t\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x05stats\x18\x0b \x01(\x0b\x32\x1e.plexus.allocator.v1.PoolStats\x12\x10\n\x08\x64\x65leting\x18\x0c \x01(\x08\x12\x15\n\rcluster_quota\x18\r \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"T\n\tPoolStats\x12\x10\n\x08\x63\x61pacity\x18\x01 \x01(\t\x12\x11\n\tallocated\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ree\x18\x03 \x01(\t\x12\x14\n\x0cout_of_range\x18\x04 \x01(\x04\"T\n\x05Owner\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0b\n\x03uid\x18\x05 \x01(\t\"\xe4\x01\n\nAllocation\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12)\n\x05owner\x18\x04 \x01(\x0b\x32\x1a.plexus.allocator.v1.Owner\x12\x0c\n\x04\x65tag\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x03\x12\x14\n\x0cout_of_range\x18\x08 \x01(\x08\x12\x17\n\x0f\x63reator_cluster\x18\t \x01(\t\"}\n\x11\x43reatePoolRequest\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\'\n\x04pool\x18\x02 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x1a\n\x12\x61llow_local_ranges\x18\x04 \x01(\x08\"=\n\x12\x43reatePoolResponse\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\"\x1e\n\x0eGetPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x0fGetPoolResponse\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\"9\n\x10ListPoolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x11ListPoolsResponse\x12(\n\x05pools\x18\x01 \x03(\x0b\x32\x19.plexus.allocator.v1.Pool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x98\x01\n\x11UpdatePoolRequest\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x1a\n\x12\x61llow_local_ranges\x18\x04 \x01(\x08\"t\n\x12UpdatePoolResponse\x12\'\n\x04pool\x18\x01 \x01(\x0b\x32\x19.plexus.allocator.v1.Pool\x12\x35\n\x0cout_of_range\x18\x02 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"U\n\x11\x44\x65letePoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x65tag\x18\x02 \x01(\t\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x15\n\rallow_missing\x18\x04 \x01(\x08\"&\n\x12\x44\x65letePoolResponse\x12\x10\n\x08released\x18\x01 \x01(\x04\"o\n\x0f\x41llocateRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12)\n\x05owner\x18\x02 \x01(\x0b\x32\x1a.plexus.allocator.v1.Owner\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"X\n\x10\x41llocateResponse\x12\x33\n\nallocation\x18\x01 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"b\n\x14\x42\x61tchAllocateRequest\x12\x36\n\x08requests\x18\x01 \x03(\x0b\x32$.plexus.allocator.v1.AllocateRequest\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"M\n\x15\x42\x61tchAllocateResponse\x12\x34\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"$\n\x14GetAllocationRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"L\n\x15GetAllocationResponse\x12\x33\n\nallocation\x18\x01 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"\xb8\x01\n\x16ListAllocationsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x15\n\rowner_cluster\x18\x02 \x01(\t\x12\x12\n\nowner_kind\x18\x03 \x01(\t\x12\x17\n\x0fowner_namespace\x18\x04 \x01(\t\x12\x12\n\nowner_name\x18\x05 \x01(\t\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x11\n\towner_uid\x18\x08 \x01(\t\"z\n\x17ListAllocationsResponse\x12\x34\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x03\"\x8f\x01\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12)\n\x05owner\x18\x03 \x01(\x0b\x32\x1a.plexus.allocator.v1.Owner\x12\x0c\n\x04\x65tag\x18\x04 \x01(\t\x12\x11\n\towner_uid\x18\x05 \x01(\t\x12\x15\n\rallow_missing\x18\x06 \x01(\x08\"F\n\x0fReleaseResponse\x12\x33\n\nallocation\x18\x01 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\"W\n\x17WatchAllocationsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x16\n\x0estart_revision\x18\x02 \x01(\x03\x12\x16\n\x0e\x62\x61tch_snapshot\x18\x03 \x01(\x08\"\xdb\x01\n\x18WatchAllocationsResponse\x12,\n\x04type\x18\x01 \x01(\x0e\x32\x1e.plexus.allocator.v1.EventType\x12\x33\n\nallocation\x18\x02 \x01(\x0b\x32\x1f.plexus.allocator.v1.Allocation\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\x17\n\x0fresume_revision\x18\x04 \x01(\x03\x12\x31\n\x08snapshot\x18\x05 \x03(\x0b\x32\x1f.plexus.allocator.v1.Allocation*M\n\x08IPFamily\x12\x19\n\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\x12\n\x0eIP_FAMILY_IPV4\x10\x01\x12\x12\n\x0eIP_FAMILY_IPV6\x10\x02*\x85\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x15\n\x11\x45VENT_TYPE_SYNCED\x10\x04\x32\xe4\x08\n\x10\x41llocatorService\x12]\n\nCreatePool\x12&.plexus.allocator.v1.CreatePoolRequest\x1a\'.plexus.allocator.v1.CreatePoolResponse\x12Y\n\x07GetPool\x12#.plexus.allocator.v1.GetPoolRequest\x1a$.plexus.allocator.v1.GetPoolResponse\"\x03\x90\x02\x01\x12_\n\tListPools\x12%.plexus.allocator.v1.ListPoolsRequest\x1a&.plexus.allocator.v1.ListPoolsResponse\"\x03\x90\x02\x01\x12]\n\nUpdatePool\x12&.plexus.allocator.v1.UpdatePoolRequest\x1a\'.plexus.allocator.v1.UpdatePoolResponse\x12]\n\nDeletePool\x12&.plexus.allocator.v1.DeletePoolRequest\x1a\'.plexus.allocator.v1.DeletePoolResponse\x12\\\n\x08\x41llocate\x12$.plexus.allocator.v1.AllocateRequest\x1a%.plexus.allocator.v1.AllocateResponse\"\x03\x90\x02\x02\x12k\n\rBatchAllocate\x12).plexus.allocator.v1.BatchAllocateRequest\x1a*.plexus.allocator.v1.BatchAllocateResponse\"\x03\x90\x02\x02\x12k\n\rGetAllocation\x12).plexus.allocator.v1.GetAllocationRequest\x1a*.plexus.allocator.v1.GetAllocationResponse\"\x03\x90\x02\x01\x12q\n\x0fListAllocations\x12+.plexus.allocator.v1.ListAllocationsRequest\x1a,.plexus.allocator.v1.ListAllocationsResponse\"\x03\x90\x02\x01\x12T\n\x07Release\x12#.plexus.allocator.v1.ReleaseRequest\x1a$.plexus.allocator.v1.ReleaseResponse\x12v\n\x10WatchAllocations\x12,.plexus.allocator.v1.WatchAllocationsRequest\x1a-.plexus.allocator.v1.WatchAllocationsResponse\"\x03\x90\x02\x01\x30\x01\x42:Z8github.com/plexusnet/plexus/api/allocator/v1;allocatorv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'plexus.allocator.v1.allocator_pb2', globals())
@@ -40,10 +40,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _ALLOCATORSERVICE.methods_by_name['ListAllocations']._serialized_options = b'\220\002\001'
   _ALLOCATORSERVICE.methods_by_name['WatchAllocations']._options = None
   _ALLOCATORSERVICE.methods_by_name['WatchAllocations']._serialized_options = b'\220\002\001'
-  _IPFAMILY._serialized_start=3180
-  _IPFAMILY._serialized_end=3257
-  _EVENTTYPE._serialized_start=3260
-  _EVENTTYPE._serialized_end=3393
+  _IPFAMILY._serialized_start=3205
+  _IPFAMILY._serialized_end=3282
+  _EVENTTYPE._serialized_start=3285
+  _EVENTTYPE._serialized_end=3418
   _POOL._serialized_start=160
   _POOL._serialized_end=633
   _POOL_LABELSENTRY._serialized_start=588
@@ -53,51 +53,51 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _OWNER._serialized_start=721
   _OWNER._serialized_end=805
   _ALLOCATION._serialized_start=808
-  _ALLOCATION._serialized_end=1011
-  _CREATEPOOLREQUEST._serialized_start=1013
-  _CREATEPOOLREQUEST._serialized_end=1138
-  _CREATEPOOLRESPONSE._serialized_start=1140
-  _CREATEPOOLRESPONSE._serialized_end=1201
-  _GETPOOLREQUEST._serialized_start=1203
-  _GETPOOLREQUEST._serialized_end=1233
-  _GETPOOLRESPONSE._serialized_start=1235
-  _GETPOOLRESPONSE._serialized_end=1293
-  _LISTPOOLSREQUEST._serialized_start=1295
-  _LISTPOOLSREQUEST._serialized_end=1352
-  _LISTPOOLSRESPONSE._serialized_start=1354
-  _LISTPOOLSRESPONSE._serialized_end=1440
-  _UPDATEPOOLREQUEST._serialized_start=1443
-  _UPDATEPOOLREQUEST._serialized_end=1595
-  _UPDATEPOOLRESPONSE._serialized_start=1597
-  _UPDATEPOOLRESPONSE._serialized_end=1713
-  _DELETEPOOLREQUEST._serialized_start=1715
-  _DELETEPOOLREQUEST._serialized_end=1800
-  _DELETEPOOLRESPONSE._serialized_start=1802
-  _DELETEPOOLRESPONSE._serialized_end=1840
-  _ALLOCATEREQUEST._serialized_start=1842
-  _ALLOCATEREQUEST._serialized_end=1953
-  _ALLOCATERESPONSE._serialized_start=1955
-  _ALLOCATERESPONSE._serialized_end=2043
-  _BATCHALLOCATEREQUEST._serialized_start=2045
-  _BATCHALLOCATEREQUEST._serialized_end=2143
-  _BATCHALLOCATERESPONSE._serialized_start=2145
-  _BATCHALLOCATERESPONSE._serialized_end=2222
-  _GETALLOCATIONREQUEST._serialized_start=2224
-  _GETALLOCATIONREQUEST._serialized_end=2260
-  _GETALLOCATIONRESPONSE._serialized_start=2262
-  _GETALLOCATIONRESPONSE._serialized_end=2338
-  _LISTALLOCATIONSREQUEST._serialized_start=2341
-  _LISTALLOCATIONSREQUEST._serialized_end=2525
-  _LISTALLOCATIONSRESPONSE._serialized_start=2527
-  _LISTALLOCATIONSRESPONSE._serialized_end=2649
-  _RELEASEREQUEST._serialized_start=2652
-  _RELEASEREQUEST._serialized_end=2795
-  _RELEASERESPONSE._serialized_start=2797
-  _RELEASERESPONSE._serialized_end=2867
-  _WATCHALLOCATIONSREQUEST._serialized_start=2869
-  _WATCHALLOCATIONSREQUEST._serialized_end=2956
-  _WATCHALLOCATIONSRESPONSE._serialized_start=2959
-  _WATCHALLOCATIONSRESPONSE._serialized_end=3178
-  _ALLOCATORSERVICE._serialized_start=3396
-  _ALLOCATORSERVICE._serialized_end=4520
+  _ALLOCATION._serialized_end=1036
+  _CREATEPOOLREQUEST._serialized_start=1038
+  _CREATEPOOLREQUEST._serialized_end=1163
+  _CREATEPOOLRESPONSE._serialized_start=1165
+  _CREATEPOOLRESPONSE._serialized_end=1226
+  _GETPOOLREQUEST._serialized_start=1228
+  _GETPOOLREQUEST._serialized_end=1258
+  _GETPOOLRESPONSE._serialized_start=1260
+  _GETPOOLRESPONSE._serialized_end=1318
+  _LISTPOOLSREQUEST._serialized_start=1320
+  _LISTPOOLSREQUEST._serialized_end=1377
+  _LISTPOOLSRESPONSE._serialized_start=1379
+  _LISTPOOLSRESPONSE._serialized_end=1465
+  _UPDATEPOOLREQUEST._serialized_start=1468
+  _UPDATEPOOLREQUEST._serialized_end=1620
+  _UPDATEPOOLRESPONSE._serialized_start=1622
+  _UPDATEPOOLRESPONSE._serialized_end=1738
+  _DELETEPOOLREQUEST._serialized_start=1740
+  _DELETEPOOLREQUEST._serialized_end=1825
+  _DELETEPOOLRESPONSE._serialized_start=1827
+  _DELETEPOOLRESPONSE._serialized_end=1865
+  _ALLOCATEREQUEST._serialized_start=1867
+  _ALLOCATEREQUEST._serialized_end=1978
+  _ALLOCATERESPONSE._serialized_start=1980
+  _ALLOCATERESPONSE._serialized_end=2068
+  _BATCHALLOCATEREQUEST._serialized_start=2070
+  _BATCHALLOCATEREQUEST._serialized_end=2168
+  _BATCHALLOCATERESPONSE._serialized_start=2170
+  _BATCHALLOCATERESPONSE._serialized_end=2247
+  _GETALLOCATIONREQUEST._serialized_start=2249
+  _GETALLOCATIONREQUEST._serialized_end=2285
+  _GETALLOCATIONRESPONSE._serialized_start=2287
+  _GETALLOCATIONRESPONSE._serialized_end=2363
+  _LISTALLOCATIONSREQUEST._serialized_start=2366
+  _LISTALLOCATIONSREQUEST._serialized_end=2550
+  _LISTALLOCATIONSRESPONSE._serialized_start=2552
+  _LISTALLOCATIONSRESPONSE._serialized_end=2674
+  _RELEASEREQUEST._serialized_start=2677
+  _RELEASEREQUEST._serialized_end=2820
+  _RELEASERESPONSE._serialized_start=2822
+  _RELEASERESPONSE._serialized_end=2892
+  _WATCHALLOCATIONSREQUEST._serialized_start=2894
+  _WATCHALLOCATIONSREQUEST._serialized_end=2981
+  _WATCHALLOCATIONSRESPONSE._serialized_start=2984
+  _WATCHALLOCATIONSRESPONSE._serialized_end=3203
+  _ALLOCATORSERVICE._serialized_start=3421
+  _ALLOCATORSERVICE._serialized_end=4545
 # @@protoc_insertion_point(module_scope)

@@ -12,6 +12,8 @@ const (
 	hasPool = 1 << iota
 	hasAllocation
 	hasQuarantine
+	// hasCreator: the allocation's creator cluster follows its fields.
+	hasCreator
 )
 
 // famNone is the family byte of the zero netip.Addr in an event.
@@ -29,6 +31,9 @@ func AppendEvent(e Encoder, ev *store.Event) Encoder {
 	}
 	if ev.Allocation != nil {
 		has |= hasAllocation
+		if ev.Allocation.CreatorCluster != "" {
+			has |= hasCreator
+		}
 	}
 	if ev.Quarantine != nil {
 		has |= hasQuarantine
@@ -38,7 +43,10 @@ func AppendEvent(e Encoder, ev *store.Event) Encoder {
 		e = appendPool(e.Str(p.ID), p, p.Revision)
 	}
 	if a := ev.Allocation; a != nil {
-		e = AppendAllocation(e.Str(a.Pool).anyAddr(a.Address), a, a.Revision)
+		e = appendAllocationBase(e.Str(a.Pool).anyAddr(a.Address), Version, a, a.Revision)
+		if has&hasCreator != 0 {
+			e = e.Str(a.CreatorCluster)
+		}
 	}
 	if q := ev.Quarantine; q != nil {
 		e = e.Str(q.Pool).anyAddr(q.Address).Time(q.Until)
@@ -60,7 +68,10 @@ func DecodeEvent(v []byte, ev *store.Event) error {
 	if has&hasAllocation != 0 {
 		a := &store.Allocation{Pool: d.Str(), Address: d.anyAddr()}
 		d.version()
-		d.allocation(a)
+		d.allocationBase(a)
+		if has&hasCreator != 0 {
+			a.CreatorCluster = d.Str()
+		}
 		ev.Allocation = a
 	}
 	if has&hasQuarantine != 0 {
@@ -68,7 +79,7 @@ func DecodeEvent(v []byte, ev *store.Event) error {
 		q.Until = d.Time()
 		ev.Quarantine = q
 	}
-	if has&^(hasPool|hasAllocation|hasQuarantine) != 0 {
+	if has&^(hasPool|hasAllocation|hasQuarantine|hasCreator) != 0 || has&(hasAllocation|hasCreator) == hasCreator {
 		d.Fail(fmt.Errorf("unknown records %#x", has))
 	}
 	if err := d.Finish(); err != nil {

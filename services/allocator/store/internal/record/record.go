@@ -22,7 +22,8 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// Version is the version byte every value starts with.
+// Version is the version byte every value starts with (but an
+// allocation's with flags: VersionFlagged).
 const Version = 1
 
 // ErrTruncated is what a decoder reports for a value cut short.
@@ -141,12 +142,41 @@ func poolFlags(p *store.Pool) uint64 {
 }
 
 // AppendAllocation appends an allocation's value: its fields without its
-// pool and address.
+// pool and address, then, only when it has any, flags and the optional
+// fields they announce (so a value without them is as it always was).
 func AppendAllocation(e Encoder, a *store.Allocation, rev int64) Encoder {
+	if a.CreatorCluster == "" {
+		return appendAllocationBase(e, Version, a, rev)
+	}
+	e = appendAllocationBase(e, VersionFlagged, a, rev)
+	if a.CreatorCluster == a.Owner.Cluster {
+		return e.Uint(allocCreatorIsOwner)
+	}
+	return e.Uint(allocCreator).Str(a.CreatorCluster)
+}
+
+// VersionFlagged is the version byte of an allocation's value that has
+// flags after the fields every allocation has.
+const VersionFlagged = 2
+
+// appendAllocationBase appends the fields every allocation's value has,
+// after version.
+func appendAllocationBase(e Encoder, version uint64, a *store.Allocation, rev int64) Encoder {
 	o := a.Owner
-	return e.Uint(Version).Str(o.Cluster).Str(o.Kind).Str(o.Namespace).Str(o.Name).Str(o.UID).
+	return e.Uint(version).Str(o.Cluster).Str(o.Kind).Str(o.Namespace).Str(o.Name).Str(o.UID).
 		Time(a.CreateTime).Str(a.RequestID).Int(rev)
 }
+
+// Allocation flags, one bit each.
+const (
+	// allocCreator: the creator's cluster follows the flags.
+	allocCreator = 1 << iota
+	// allocCreatorIsOwner: the creator's cluster is the owner's (what a
+	// member cluster's callers make), not repeated.
+	allocCreatorIsOwner
+	// allocKnown are the flags this version reads.
+	allocKnown = allocCreator | allocCreatorIsOwner
+)
 
 // AppendRecord appends an allocation's record: its pool and address, then
 // its value as AppendAllocation writes it.
@@ -157,7 +187,7 @@ func AppendRecord(e Encoder, a *store.Allocation, rev int64) Encoder {
 // EncodeRecord is an allocation's record (AppendRecord).
 func EncodeRecord(a *store.Allocation, rev int64) []byte {
 	o := a.Owner
-	e := Encoder(make([]byte, 0, 56+len(a.Pool)+len(o.Cluster)+len(o.Kind)+len(o.Namespace)+len(o.Name)+len(o.UID)+len(a.RequestID)))
+	e := Encoder(make([]byte, 0, 58+len(a.Pool)+len(o.Cluster)+len(o.Kind)+len(o.Namespace)+len(o.Name)+len(o.UID)+len(a.RequestID)+len(a.CreatorCluster)))
 	return AppendRecord(e, a, rev)
 }
 
@@ -182,9 +212,6 @@ func DecodeRecord(v []byte) (store.Allocation, error) {
 	var a store.Allocation
 	a.Pool = d.Str()
 	a.Address = d.Addr()
-	if d.err == nil {
-		d.version()
-	}
 	d.allocation(&a)
 	if err := d.Finish(); err != nil {
 		if !a.Address.IsValid() {
@@ -402,7 +429,7 @@ func (d *Decoder) pool(p *store.Pool) {
 
 // DecodeAllocation decodes the value of pool's allocation of addr.
 func DecodeAllocation(pool string, addr netip.Addr, v []byte) (store.Allocation, error) {
-	d := NewDecoder(v)
+	d := Decoder{s: string(v)}
 	a := store.Allocation{Pool: pool, Address: addr}
 	d.allocation(&a)
 	if err := d.Finish(); err != nil {
@@ -411,8 +438,31 @@ func DecodeAllocation(pool string, addr netip.Addr, v []byte) (store.Allocation,
 	return a, nil
 }
 
-// allocation reads an allocation's fields after the version.
+// allocation reads an allocation's value, its version first.
 func (d *Decoder) allocation(a *store.Allocation) {
+	v := d.Uint()
+	if d.err == nil && v != Version && v != VersionFlagged {
+		d.Fail(fmt.Errorf("unknown value version %d", v))
+	}
+	d.allocationBase(a)
+	if v != VersionFlagged {
+		return
+	}
+	f := d.Uint()
+	if f&^allocKnown != 0 {
+		d.Fail(fmt.Errorf("unknown allocation flags %#x", f))
+		return
+	}
+	switch {
+	case f == allocCreatorIsOwner:
+		a.CreatorCluster = a.Owner.Cluster
+	case f&allocCreator != 0:
+		a.CreatorCluster = d.Str()
+	}
+}
+
+// allocationBase reads the fields every allocation has, after the version.
+func (d *Decoder) allocationBase(a *store.Allocation) {
 	a.Owner.Cluster = d.Str()
 	a.Owner.Kind = d.Str()
 	a.Owner.Namespace = d.Str()

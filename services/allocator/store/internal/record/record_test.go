@@ -30,6 +30,7 @@ func TestValuesRoundTrip(t *testing.T) {
 			Pool: "p", Address: netip.MustParseAddr("2001:db8::1"),
 			Owner:      decide.Owner{Cluster: "c", Kind: "k", Namespace: "", Name: "n/é", UID: "u"},
 			CreateTime: tm, RequestID: "r", Revision: 7,
+			CreatorCluster: []string{"", "c", "east-1", ""}[i],
 		}
 		gotA, err := DecodeAllocation("p", a.Address, encodeAllocation(&a, 7))
 		require.NoError(t, err)
@@ -52,6 +53,26 @@ func TestAllocationValueSize(t *testing.T) {
 	}
 	// The strings themselves take 84 bytes.
 	require.LessOrEqual(t, len(encodeAllocation(&a, a.Revision)), 84+20)
+	// A creator costs a byte when it is the owner's cluster, its name and
+	// two bytes when it is another, and nothing when there is none.
+	without := len(encodeAllocation(&a, a.Revision))
+	a.CreatorCluster = "cluster-east-1"
+	require.Equal(t, without+1, len(encodeAllocation(&a, a.Revision)))
+	a.CreatorCluster = "cluster-west-2"
+	require.Equal(t, without+2+len(a.CreatorCluster), len(encodeAllocation(&a, a.Revision)))
+}
+
+// TestAllocationFlags: a value with flags carries them behind its own
+// version byte; flags this version does not know are refused.
+func TestAllocationFlags(t *testing.T) {
+	a := store.Allocation{Owner: decide.Owner{Name: "n"}, CreatorCluster: "c"}
+	v := encodeAllocation(&a, 1)
+	require.Equal(t, byte(VersionFlagged), v[0])
+	a.CreatorCluster = ""
+	require.Equal(t, byte(Version), encodeAllocation(&a, 1)[0])
+	bad := append(appendAllocationBase(nil, VersionFlagged, &a, 1), 0x80|allocCreator, 0x01)
+	_, err := DecodeAllocation("p", netip.MustParseAddr("10.0.0.1"), bad)
+	require.ErrorContains(t, err, "unknown allocation flags")
 }
 
 func TestDecodeRejectsDamage(t *testing.T) {
@@ -63,7 +84,7 @@ func TestDecodeRejectsDamage(t *testing.T) {
 	}
 	_, err := DecodeAllocation("p", netip.MustParseAddr("10.0.0.1"), append(v, 0))
 	require.ErrorContains(t, err, "trailing")
-	v[0] = Version + 1
+	v[0] = VersionFlagged + 1
 	_, err = DecodeAllocation("p", netip.MustParseAddr("10.0.0.1"), v)
 	require.ErrorContains(t, err, "version")
 }
@@ -76,6 +97,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			Pool: "pool-1", Address: netip.MustParseAddr(addr),
 			Owner:      decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: "n", UID: "u"},
 			CreateTime: time.Unix(5, 6).UTC(), RequestID: "r", Revision: 11,
+			CreatorCluster: map[string]string{"10.0.0.1": "east"}[addr],
 		}
 		v := EncodeRecord(&a, 11)
 		got, err := DecodeRecord(v)
@@ -98,6 +120,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(EncodeQuarantine(&store.Quarantine{}))
 	a.Pool, a.Address = "p", netip.MustParseAddr("fd00::1")
 	f.Add(EncodeRecord(&a, 4))
+	a.CreatorCluster = "c"
+	f.Add(EncodeRecord(&a, 5))
+	f.Add(encodeAllocation(&a, 6))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		addr := netip.MustParseAddr("10.0.0.1")
 		if got, err := DecodeRecord(v); err == nil {
@@ -122,6 +147,7 @@ func TestEventRoundTrip(t *testing.T) {
 	tm := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	p := &store.Pool{ID: "p", CIDRs: []string{"fd00::/64"}, Labels: map[string]string{"a": "b"}, CreateTime: tm, UpdateTime: tm, Revision: 4}
 	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("fd00::1"), Owner: decide.Owner{Name: "n", UID: "u"}, CreateTime: tm, RequestID: "r", Revision: 3}
+	vip := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("fd00::2"), Owner: decide.Owner{Name: "v"}, CreatorCluster: "east", Revision: 8}
 	q := &store.Quarantine{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Until: tm}
 	for _, ev := range []store.Event{
 		{Type: store.EventPutPool, Revision: 4, Pool: p},
@@ -130,6 +156,7 @@ func TestEventRoundTrip(t *testing.T) {
 		{Type: store.EventPutAllocation, Revision: 6, Allocation: &store.Allocation{Pool: "p"}},
 		{Type: store.EventPutAllocation, Revision: 7},
 		{Pool: p, Allocation: a, Quarantine: q},
+		{Type: store.EventDeleteAllocation, Revision: 8, Allocation: vip, Quarantine: q},
 	} {
 		enc := AppendEvent(nil, &ev)
 		got := store.Event{Type: ev.Type, Revision: ev.Revision}
@@ -146,6 +173,7 @@ func TestEventRoundTrip(t *testing.T) {
 func FuzzDecodeEvent(f *testing.F) {
 	a := &store.Allocation{Pool: "p", Address: netip.MustParseAddr("10.0.0.1"), Owner: decide.Owner{Name: "n"}}
 	f.Add([]byte(AppendEvent(nil, &store.Event{Allocation: a})))
+	f.Add([]byte(AppendEvent(nil, &store.Event{Allocation: &store.Allocation{Pool: "p", CreatorCluster: "c"}})))
 	f.Add([]byte(AppendEvent(nil, &store.Event{Pool: &store.Pool{ID: "p", Reserved: []string{"x"}}})))
 	f.Add([]byte(AppendEvent(nil, &store.Event{Quarantine: &store.Quarantine{Pool: "p"}})))
 	f.Fuzz(func(t *testing.T, v []byte) {
