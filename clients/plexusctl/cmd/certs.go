@@ -64,20 +64,7 @@ fleet-wide certificate.`,
 			if member.Clusterset != "" || member.Cluster != "" || member.Fleet {
 				return memberCerts(cmd, opts, member)
 			}
-			written, err := certgen.Generate(opts)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			for _, f := range written {
-				fmt.Fprintln(out, f)
-			}
-			fmt.Fprintf(out, "\nKubernetes Secrets (the Deployments in deploy/ mount plexus-<service>-tls):\n")
-			for _, svc := range certgen.Services {
-				fmt.Fprintf(out, "  kubectl -n %s create secret generic plexus-%s-tls --from-file=%s\n",
-					opts.Namespace, svc, filepath.Dir(certgen.For(opts.Dir, svc).Cert))
-			}
-			return nil
+			return sharedCerts(cmd, opts)
 		},
 	}
 	fs := cmd.Flags()
@@ -91,6 +78,25 @@ fleet-wide certificate.`,
 	fs.StringVar(&member.Cluster, "cluster", "", "member cluster whose membership, importer and repair certificates to issue")
 	fs.BoolVar(&member.Fleet, "fleet", false, "issue the clusterset's fleet identities (repair with fleet rights, operator)")
 	return cmd
+}
+
+// sharedCerts issues the CA, the allocator's certificate, the services'
+// shared ones and the operator's, and prints the Secrets to make.
+func sharedCerts(cmd *cobra.Command, opts certgen.Options) error {
+	written, err := certgen.Generate(opts)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	for _, f := range written {
+		fmt.Fprintln(out, f)
+	}
+	fmt.Fprintf(out, "\nKubernetes Secrets (the Deployments in deploy/ mount plexus-<service>-tls):\n")
+	for _, svc := range certgen.Services {
+		fmt.Fprintf(out, "  kubectl -n %s create secret generic plexus-%s-tls --from-file=%s\n",
+			opts.Namespace, svc, filepath.Dir(certgen.For(opts.Dir, svc).Cert))
+	}
+	return nil
 }
 
 // memberCerts issues one member cluster's certificates or the fleet's.
