@@ -277,7 +277,8 @@ func (s *service) register(context.Context, *server.Cleanup) error {
 	srv.AddHealthInfo(leader.Header, func() string { l, _ := s.lead.Leader(); return l })
 	var err error
 	if s.api, err = iserver.New(iserver.Config{Imports: s.ctrl, Store: s.store, Leader: s.lead, Synced: s.informers.HasSynced, Sources: s.sourceInfos,
-		ClusterSet: s.clusterSet, RequireClusterIdentities: s.o.RequireClusterIdentities}); err != nil {
+		ClusterSet: s.clusterSet, RequireClusterIdentities: s.o.RequireClusterIdentities,
+		Audit: s.rt.Logger.With("component", "api"), Registerer: srv.Registerer()}); err != nil {
 		return err
 	}
 	s.api.Register(srv.GRPC())

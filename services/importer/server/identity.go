@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/plexusnet/plexus/internal/apierr"
@@ -30,6 +31,12 @@ func (s *Server) speaksFor(ctx context.Context, field, cluster string) error {
 		why = fmt.Sprintf("cluster identities are required; the caller's names no cluster of the clusterset (%q)", bounded(id.Principal))
 	default:
 		return nil
+	}
+	s.refusals.WithLabelValues(ReasonClusterIdentity).Inc()
+	if s.cfg.Audit != nil {
+		method, _ := grpc.Method(ctx)
+		s.cfg.Audit.InfoContext(ctx, "call refused", "principal", bounded(id.Principal), "method", method,
+			"reason", ReasonClusterIdentity, "cluster", bounded(cluster))
 	}
 	return apierr.New(codes.PermissionDenied, ReasonClusterIdentity, clip(field+": "+why, 512), nil)
 }

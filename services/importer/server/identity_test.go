@@ -1,8 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -42,16 +48,25 @@ func TestPushSpeaksOnlyForItsCluster(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			store := exports.New(nil)
+			var audit bytes.Buffer
+			reg := prometheus.NewRegistry()
 			s, err := New(Config{Imports: noImports{}, Store: store, Leader: &leadership{leading: true}, Synced: func() bool { return true },
-				ClusterSet: "prod", RequireClusterIdentities: tc.require})
+				ClusterSet: "prod", RequireClusterIdentities: tc.require,
+				Audit: slog.New(slog.NewJSONHandler(&audit, nil)), Registerer: reg})
 			require.NoError(t, err)
 			_, err = s.ApplyImport(tc.ctx, push("shop", "cart", "vm-fleet", "10.0.0.2", ""))
 			_, werr := s.WithdrawImport(tc.ctx, &importerv1.WithdrawImportRequest{Service: "namespaces/shop/services/cart", Cluster: "vm-fleet", AllowMissing: true})
+			refusals := testutil.ToFloat64(s.refusals.WithLabelValues(ReasonClusterIdentity))
 			if !tc.refused {
 				require.NoError(t, err)
 				require.NoError(t, werr)
+				require.Zero(t, refusals)
+				require.Empty(t, audit.String())
 				return
 			}
+			require.Equal(t, 2.0, refusals, "the push and the withdrawal are counted")
+			require.Equal(t, 2, strings.Count(audit.String(), `"msg":"call refused"`), "each refusal is an audit line: %s", audit.String())
+			require.Contains(t, audit.String(), `"reason":"CLUSTER_IDENTITY_MISMATCH"`)
 			for _, e := range []error{err, werr} {
 				require.Equal(t, codes.PermissionDenied, status.Code(e), "%v", e)
 				require.Equal(t, ReasonClusterIdentity, apierr.Reason(e))

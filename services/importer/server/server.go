@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,7 @@ import (
 	"github.com/plexusnet/plexus/internal/pagination"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/reconcile"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ServiceName is the full name of the gRPC service.
@@ -109,13 +111,19 @@ type Config struct {
 	// RequireClusterIdentities refuses pushes and withdrawals by callers
 	// whose identity names no cluster (shared ones, or none).
 	RequireClusterIdentities bool
+	// Audit, when set, receives the audit line of each refused push or
+	// withdrawal ("call refused"); Registerer, when set, gets their count
+	// by reason.
+	Audit      *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Server implements importerv1.ImporterServiceServer.
 type Server struct {
 	importerv1.UnimplementedImporterServiceServer
-	cfg     Config
-	applied *requestLog
+	cfg      Config
+	applied  *requestLog
+	refusals *prometheus.CounterVec
 	// term is held for reading from a push's leadership check until the
 	// push is stored, and for writing by EndTerm, so no push accepted in
 	// a term outlives it.
@@ -127,7 +135,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Imports == nil || cfg.Store == nil || cfg.Leader == nil || cfg.Synced == nil {
 		return nil, errors.New("importer server: imports, store, leadership and synced are required")
 	}
-	return &Server{cfg: cfg, applied: newRequestLog(10000)}, nil
+	s := &Server{cfg: cfg, applied: newRequestLog(10000), refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "plexus_importer_refusals_total",
+		Help: "Pushes and withdrawals refused because the caller's identity may not speak for the cluster they name, by reason; each is also logged as \"call refused\".",
+	}, []string{"reason"})}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.refusals); err != nil {
+			return nil, fmt.Errorf("register importer API metrics: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // EndTerm forgets the pushes accepted while this replica led, and the
