@@ -124,6 +124,9 @@ func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 	}
 	cfg.ClusterName = id.Cluster
 	s.clusterSet = id.ClusterSet
+	if _, err := clusterid.CheckCertificate(cfg.TLSCert, id); err != nil {
+		return err
+	}
 	if s.identity == "" {
 		if s.identity, err = leader.NewIdentity(); err != nil {
 			return err

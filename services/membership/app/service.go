@@ -66,6 +66,9 @@ func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 		return err
 	}
 	cfg.ClusterName = id.Cluster
+	if _, err := clusterid.CheckCertificate(cfg.TLSCert, id); err != nil {
+		return err
+	}
 	if s.allocConn, err = dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...); err != nil {
 		return fmt.Errorf("allocator connection: %w", err)
 	}

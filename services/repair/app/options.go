@@ -3,14 +3,11 @@ package app
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexusnet/plexus/internal/auth"
-	"github.com/plexusnet/plexus/internal/clusterid"
 	"github.com/plexusnet/plexus/internal/fleet"
 	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/services/repair/decide"
@@ -112,29 +109,6 @@ func (o *Options) decideConfig(scopes []decide.Scope, clusterBound bool) decide.
 		Resolvable:         scopes,
 		ClusterBound:       clusterBound,
 	}
-}
-
-// clusterBound reads the certificate in certFile, which the repair
-// presents to the allocator: whether it names a member cluster, which
-// must then be the cluster this repair serves (and of its clusterset, when
-// that is known).
-func clusterBound(certFile string, cluster clusterid.Identity) (bool, error) {
-	data, err := os.ReadFile(certFile)
-	if err != nil {
-		return false, fmt.Errorf("--tls-cert: %w", err)
-	}
-	id, ok, err := auth.CertIdentity(data)
-	switch {
-	case err != nil:
-		return false, fmt.Errorf("--tls-cert %s: %w", certFile, err)
-	case !ok || id.Cluster == "":
-		return false, nil
-	case id.Cluster != cluster.Cluster:
-		return false, fmt.Errorf("--tls-cert %s names cluster %q, but this repair serves cluster %q", certFile, id.Cluster, cluster.Cluster)
-	case cluster.ClusterSet != "" && id.Clusterset != cluster.ClusterSet:
-		return false, fmt.Errorf("--tls-cert %s names clusterset %q, but this cluster belongs to %q", certFile, id.Clusterset, cluster.ClusterSet)
-	}
-	return true, nil
 }
 
 // WithRESTConfig returns o set to talk to the cluster of cfg instead of

@@ -118,7 +118,7 @@ func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 	cfg.ClusterName = id.Cluster
 	s.clusterSet = id.ClusterSet
 	if cfg.PeerCA != "" && cfg.TLSCert != "" {
-		if s.clusterBound, err = clusterBound(cfg.TLSCert, id); err != nil {
+		if s.clusterBound, err = clusterid.CheckCertificate(cfg.TLSCert, id); err != nil {
 			return err
 		}
 		if s.clusterBound {

@@ -1,4 +1,4 @@
-package app
+package clusterid
 
 import (
 	"os"
@@ -8,11 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/plexusnet/plexus/internal/certgen"
-	"github.com/plexusnet/plexus/internal/clusterid"
 )
 
-// TestClusterBoundFromCertificate: a repair learns from the certificate it
-// presents whether it acts for its cluster only, and refuses one that
+// TestClusterBoundFromCertificate: a service learns from the certificate
+// it presents whether it acts for its cluster only (repair then releases
+// its cluster's allocations only), and refuses to start with one that
 // names another cluster or clusterset.
 func TestClusterBoundFromCertificate(t *testing.T) {
 	dir := t.TempDir()
@@ -22,28 +22,34 @@ func TestClusterBoundFromCertificate(t *testing.T) {
 	require.NoError(t, err)
 	_, err = certgen.GenerateMember(certgen.MemberOptions{Dir: dir, Clusterset: "east", Fleet: true})
 	require.NoError(t, err)
-	a := clusterid.Identity{Cluster: "a", ClusterSet: "east"}
+	a := Identity{Cluster: "a", ClusterSet: "east"}
 
-	bound, err := clusterBound(certgen.MemberFor(dir, "a", "repair").Cert, a)
+	bound, err := CheckCertificate(certgen.MemberFor(dir, "a", "repair").Cert, a)
 	require.NoError(t, err)
 	require.True(t, bound)
 	for _, fleet := range []string{certgen.MemberFor(dir, "", "repair").Cert, certgen.For(dir, "repair").Cert} {
-		bound, err = clusterBound(fleet, a)
+		bound, err = CheckCertificate(fleet, a)
 		require.NoError(t, err)
 		require.False(t, bound, fleet)
 	}
-	_, err = clusterBound(certgen.MemberFor(dir, "a", "repair").Cert, clusterid.Identity{Cluster: "b"})
-	require.ErrorContains(t, err, `names cluster "a", but this repair serves cluster "b"`)
-	_, err = clusterBound(certgen.MemberFor(dir, "a", "repair").Cert, clusterid.Identity{Cluster: "a", ClusterSet: "west"})
+	_, err = CheckCertificate(certgen.MemberFor(dir, "a", "repair").Cert, Identity{Cluster: "b"})
+	require.ErrorContains(t, err, `names cluster "a", but this service serves cluster "b"`)
+	_, err = CheckCertificate(certgen.MemberFor(dir, "a", "repair").Cert, Identity{Cluster: "a", ClusterSet: "west"})
 	require.ErrorContains(t, err, "clusterset")
-	bound, err = clusterBound(certgen.MemberFor(dir, "a", "repair").Cert, clusterid.Identity{Cluster: "a"})
+	bound, err = CheckCertificate(certgen.MemberFor(dir, "a", "repair").Cert, Identity{Cluster: "a"})
 	require.NoError(t, err)
 	require.True(t, bound, "no clusterset known: the cluster decides")
 
 	junk := filepath.Join(dir, "junk.pem")
 	require.NoError(t, os.WriteFile(junk, []byte("junk"), 0o600))
-	_, err = clusterBound(junk, a)
+	_, err = CheckCertificate(junk, a)
 	require.Error(t, err)
-	_, err = clusterBound(filepath.Join(dir, "missing.pem"), a)
+	_, err = CheckCertificate(filepath.Join(dir, "missing.pem"), a)
 	require.Error(t, err)
+}
+
+func TestNoCertificateNamesNothing(t *testing.T) {
+	bound, err := CheckCertificate("", Identity{Cluster: "a"})
+	require.NoError(t, err)
+	require.False(t, bound)
 }
