@@ -51,33 +51,56 @@ func TestCallPool(t *testing.T) {
 		}
 		return req.(string) + ctx.Value(ctxKey{}).(string), nil
 	}
-	// The pool's goroutine may not be waiting yet: the first calls may run
-	// on the caller's.
-	require.Eventually(t, func() bool {
-		ran = nil
-		resp, err := p.unary(ctx, "a", info, handler)
-		require.NoError(t, err)
-		require.Equal(t, "av", resp)
-		return ran[0] != goid()
-	}, 5*time.Second, time.Millisecond, "no call ran on the pool")
-	worker := ran[0]
-	_, err := p.unary(ctx, "fail", info, handler)
+	// onPool makes the call req until it runs on a pool goroutine (the
+	// pool's goroutine may not be waiting yet, or not again: such a call
+	// runs on the caller's), and returns that goroutine with the answer.
+	onPool := func(req string) (string, any, error) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ran = nil
+			resp, err := p.unary(ctx, req, info, handler)
+			if ran[0] != goid() {
+				return ran[0], resp, err
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no call %q ran on the pool", req)
+			}
+			runtime.Gosched()
+		}
+	}
+	worker, resp, err := onPool("a")
+	require.NoError(t, err)
+	require.Equal(t, "av", resp)
+	next, _, err := onPool("fail")
 	require.EqualError(t, err, "failed")
-	require.Equal(t, worker, ran[len(ran)-1], "the next call ran on another goroutine")
+	require.Equal(t, worker, next, "the next pooled call ran on another goroutine than the pool's one")
 
-	// Every goroutine busy: the call runs on the caller's.
+	// Every goroutine busy: the call runs on the caller's. A call "b"
+	// holds the pool's goroutine (made again until it lands there).
 	release := make(chan struct{})
-	busy := make(chan struct{})
-	go func() {
-		_, _ = p.unary(ctx, "b", info, func(context.Context, any) (any, error) {
-			close(busy)
-			<-release
-			return nil, nil
-		})
-	}()
-	<-busy
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := make(chan string, 1)
+		go func() {
+			_, _ = p.unary(ctx, "b", info, func(context.Context, any) (any, error) {
+				id := goid()
+				got <- id
+				if id == worker {
+					<-release
+				}
+				return nil, nil
+			})
+		}()
+		if <-got == worker {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no call \"b\" ran on the pool")
+		}
+	}
 	ran = nil
-	resp, err := p.unary(ctx, "c", info, handler)
+	resp, err = p.unary(ctx, "c", info, handler)
 	require.NoError(t, err)
 	require.Equal(t, "cv", resp)
 	require.Equal(t, goid(), ran[0])
