@@ -19,10 +19,14 @@ const helperEnv = "KUBETEST_HELPER"
 func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "ignore-term":
+		// The child lives until the test kills it, or until the test
+		// binary is gone (the kernel sends it SIGKILL then).
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); errno != 0 {
+			os.Exit(4)
+		}
 		signal.Ignore(syscall.SIGTERM)
 		os.Stdout.WriteString("ignoring SIGTERM\n")
-		time.Sleep(time.Minute) // the child's own life, until the test kills it (at most a minute if it does not)
-		os.Exit(3)
+		select {}
 	case "exit":
 		os.Stdout.WriteString("bind: address already in use\n")
 		os.Exit(1)
