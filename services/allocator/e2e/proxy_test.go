@@ -3,8 +3,12 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,8 +31,11 @@ type slowProxy struct {
 	delay       atomic.Int64 // nanoseconds
 	replyDelay  atomic.Int64 // nanoseconds
 	partitioned atomic.Bool
-	mu          sync.Mutex
-	conns       []net.Conn
+	// queued counts the chunks read and not yet written on: zero when
+	// everything sent through the proxy has arrived.
+	queued atomic.Int64
+	mu     sync.Mutex
+	conns  []net.Conn
 }
 
 func startProxy(t *testing.T, target string) *slowProxy {
@@ -114,9 +121,12 @@ func (p *slowProxy) pipe(src, dst net.Conn, reply bool) {
 		defer dst.Close()
 		for c := range chunks {
 			time.Sleep(time.Until(c.due)) // the slow link the tests are about
-			if _, err := dst.Write(c.b); err != nil {
+			_, err := dst.Write(c.b)
+			p.queued.Add(-1)
+			if err != nil {
 				_ = src.Close()
 				for range chunks { // let the reader finish
+					p.queued.Add(-1)
 				}
 				return
 			}
@@ -131,6 +141,7 @@ func (p *slowProxy) pipe(src, dst net.Conn, reply bool) {
 			if reply {
 				d += p.replyDelay.Load()
 			}
+			p.queued.Add(1)
 			chunks <- chunk{b: buf[:n], due: time.Now().Add(time.Duration(d))}
 		}
 		if err != nil {
@@ -382,10 +393,16 @@ func TestRetryAfterDroppedTraffic(t *testing.T) {
 	var committed []string
 	for round := 0; round < 8 && lost == nil; round++ {
 		req := &allocatorv1.AllocateRequest{Pool: "pools/p", Owner: owner4(fmt.Sprint("late-", round)), RequestId: fmt.Sprint("req-late-", round)}
+		handled := allocateHandled(a)
 		cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		_, err := ca.Allocate(cctx, req)
 		ccancel()
-		time.Sleep(time.Second) // the timing under test: a commit on its way lands first, or does not; every check holds both ways
+		// Once A's server is done with the call (answered, in time or not)
+		// and the proxy has delivered all it was given, a commit A sent has
+		// reached etcd, or A sent none; every check below holds both ways.
+		require.Eventually(t, func() bool {
+			return allocateHandled(a) > handled && proxy.queued.Load() == 0
+		}, 20*time.Second, 5*time.Millisecond, "A finishes the call and the link goes quiet")
 		held := owns(cb, req.GetOwner().GetName())
 		resp, rerr := cb.Allocate(ctx, req)
 		require.NoError(t, rerr)
@@ -434,4 +451,29 @@ func TestRetryAfterDroppedTraffic(t *testing.T) {
 			require.Equal(t, []string{want}, owns(c, req.GetOwner().GetName()), "the owner holds one address")
 		}
 	}
+}
+
+// allocateHandled is how many Allocate calls the allocator's server has
+// finished, by its grpc_server_handled_total; -1 while /metrics does not
+// answer. It fails nothing, so conditions that poll may call it.
+func allocateHandled(a *allocator) float64 {
+	resp, err := http.Get("http://" + a.httpAddr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	sum := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "grpc_server_handled_total{") || !strings.Contains(line, `grpc_method="Allocate"`) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
