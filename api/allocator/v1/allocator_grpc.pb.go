@@ -129,7 +129,8 @@ type AllocatorServiceClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// WatchAllocations streams allocation events. Without a start revision it
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then
-	// changes. With a start revision it sends every change after it; a
+	// changes; the snapshot holds every allocation acknowledged before the
+	// call. With a start revision it sends every change after it; a
 	// revision that is too old is answered with OUT_OF_RANGE
 	// (REVISION_TOO_OLD): the client must list again. The same ends a
 	// snapshot of every pool on a replica among others, read from etcd at one
@@ -366,7 +367,8 @@ type AllocatorServiceServer interface {
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// WatchAllocations streams allocation events. Without a start revision it
 	// first sends a snapshot (ADDED events closed by a SYNCED event), then
-	// changes. With a start revision it sends every change after it; a
+	// changes; the snapshot holds every allocation acknowledged before the
+	// call. With a start revision it sends every change after it; a
 	// revision that is too old is answered with OUT_OF_RANGE
 	// (REVISION_TOO_OLD): the client must list again. The same ends a
 	// snapshot of every pool on a replica among others, read from etcd at one

@@ -304,3 +304,46 @@ func TestWatchSnapshotChunks(t *testing.T) {
 	runtime.GC()
 	require.Equal(t, before, chunks("p"))
 }
+
+// A watch shares a recent snapshot only when it holds every commit
+// acknowledged before the watch began: an allocation made between two
+// watches is in the second's snapshot (before SYNCED), not a change after
+// it, while two watches with no commit between share one snapshot.
+func TestWatchSnapshotHoldsWhatWasAcknowledgedBefore(t *testing.T) {
+	svc, _ := newService(t, memory.New())
+	ctx := context.Background()
+	_, err := svc.CreatePool(ctx, "p", decide.PoolSpec{CIDRs: []string{"10.0.0.0/24"}})
+	require.NoError(t, err)
+	snapshot := func() (addrs []string, first *allocation.SnapshotChunk) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w, err := svc.Watch(wctx, "p", 0)
+		require.NoError(t, err)
+		for {
+			e := w.Next(wctx)
+			require.NoError(t, e.Err)
+			if e.Synced {
+				return addrs, first
+			}
+			require.NotNil(t, e.Chunk, "only the snapshot comes before SYNCED")
+			if first == nil {
+				first = e.Chunk
+			}
+			for _, a := range e.Chunk.Allocations {
+				addrs = append(addrs, a.Address.String())
+			}
+		}
+	}
+	a, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("a")})
+	require.NoError(t, err)
+	got, c1 := snapshot()
+	require.Equal(t, []string{a.Address.String()}, got)
+	_, c2 := snapshot()
+	require.Same(t, c1, c2, "no commit between: one snapshot shared")
+
+	b, _, err := svc.Allocate(ctx, decide.Request{Pool: "p", Owner: owner("b")})
+	require.NoError(t, err)
+	got, c3 := snapshot()
+	require.ElementsMatch(t, []string{a.Address.String(), b.Address.String()}, got)
+	require.NotSame(t, c1, c3)
+}

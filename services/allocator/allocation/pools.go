@@ -696,9 +696,14 @@ func (s *Allocator) watchFrom(ctx context.Context, pool string, fromRev int64, s
 	case !s.follow:
 		take = s.heldSnapshot(pool)
 	}
+	// The snapshot holds every commit acknowledged before this call.
+	atLeast, err := s.currentRevision(ctx)
+	if err != nil {
+		return nil, err
+	}
 	key := pool
 	for fresh := false; ; fresh = true {
-		sn, err := s.snapshots.get(ctx, key, fresh, take)
+		sn, err := s.snapshots.get(ctx, key, atLeast, fresh, take)
 		if err != nil {
 			return nil, err
 		}

@@ -253,52 +253,81 @@ type snapshotCall struct {
 	done chan struct{}
 	snap *poolSnapshot
 	err  error
+	// from is the store's revision when the snapshot was asked for: the
+	// snapshot, taken after, is at least as new.
+	from int64
 }
 
-// stale reports whether the call's snapshot can no longer be read whole:
-// the store compacted its revision while it was being sent.
-func (c *snapshotCall) stale() bool {
+// finished reports whether the call's snapshot has been taken.
+func (c *snapshotCall) finished() bool {
 	select {
 	case <-c.done:
-		return c.snap != nil && c.snap.compacted.Load()
+		return true
 	default:
 		return false
 	}
 }
 
+// stale reports whether the call's snapshot can no longer be read whole:
+// the store compacted its revision while it was being sent.
+func (c *snapshotCall) stale() bool {
+	return c.finished() && c.snap != nil && c.snap.compacted.Load()
+}
+
+// covers reports whether the call's snapshot is at least at revision
+// atLeast: taken, at that revision or later; or being taken, asked for
+// when the store was there already.
+func (c *snapshotCall) covers(atLeast int64) bool {
+	if c.finished() {
+		return c.err == nil && c.snap.rev >= atLeast
+	}
+	return c.from >= atLeast
+}
+
 // snapshots shares snapshots among the watches that start while one is
 // being taken or was taken less than snapshotReuse ago: 2,000 watches
-// started together take one, not 2,000. A snapshot is dropped
-// snapshotReuse after it was taken (the watches still sending it keep
-// what they hold). Snapshots are kept by key: one for the whole store,
-// and one per pool (taken from memory, or on a follower read from the
-// store).
+// started together take one, not 2,000. A watch shares only a snapshot at
+// least as new as the store was when it began (atLeast), so what it
+// receives up to SYNCED holds every commit acknowledged before its call;
+// under a steady stream of commits the watches that arrive while one
+// snapshot is taken share the next. A snapshot is dropped snapshotReuse
+// after it was taken (the watches still sending it keep what they hold).
+// Snapshots are kept by key: one for the whole store, and one per pool
+// (taken from memory, or on a follower read from the store).
 type snapshots struct {
 	mu    sync.Mutex
 	calls map[string]*snapshotCall
 }
 
-// get returns a recent snapshot of key, or takes one with take. A watch
-// that gives up (ctx) does not stop the snapshot the others wait for.
-// fresh forces a new one (the store no longer has the history after the
-// last).
-func (sn *snapshots) get(ctx context.Context, key string, fresh bool, take func(context.Context) (*poolSnapshot, error)) (*poolSnapshot, error) {
-	sn.mu.Lock()
-	c := sn.calls[key]
-	if c == nil || fresh || c.stale() {
-		c = &snapshotCall{done: make(chan struct{})}
-		if sn.calls == nil {
-			sn.calls = map[string]*snapshotCall{}
+// get returns a recent snapshot of key at revision atLeast or later, or
+// takes one with take. A watch that gives up (ctx) does not stop the
+// snapshot the others wait for. fresh forces a new one (the store no
+// longer has the history after the last).
+func (sn *snapshots) get(ctx context.Context, key string, atLeast int64, fresh bool, take func(context.Context) (*poolSnapshot, error)) (*poolSnapshot, error) {
+	for {
+		sn.mu.Lock()
+		c := sn.calls[key]
+		behind := c != nil && !c.finished() && !c.covers(atLeast)
+		if !behind && (c == nil || fresh || c.stale() || !c.covers(atLeast)) {
+			c = &snapshotCall{done: make(chan struct{}), from: atLeast}
+			if sn.calls == nil {
+				sn.calls = map[string]*snapshotCall{}
+			}
+			sn.calls[key] = c
+			go sn.take(key, c, take, snapshotReuse)
 		}
-		sn.calls[key] = c
-		go sn.take(key, c, take, snapshotReuse)
-	}
-	sn.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.snap, c.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		sn.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if !behind {
+			return c.snap, c.err
+		}
+		// The snapshot being taken was asked for before a commit this
+		// watch must see: once it is in, share the next.
+		fresh = false
 	}
 }
 

@@ -260,7 +260,8 @@ class AllocatorServiceServicer(object):
     def WatchAllocations(self, request, context):
         """WatchAllocations streams allocation events. Without a start revision it
         first sends a snapshot (ADDED events closed by a SYNCED event), then
-        changes. With a start revision it sends every change after it; a
+        changes; the snapshot holds every allocation acknowledged before the
+        call. With a start revision it sends every change after it; a
         revision that is too old is answered with OUT_OF_RANGE
         (REVISION_TOO_OLD): the client must list again. The same ends a
         snapshot of every pool on a replica among others, read from etcd at one
