@@ -47,8 +47,8 @@ func TestPythonClientAllocatesListsAndWatches(t *testing.T) {
 		[]string{"--store", "bolt:" + filepath.Join(t.TempDir(), "alloc.db")})
 	alloc.WaitServing(30 * time.Second)
 
-	run := func() result {
-		cmd := exec.Command(py, "examples/allocate_list_watch.py", "--addr", alloc.GRPCAddr, "--pool", "py-pool", "--cidr", "10.250.0.0/29")
+	run := func(late string) result {
+		cmd := exec.Command(py, "examples/allocate_list_watch.py", "--addr", alloc.GRPCAddr, "--pool", "py-pool", "--cidr", "10.250.0.0/29", "--late", late)
 		cmd.Env = append(os.Environ(), "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1")
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
@@ -61,7 +61,7 @@ func TestPythonClientAllocatesListsAndWatches(t *testing.T) {
 		}
 		return r
 	}
-	r := run()
+	r := run("pod-late")
 	if len(r.Allocated) != 3 || len(slices.Compact(slices.Sorted(slices.Values(r.Allocated)))) != 3 {
 		t.Fatalf("three Pods got %v", r.Allocated)
 	}
@@ -78,9 +78,17 @@ func TestPythonClientAllocatesListsAndWatches(t *testing.T) {
 		t.Fatalf("Allocate in a missing pool answered %s", r.MissingPool)
 	}
 	// Allocate is idempotent per owner: a second run gets the same
-	// addresses, and lists the late Pod's too.
-	again := run()
+	// addresses, and lists and watches the late Pod's too (the snapshot
+	// holds every allocation acknowledged before the watch began); its
+	// own late Pod is a change after SYNCED.
+	again := run("pod-later")
 	if !slices.Equal(again.Allocated, r.Allocated) || len(again.Listed) != 4 || !slices.Contains(again.Listed, r.Late[0]) {
 		t.Fatalf("second run: allocated %v (first %v), listed %v", again.Allocated, r.Allocated, again.Listed)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(again.Snapshot)), slices.Sorted(slices.Values(again.Listed))) {
+		t.Fatalf("second run: the watch's snapshot %v is not what was listed before it, %v", again.Snapshot, again.Listed)
+	}
+	if len(again.Late) != 1 || again.Change.Address != again.Late[0] || again.Change.Owner != "pod-later" {
+		t.Fatalf("second run: allocated %v while watching, the watch saw %+v", again.Late, again.Change)
 	}
 }

@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--addr", default="127.0.0.1:7401")
     ap.add_argument("--pool", default="demo-py")
     ap.add_argument("--cidr", default="10.250.0.0/29")
+    ap.add_argument("--late", default="pod-late", help="owner allocated while the watch runs")
     args = ap.parse_args()
 
     with grpc.insecure_channel(args.addr) as ch:
@@ -79,7 +80,7 @@ def main():
         listed, pages = list_all(stub, pool)
         late = []
         snapshot, change = watch(stub, pool, lambda: late.append(
-            stub.Allocate(pb.AllocateRequest(pool=pool, owner=owner("pod-late"))).allocation.address))
+            stub.Allocate(pb.AllocateRequest(pool=pool, owner=owner(args.late))).allocation.address))
         try:
             stub.Allocate(pb.AllocateRequest(pool="pools/no-such-pool", owner=owner("pod-x")))
             missing = "OK"
