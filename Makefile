@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 CORE_PKGS := ./internal/netparse/... ./internal/exportpolicy/... ./services/allocator/ipam/... \
 	./services/membership/selector/... ./services/membership/endpoints/... \
 	./services/importer/slices/... ./services/importer/mcs/... ./services/importer/materialize/... \
-	./internal/endpointrules/... \
+	./internal/endpointrules/... ./internal/owner/... \
 	./services/repair/decide/... ./services/allocator/decide/... ./services/allocator/held/... ./services/allocator/store/internal/...
 
 SERVICES := allocator membership importer repair

@@ -107,7 +107,7 @@ func TestFloors(t *testing.T) {
 
 // cores are the pure decision packages (Makefile's CORE_PKGS).
 var cores = []string{
-	"internal/netparse", "internal/endpointrules", "internal/exportpolicy",
+	"internal/netparse", "internal/endpointrules", "internal/exportpolicy", "internal/owner",
 	"services/allocator/ipam",
 	"services/membership/selector", "services/membership/endpoints",
 	"services/importer/slices", "services/importer/mcs", "services/importer/materialize",
@@ -128,7 +128,7 @@ var forbidden = []string{
 // their own: they import neither sync nor sync/atomic (their
 // dependencies may). The runner around them holds the locks.
 var lockFree = []string{
-	"internal/netparse", "internal/endpointrules", "internal/exportpolicy",
+	"internal/netparse", "internal/endpointrules", "internal/exportpolicy", "internal/owner",
 	"services/allocator/ipam", "services/allocator/decide",
 	"services/membership/endpoints",
 	"services/importer/slices", "services/importer/mcs", "services/importer/materialize",

@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/netip"
 	"time"
+
+	"github.com/plexusnet/plexus/internal/owner"
 )
 
 // Errors of the package. Callers test them with errors.Is.
@@ -29,42 +31,13 @@ var (
 const ImporterManagedBy = "importer.plexus.dev"
 
 // Identity names an owner independently of its uid.
-type Identity struct {
-	Cluster   string
-	Kind      string
-	Namespace string
-	Name      string
-}
-
-// String returns cluster/kind/namespace/name.
-func (i Identity) String() string {
-	return i.Cluster + "/" + i.Kind + "/" + i.Namespace + "/" + i.Name
-}
+type Identity = owner.Identity
 
 // Owner is the holder of an allocation or of a claim.
-type Owner struct {
-	Cluster   string
-	Kind      string
-	Namespace string
-	Name      string
-	UID       string
-}
+type Owner = owner.Owner
 
-// Identity returns the owner without its uid.
-func (o Owner) Identity() Identity {
-	return Identity{Cluster: o.Cluster, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
-}
-
-// String returns cluster/kind/namespace/name(uid).
-func (o Owner) String() string {
-	return o.Identity().String() + "(" + o.UID + ")"
-}
-
-// same reports whether a and b are the same owner. A missing uid on either
-// side cannot tell two incarnations apart, so identity alone decides then.
-func same(a, b Owner) bool {
-	return a.Identity() == b.Identity() && (a.UID == "" || b.UID == "" || a.UID == b.UID)
-}
+// same reports whether a and b are the same owner (owner.Same).
+func same(a, b Owner) bool { return owner.Same(a, b) }
 
 // Allocation is one allocated address as the allocator listed it.
 type Allocation struct {
