@@ -64,7 +64,7 @@ func TestDeployGuide(t *testing.T) {
 			strings.Contains(etcdHelp, f[1]+" ")
 		require.True(t, known, "docs/deploy.md names a flag %s that no service, plexusctl or etcd has", f[1])
 	}
-	reasons := sourceText(t, "services/importer/materialize/status.go", "services/importer/mcs/merge.go", "services/membership/kube/exportstatus.go")
+	reasons := sourceText(t, "services/importer/materialize/status.go", "services/importer/mcs/merge.go", "services/membership/controller/exportstatus.go")
 	for _, r := range []string{"ClusterSetIPNotProgrammed", "EndpointSlicesNotWritten", "AllocationFailed", "EndpointsDropped", "NamespaceMissing"} {
 		require.Contains(t, doc, r)
 		require.Contains(t, reasons, `"`+r+`"`, "reason %s is not one the code writes", r)

@@ -20,7 +20,7 @@ type Options struct {
 	// Workers reconcile Services concurrently.
 	Workers int
 	// BatchPeriod groups the changes of a burst into one event per
-	// Service (see kube.Options).
+	// Service (see controller.Options).
 	BatchPeriod time.Duration
 	// SweepWorkers expire heartbeats concurrently.
 	SweepWorkers int

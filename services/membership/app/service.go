@@ -18,7 +18,7 @@ import (
 	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/policywatch"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/services/membership/kube"
+	"github.com/plexusnet/plexus/services/membership/controller"
 	"github.com/plexusnet/plexus/services/membership/registry"
 	mserver "github.com/plexusnet/plexus/services/membership/server"
 	"github.com/plexusnet/plexus/services/membership/watch"
@@ -32,8 +32,8 @@ type service struct {
 	clients   *kubeclient.Clients
 	allocConn *grpc.ClientConn
 
-	hub       *kube.Hub
-	ctrl      *kube.Controller
+	hub       *controller.Hub
+	ctrl      *controller.Controller
 	registrar *registry.Registry
 	sweeper   *registry.Sweeper
 	policy    *policywatch.Watcher
@@ -89,7 +89,7 @@ func (s *service) build(context.Context, *server.Cleanup) error {
 	if s.policy, err = policywatch.New(s.clients.Dynamic, rt.Logger.With("component", "policy"), reg); err != nil {
 		return err
 	}
-	if s.ctrl, err = kube.New(s.clients.Kube, s.clients.MCS, workloads, s.hub, kube.Options{
+	if s.ctrl, err = controller.New(s.clients.Kube, s.clients.MCS, workloads, s.hub, controller.Options{
 		Policy:            s.policy,
 		ClusterName:       cluster,
 		Workers:           o.Workers,
@@ -102,10 +102,10 @@ func (s *service) build(context.Context, *server.Cleanup) error {
 	}
 	s.policy.OnChange(s.ctrl.PolicyChanged)
 	if s.registrar, err = registry.New(workloads, allocatorv1.NewAllocatorServiceClient(s.allocConn), cluster,
-		registry.WithLogger(rt.Logger.With("component", "registry")), registry.WithRegisterer(reg), registry.WithAddressBook(s.ctrl)); err != nil {
+		registry.WithLogger(rt.Logger.With("component", "registry")), registry.WithRegisterer(reg), registry.WithAddressBook(s.ctrl.Caches())); err != nil {
 		return err
 	}
-	s.sweeper, err = registry.NewSweeper(workloads, s.ctrl.ExternalWorkloadInformer(),
+	s.sweeper, err = registry.NewSweeper(workloads, s.ctrl.Caches().ExternalWorkloadInformer(),
 		registry.SweepWithLogger(rt.Logger.With("component", "heartbeats")), registry.SweepWithRegisterer(reg))
 	return err
 }

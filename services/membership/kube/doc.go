@@ -1,24 +1,9 @@
-// Package kube is membership's Kubernetes adapter: it keeps the
-// endpoint set of every Service of one cluster in a watch.Hub, from shared
-// informers over Services, Pods, Nodes (for zones), ServiceExports and
-// ExternalWorkloads.
-//
-// It follows the sample-controller pattern. Event handlers do no work
-// beyond keeping the selector index current and finding, with
-// selector.Affected, which Services a change concerns; they queue those
-// Services on a rate-limited workqueue, which merges repeated keys, so a
-// burst of changes to one Service's Pods costs few reconciles. Workers take
-// a Service, recompute its endpoint set from the caches with
-// endpoints.Compute, and publish it only when it changed.
-//
-// Every change that concerns at least one Service is marked by a span,
-// "membership.observe", started when the handler sees it. The reconcile
-// span is its child, and the event published carries the observation's time
-// and its trace context, so a consumer can follow a change from the moment
-// membership saw it.
-//
-// The controller counts as synced only when the caches have synced and
-// every Service found at start-up has been reconciled once: before that, a
-// snapshot would miss Services and a consumer would delete their
-// endpoints.
+// Package kube is membership's adapter to its cluster's Kubernetes API:
+// the informer caches over Services, Pods, Nodes (for zones),
+// ServiceExports and ExternalWorkloads, trimmed to what an endpoint needs
+// and indexed (Pods by node, Pods and ExternalWorkloads by address); the
+// conversions of those objects into the pure core's model (package
+// endpoints) and of endpoint sets into the wire's; and membership's one
+// write, a ServiceExport's status. It decides nothing: package controller
+// does, with the core.
 package kube

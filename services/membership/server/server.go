@@ -47,7 +47,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 type Server struct {
 	membershipv1.UnimplementedMembershipServiceServer
 
-	hub        *kube.Hub
+	hub        *watch.Hub[*membershipv1.ServiceEndpoints]
 	members    Members
 	registry   *registry.Registry
 	cluster    string
@@ -60,7 +60,7 @@ type Server struct {
 }
 
 // New returns a Server. cluster names the cluster in deletion events.
-func New(hub *kube.Hub, members Members, reg *registry.Registry, cluster string, opts ...Option) (*Server, error) {
+func New(hub *watch.Hub[*membershipv1.ServiceEndpoints], members Members, reg *registry.Registry, cluster string, opts ...Option) (*Server, error) {
 	s := &Server{hub: hub, members: members, registry: reg, cluster: cluster, logger: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o(s)

@@ -33,7 +33,7 @@ func (synced) ServicesFor(endpoints.Kind, string, string) ([]selector.ServiceKey
 }
 
 // serve runs the API over hub on a loopback port and returns a client.
-func serve(t *testing.T, hub *kube.Hub) membershipv1.MembershipServiceClient {
+func serve(t *testing.T, hub *watch.Hub[*membershipv1.ServiceEndpoints]) membershipv1.MembershipServiceClient {
 	t.Helper()
 	api, err := server.New(hub, synced{}, nil, "c1")
 	require.NoError(t, err)

@@ -1,12 +1,7 @@
-package kube
+package controller
 
 import (
-	"context"
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
@@ -58,27 +53,4 @@ func (c *Controller) permitted(namespace string, conds []metav1.Condition) (bool
 		{Type: string(mcsv1beta1.ServiceExportConditionReady), Status: metav1.ConditionFalse,
 			Reason: string(mcsv1beta1.ServiceExportReasonFailed), Message: "not exported: " + d.Message},
 	}
-}
-
-// writeExportStatus brings the ServiceExport's Valid and Ready conditions to
-// conds through the status subresource, guarded by the cached object's
-// resourceVersion (a lost race is retried by the queue); other conditions
-// are kept. Nothing is written when nothing changes, so replicas that agree
-// write once between them.
-func (c *Controller) writeExportStatus(ctx context.Context, export *mcsv1beta1.ServiceExport, conds []metav1.Condition) error {
-	next := export.DeepCopy()
-	for _, cd := range conds {
-		cd.ObservedGeneration = export.Generation
-		meta.SetStatusCondition(&next.Status.Conditions, cd)
-	}
-	if equality.Semantic.DeepEqual(export.Status, next.Status) {
-		return nil
-	}
-	if c.mcs == nil {
-		return nil
-	}
-	if _, err := c.mcs.MulticlusterV1beta1().ServiceExports(export.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update status of ServiceExport %s/%s: %w", export.Namespace, export.Name, err)
-	}
-	return nil
 }

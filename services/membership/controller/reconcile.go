@@ -1,4 +1,4 @@
-package kube
+package controller
 
 import (
 	"context"
@@ -12,13 +12,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
-	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
 	"github.com/plexusnet/plexus/services/membership/endpoints"
+	"github.com/plexusnet/plexus/services/membership/kube"
 	"github.com/plexusnet/plexus/services/membership/selector"
 	"github.com/plexusnet/plexus/services/membership/watch"
 )
@@ -66,7 +65,7 @@ func (c *Controller) sync(ctx context.Context, key selector.ServiceKey) (err err
 // with the result, so that the reconcile is retried without holding back
 // the endpoints.
 func (c *Controller) reconcile(ctx context.Context, key selector.ServiceKey, obs observation, span trace.Span) (string, error) {
-	svc, err := c.services.Services(key.Namespace).Get(key.Name)
+	svc, err := c.caches.Services.Services(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		return c.removed(ctx, key, obs, span)
 	}
@@ -81,8 +80,8 @@ func (c *Controller) reconcile(ctx context.Context, key selector.ServiceKey, obs
 	if err != nil {
 		return "error", err
 	}
-	set := endpoints.Compute(ServiceModel(svc), workloads, endpoints.WithClusterName(c.opts.ClusterName))
-	value := ServiceEndpoints(svc, &set, export)
+	set := endpoints.Compute(kube.ServiceModel(svc), workloads, endpoints.WithClusterName(c.opts.ClusterName))
+	value := kube.ServiceEndpoints(svc, &set, export)
 	span.SetAttributes(attribute.Int("membership.workloads", len(workloads)))
 
 	wkey := watch.Key(key)
@@ -101,9 +100,9 @@ func (c *Controller) reconcile(ctx context.Context, key selector.ServiceKey, obs
 // removed handles a Service that is gone: its ServiceExport, if any, says
 // so in its status, and its deletion is published once.
 func (c *Controller) removed(ctx context.Context, key selector.ServiceKey, obs observation, span trace.Span) (string, error) {
-	if export, _ := c.exports.ServiceExports(key.Namespace).Get(key.Name); export != nil {
+	if export, _ := c.caches.Exports.ServiceExports(key.Namespace).Get(key.Name); export != nil {
 		_, conds := exportConditions(nil)
-		if err := c.writeExportStatus(ctx, export, conds); err != nil {
+		if err := c.caches.WriteExportStatus(ctx, export, conds); err != nil {
 			return "error", err
 		}
 	}
@@ -122,7 +121,7 @@ func (c *Controller) removed(ctx context.Context, key selector.ServiceKey, obs o
 // the clusterset can serve svc; nil when svc is not exported or not valid
 // for export. statusErr is the status write's failure.
 func (c *Controller) exportOf(ctx context.Context, svc *corev1.Service) (export *mcsv1beta1.ServiceExport, statusErr, err error) {
-	export, err = c.exports.ServiceExports(svc.Namespace).Get(svc.Name)
+	export, err = c.caches.Exports.ServiceExports(svc.Namespace).Get(svc.Name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil, nil
 	}
@@ -133,7 +132,7 @@ func (c *Controller) exportOf(ctx context.Context, svc *corev1.Service) (export 
 	if valid && c.opts.Policy != nil {
 		valid, conds = c.permitted(svc.Namespace, conds)
 	}
-	statusErr = c.writeExportStatus(ctx, export, conds)
+	statusErr = c.caches.WriteExportStatus(ctx, export, conds)
 	if !valid {
 		return nil, statusErr, nil // not published as exported: the clusterset cannot serve it
 	}
@@ -176,24 +175,17 @@ func (c *Controller) published(key selector.ServiceKey, rev uint64, obs observat
 func (c *Controller) member(m selector.WorkloadKey) (w endpoints.Workload, ok bool, err error) {
 	switch endpoints.Kind(m.Kind) {
 	case endpoints.KindPod:
-		p, err := c.pods.Pods(m.Namespace).Get(m.Name)
-		if apierrors.IsNotFound(err) {
-			return w, false, nil
+		p, ok, err := c.caches.Pod(m.Namespace, m.Name)
+		if !ok || err != nil {
+			return w, false, err
 		}
-		if err != nil {
-			return w, false, fmt.Errorf("get pod %s/%s from cache: %w", m.Namespace, m.Name, err)
-		}
-		return PodWorkload(p, c.zoneOf(p.Spec.NodeName)), true, nil
+		return kube.PodWorkload(p, c.caches.Zone(p.Spec.NodeName)), true, nil
 	case endpoints.KindExternalWorkload:
-		obj, exists, err := c.workloadInf.GetIndexer().GetByKey(m.Namespace + "/" + m.Name)
-		if err != nil {
-			return w, false, fmt.Errorf("get external workload %s/%s from cache: %w", m.Namespace, m.Name, err)
+		ew, ok, err := c.caches.ExternalWorkload(m.Namespace, m.Name)
+		if !ok || err != nil {
+			return w, false, err
 		}
-		ew, isEW := obj.(*workloadv1alpha1.ExternalWorkload)
-		if !exists || !isEW {
-			return w, false, nil
-		}
-		return ExternalWorkload(ew), true, nil
+		return kube.ExternalWorkload(ew), true, nil
 	}
 	return w, false, nil
 }
@@ -212,44 +204,27 @@ func (c *Controller) traceContext(sc trace.SpanContext) map[string]string {
 	return m
 }
 
-// zoneOf returns the zone label of a node, "" when the node or its label is
-// unknown.
-func (c *Controller) zoneOf(node string) string {
-	if node == "" {
-		return ""
-	}
-	n, err := c.nodes.Get(node)
-	if err != nil {
-		return ""
-	}
-	return n.Labels[ZoneLabel]
-}
-
 // nodeChanged queues the Services of a node's Pods when the node's zone
 // changed, since the zone is part of their endpoints.
 func (c *Controller) nodeChanged(old, node *corev1.Node) {
 	var oldZone, newZone, name string
 	if old != nil {
-		oldZone, name = old.Labels[ZoneLabel], old.Name
+		oldZone, name = old.Labels[kube.ZoneLabel], old.Name
 	}
 	if node != nil {
-		newZone, name = node.Labels[ZoneLabel], node.Name
+		newZone, name = node.Labels[kube.ZoneLabel], node.Name
 	}
 	if oldZone == newZone {
 		return
 	}
-	objs, err := c.podInf.GetIndexer().ByIndex(podNodeIndex, name)
+	pods, err := c.caches.PodsOnNode(name)
 	if err != nil {
 		c.logger.Error("list pods of node from cache", "node", name, "error", err)
 		return
 	}
 	seen := map[selector.ServiceKey]struct{}{}
 	var keys []selector.ServiceKey
-	for _, obj := range objs {
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			continue
-		}
+	for _, p := range pods {
 		for _, k := range c.index.ServicesFor(selector.WorkloadKey{Namespace: p.Namespace, Kind: string(endpoints.KindPod), Name: p.Name}) {
 			if _, dup := seen[k]; !dup {
 				seen[k] = struct{}{}
@@ -261,73 +236,22 @@ func (c *Controller) nodeChanged(old, node *corev1.Node) {
 }
 
 // ServicesFor returns the Services that select a Pod or an external
-// workload, sorted, or ErrWorkloadNotFound when the workload is not cached.
+// workload, sorted, or kube.ErrWorkloadNotFound when the workload is not
+// cached.
 func (c *Controller) ServicesFor(kind endpoints.Kind, namespace, name string) ([]selector.ServiceKey, error) {
+	var ok bool
+	var err error
 	switch kind {
 	case endpoints.KindPod:
-		if _, err := c.pods.Pods(namespace).Get(name); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, ErrWorkloadNotFound)
-			}
-			return nil, fmt.Errorf("get pod %s/%s from cache: %w", namespace, name, err)
-		}
+		_, ok, err = c.caches.Pod(namespace, name)
 	case endpoints.KindExternalWorkload:
-		_, exists, err := c.workloadInf.GetIndexer().GetByKey(namespace + "/" + name)
-		if err != nil {
-			return nil, fmt.Errorf("get external workload %s/%s from cache: %w", namespace, name, err)
-		}
-		if !exists {
-			return nil, fmt.Errorf("external workload %s/%s: %w", namespace, name, ErrWorkloadNotFound)
-		}
-	default:
-		return nil, fmt.Errorf("kind %q: %w", kind, ErrWorkloadNotFound)
+		_, ok, err = c.caches.ExternalWorkload(namespace, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, kube.ErrWorkloadNotFound)
 	}
 	return c.index.ServicesFor(selector.WorkloadKey{Namespace: namespace, Kind: string(kind), Name: name}), nil
-}
-
-// trim drops from cached objects what membership never reads, above all
-// managed fields and, for Pods and Nodes, everything but what an endpoint
-// needs: the caches hold every Pod of the cluster.
-func trim(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		return trimPod(o), nil
-	case *corev1.Node:
-		return &corev1.Node{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-			Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels,
-		}}, nil
-	case metav1.ObjectMetaAccessor:
-		o.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-func trimPod(p *corev1.Pod) *corev1.Pod {
-	out := &corev1.Pod{
-		TypeMeta: p.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: p.Labels, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-		},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, Hostname: p.Spec.Hostname, Subdomain: p.Spec.Subdomain, HostNetwork: p.Spec.HostNetwork},
-		Status: corev1.PodStatus{
-			Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
-		},
-	}
-	for _, c := range p.Spec.Containers {
-		if len(c.Ports) > 0 {
-			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
-		}
-	}
-	for _, c := range p.Spec.InitContainers {
-		if len(c.Ports) > 0 && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
-		}
-	}
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: cond.Type, Status: cond.Status}}
-		}
-	}
-	return out
 }

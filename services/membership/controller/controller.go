@@ -1,8 +1,7 @@
-package kube
+package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -15,22 +14,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
-	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	workloadv1alpha1 "github.com/plexusnet/plexus/api/workload/v1alpha1"
-	workloadclient "github.com/plexusnet/plexus/api/workload/v1alpha1/client"
 	"github.com/plexusnet/plexus/internal/exportpolicy"
 	"github.com/plexusnet/plexus/services/membership/endpoints"
+	"github.com/plexusnet/plexus/services/membership/kube"
 	"github.com/plexusnet/plexus/services/membership/selector"
 	"github.com/plexusnet/plexus/services/membership/watch"
 )
@@ -38,16 +33,9 @@ import (
 // Hub is the hub the Controller publishes endpoint sets to.
 type Hub = watch.Hub[*membershipv1.ServiceEndpoints]
 
-// ErrWorkloadNotFound means a Pod or ExternalWorkload is not in the cache.
-var ErrWorkloadNotFound = errors.New("workload not found")
-
 // maxRetries bounds how often a failing Service is retried before it is
 // dropped until its next change.
 const maxRetries = 10
-
-// podNodeIndex indexes Pods by node, to find those whose zone changes with
-// their node's labels.
-const podNodeIndex = "spec.nodeName"
 
 // Options configure a Controller.
 type Options struct {
@@ -101,21 +89,12 @@ type Controller struct {
 	hub    *Hub
 	index  *selector.Index
 
-	kubeFactory informers.SharedInformerFactory
-	mcsFactory  mcsinformers.SharedInformerFactory
-	workloadInf cache.SharedIndexInformer
-	podInf      cache.SharedIndexInformer
-	services    corelisters.ServiceLister
-	pods        corelisters.PodLister
-	nodes       corelisters.NodeLister
-	exports     mcslisters.ServiceExportLister
-	handlers    []cache.ResourceEventHandlerRegistration
+	// caches are the cluster's objects as the informers hold them, and
+	// the writer of ServiceExport status.
+	caches *kube.Caches
 
 	queue workqueue.TypedRateLimitingInterface[selector.ServiceKey]
-	// mcs writes the status of ServiceExports.
-	mcs mcsclient.Interface
-
-	mu sync.Mutex
+	mu    sync.Mutex
 	// observed holds, per queued Service, the earliest change not yet
 	// reconciled.
 	observed map[selector.ServiceKey]observation
@@ -140,14 +119,13 @@ type metrics struct {
 // New builds a Controller over the clients; Run starts it. workloads is a
 // REST client of the ExternalWorkload API (see package
 // api/workload/v1alpha1/client).
-func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Interface, hub *Hub, opts Options) (*Controller, error) {
+func New(kubeClient kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Interface, hub *Hub, opts Options) (*Controller, error) {
 	opts = opts.withDefaults()
 	c := &Controller{
 		opts:     opts,
 		logger:   opts.Logger,
-		tracer:   opts.TracerProvider.Tracer("github.com/plexusnet/plexus/services/membership/kube"),
+		tracer:   opts.TracerProvider.Tracer("github.com/plexusnet/plexus/services/membership/controller"),
 		hub:      hub,
-		mcs:      mcs,
 		index:    selector.New(selector.WithIgnoredNamespaces(opts.IgnoredNamespaces...)),
 		observed: map[selector.ServiceKey]observation{},
 		synced:   make(chan struct{}),
@@ -159,7 +137,12 @@ func New(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Inte
 	if err := c.registerMetrics(opts.Registerer); err != nil {
 		return nil, err
 	}
-	if err := c.buildInformers(kube, mcs, workloads); err != nil {
+	var err error
+	c.caches, err = kube.NewCaches(kubeClient, mcs, workloads, opts.Resync, kube.Handlers{
+		Service: c.serviceChanged, Pod: c.podChanged, Node: c.nodeChanged,
+		Export: c.exportChanged, ExternalWorkload: c.externalWorkloadChanged,
+	})
+	if err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -210,55 +193,6 @@ func (c *Controller) registerMetrics(r prometheus.Registerer) error {
 	return registerAll(r, c.metrics.reconcile, c.metrics.latency, depth)
 }
 
-// buildInformers builds the shared informers, their indexes (Pods by node
-// and by address, ExternalWorkloads by address) and their event handlers.
-func (c *Controller) buildInformers(kube kubernetes.Interface, mcs mcsclient.Interface, workloads rest.Interface) error {
-	resync := c.opts.Resync
-	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(trim))
-	c.mcsFactory = mcsinformers.NewSharedInformerFactoryWithOptions(mcs, resync, mcsinformers.WithTransform(trim))
-	svcInf := c.kubeFactory.Core().V1().Services()
-	podInf := c.kubeFactory.Core().V1().Pods()
-	nodeInf := c.kubeFactory.Core().V1().Nodes()
-	exportInf := c.mcsFactory.Multicluster().V1beta1().ServiceExports()
-	c.services, c.pods, c.nodes, c.exports = svcInf.Lister(), podInf.Lister(), nodeInf.Lister(), exportInf.Lister()
-	c.podInf = podInf.Informer()
-	if err := c.podInf.AddIndexers(cache.Indexers{podNodeIndex: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return fmt.Errorf("index pods by node: %w", err)
-	}
-	if err := c.podInf.AddIndexers(cache.Indexers{addressIndex: podAddresses}); err != nil {
-		return fmt.Errorf("index pods by address: %w", err)
-	}
-	c.workloadInf = workloadclient.NewInformer(workloads, metav1.NamespaceAll, resync)
-	if err := c.workloadInf.SetTransform(trim); err != nil {
-		return fmt.Errorf("external workload informer: %w", err)
-	}
-	if err := c.workloadInf.AddIndexers(cache.Indexers{addressIndex: workloadAddresses}); err != nil {
-		return fmt.Errorf("index external workloads by address: %w", err)
-	}
-	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		fns cache.ResourceEventHandlerFuncs
-	}{
-		{svcInf.Informer(), handlerFuncs(c.serviceChanged)},
-		{c.podInf, handlerFuncs(c.podChanged)},
-		{nodeInf.Informer(), handlerFuncs(c.nodeChanged)},
-		{exportInf.Informer(), handlerFuncs(c.exportChanged)},
-		{c.workloadInf, handlerFuncs(c.externalWorkloadChanged)},
-	} {
-		reg, err := h.inf.AddEventHandler(h.fns)
-		if err != nil {
-			return fmt.Errorf("add event handler: %w", err)
-		}
-		c.handlers = append(c.handlers, reg)
-	}
-	return nil
-}
-
 func registerAll(r prometheus.Registerer, cs ...prometheus.Collector) error {
 	for _, col := range cs {
 		if err := r.Register(col); err != nil {
@@ -268,37 +202,10 @@ func registerAll(r prometheus.Registerer, cs ...prometheus.Collector) error {
 	return nil
 }
 
-// handlerFuncs adapts a change function (old nil on add, new nil on delete)
-// to informer callbacks, unwrapping the tombstones of deletions the watch
-// missed.
-func handlerFuncs[T any](changed func(old, new *T)) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if o, ok := obj.(*T); ok {
-				changed(nil, o)
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*T)
-			n, ok2 := newObj.(*T)
-			if ok1 && ok2 {
-				changed(o, n)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if o, ok := obj.(*T); ok {
-				changed(o, nil)
-			}
-		},
-	}
-}
-
-// ExternalWorkloadInformer returns the shared ExternalWorkload informer, for
-// other users of the same cache (the heartbeat sweeper). Run runs it.
-func (c *Controller) ExternalWorkloadInformer() cache.SharedIndexInformer { return c.workloadInf }
+// Caches returns the controller's informer caches, for other users of the
+// same objects (the registry's address book, the heartbeat sweeper). Run
+// runs them.
+func (c *Controller) Caches() *kube.Caches { return c.caches }
 
 // Synced is closed once the caches have synced and every Service found at
 // start-up has its endpoint set in the Hub: only then is a snapshot
@@ -319,24 +226,10 @@ func (c *Controller) IsSynced() bool {
 // ends, then stops everything it started.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
-	c.kubeFactory.Start(ctx.Done())
-	c.mcsFactory.Start(ctx.Done())
-	informerDone := make(chan struct{})
-	go func() {
-		defer close(informerDone)
-		c.workloadInf.RunWithContext(ctx)
-	}()
-	defer func() {
-		c.kubeFactory.Shutdown()
-		c.mcsFactory.Shutdown()
-		<-informerDone
-	}()
+	defer c.caches.Start(ctx)()
 
 	start := time.Now()
-	synced := make([]cache.InformerSynced, 0, len(c.handlers)+1)
-	for _, h := range c.handlers {
-		synced = append(synced, h.HasSynced)
-	}
+	synced := c.caches.Synced()
 	if c.opts.Policy != nil {
 		// An export published before the policy is read could be one it
 		// refuses.
@@ -368,7 +261,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // counts as synced. Their add events queued them already; the workers have
 // not started yet, so none of them can be missed.
 func (c *Controller) startInitial() error {
-	svcs, err := c.services.List(labelsEverything)
+	svcs, err := c.caches.Services.List(labelsEverything)
 	if err != nil {
 		return fmt.Errorf("list services from cache: %w", err)
 	}
@@ -505,7 +398,7 @@ func (c *Controller) serviceChanged(old, svc *corev1.Service) {
 // PolicyChanged queues every exported Service: the clusterset policy
 // changed, and with it, maybe, which of them the cluster may export.
 func (c *Controller) PolicyChanged() {
-	exports, err := c.exports.List(labelsEverything)
+	exports, err := c.caches.Exports.List(labelsEverything)
 	if err != nil {
 		c.logger.Error("list service exports from cache", "error", err)
 		return
@@ -533,11 +426,11 @@ func (c *Controller) exportChanged(old, export *mcsv1beta1.ServiceExport) {
 func (c *Controller) podChanged(old, pod *corev1.Pod) {
 	var prev, next *selector.Workload
 	if old != nil {
-		w := PodWorkload(old, c.zoneOf(old.Spec.NodeName))
+		w := kube.PodWorkload(old, c.caches.Zone(old.Spec.NodeName))
 		prev = &selector.Workload{Namespace: old.Namespace, Labels: old.Labels, Fingerprint: w.Fingerprint()}
 	}
 	if pod != nil {
-		w := PodWorkload(pod, c.zoneOf(pod.Spec.NodeName))
+		w := kube.PodWorkload(pod, c.caches.Zone(pod.Spec.NodeName))
 		next = &selector.Workload{Namespace: pod.Namespace, Labels: pod.Labels, Fingerprint: w.Fingerprint()}
 	}
 	c.workloadChanged(endpoints.KindPod, old, pod, prev, next)
@@ -546,11 +439,11 @@ func (c *Controller) podChanged(old, pod *corev1.Pod) {
 func (c *Controller) externalWorkloadChanged(old, ew *workloadv1alpha1.ExternalWorkload) {
 	var prev, next *selector.Workload
 	if old != nil {
-		w := ExternalWorkload(old)
+		w := kube.ExternalWorkload(old)
 		prev = &selector.Workload{Namespace: old.Namespace, Labels: old.Labels, Fingerprint: w.Fingerprint()}
 	}
 	if ew != nil {
-		w := ExternalWorkload(ew)
+		w := kube.ExternalWorkload(ew)
 		next = &selector.Workload{Namespace: ew.Namespace, Labels: ew.Labels, Fingerprint: w.Fingerprint()}
 	}
 	c.workloadChanged(endpoints.KindExternalWorkload, old, ew, prev, next)
