@@ -113,20 +113,14 @@ func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 	if s.pools, err = poolNames(o.VIPPools); err != nil {
 		return fmt.Errorf("--vip-pool: %w", err)
 	}
-	if s.clients, err = kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()}); err != nil {
-		return err
-	}
 	// The importer tells the member cluster's own exports from the others'
 	// by its id.
-	id, err := clusterid.Apply(ctx, s.clients.Dynamic, cfg.ClusterName, rt.Logger)
+	member, err := clusterid.Join(ctx, kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-importer/" + server.Version()},
+		cfg.ClusterName, cfg.TLSCert, rt.Logger)
 	if err != nil {
 		return err
 	}
-	cfg.ClusterName = id.Cluster
-	s.clusterSet = id.ClusterSet
-	if _, err := clusterid.CheckCertificate(cfg.TLSCert, id); err != nil {
-		return err
-	}
+	s.clients, cfg.ClusterName, s.clusterSet = member.Clients, member.Cluster, member.ClusterSet
 	if s.identity == "" {
 		if s.identity, err = leader.NewIdentity(); err != nil {
 			return err

@@ -56,19 +56,14 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 	cfg, o := s.rt.Config, s.o
 	var err error
-	if s.clients, err = kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-membership/" + server.Version()}); err != nil {
-		return err
-	}
 	// Membership stamps every endpoint with the cluster's id and owns
 	// addresses under it.
-	id, err := clusterid.Apply(ctx, s.clients.Dynamic, cfg.ClusterName, s.rt.Logger)
+	member, err := clusterid.Join(ctx, kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-membership/" + server.Version()},
+		cfg.ClusterName, cfg.TLSCert, s.rt.Logger)
 	if err != nil {
 		return err
 	}
-	cfg.ClusterName = id.Cluster
-	if _, err := clusterid.CheckCertificate(cfg.TLSCert, id); err != nil {
-		return err
-	}
+	s.clients, cfg.ClusterName = member.Clients, member.Cluster
 	if s.allocConn, err = dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...); err != nil {
 		return fmt.Errorf("allocator connection: %w", err)
 	}

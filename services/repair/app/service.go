@@ -107,24 +107,22 @@ func Setup(ctx context.Context, rt *server.Runtime, o Options) (func(), error) {
 func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 	cfg, o := s.rt.Config, s.o
 	var err error
-	if s.clients, err = kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-repair/" + server.Version()}); err != nil {
-		return err
-	}
 	// Repair resolves the Pods and ExternalWorkloads of this cluster only.
-	id, err := clusterid.Apply(ctx, s.clients.Dynamic, cfg.ClusterName, s.rt.Logger)
+	// Its certificate binds it to the cluster only when the allocator sees
+	// it (mutual TLS).
+	certFile := ""
+	if cfg.PeerCA != "" {
+		certFile = cfg.TLSCert
+	}
+	member, err := clusterid.Join(ctx, kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Override: o.restConfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "plexus-repair/" + server.Version()},
+		cfg.ClusterName, certFile, s.rt.Logger)
 	if err != nil {
 		return err
 	}
-	cfg.ClusterName = id.Cluster
-	s.clusterSet = id.ClusterSet
-	if cfg.PeerCA != "" && cfg.TLSCert != "" {
-		if s.clusterBound, err = clusterid.CheckCertificate(cfg.TLSCert, id); err != nil {
-			return err
-		}
-		if s.clusterBound {
-			s.rt.Logger.Info("the certificate names this cluster: releasing its allocations only; leaked clusterset VIPs and stalled pool deletions are left to a repair with fleet rights",
-				"cluster", id.Cluster)
-		}
+	s.clients, cfg.ClusterName, s.clusterSet, s.clusterBound = member.Clients, member.Cluster, member.ClusterSet, member.CertBound
+	if s.clusterBound {
+		s.rt.Logger.Info("the certificate names this cluster: releasing its allocations only; leaked clusterset VIPs and stalled pool deletions are left to a repair with fleet rights",
+			"cluster", member.Cluster)
 	}
 	if s.allocConn, err = dial.New(cfg.AllocatorAddr, dial.FromConfig(cfg)...); err != nil {
 		return fmt.Errorf("allocator connection: %w", err)
