@@ -88,11 +88,11 @@ func viewStore(ctx context.Context, t testing.TB, c allocatorv1.AllocatorService
 	return v
 }
 
-// listAllocations lists every allocation of pool, in pages of 7.
+// listAllocations lists every allocation of pool, in pages of 100.
 func listAllocations(ctx context.Context, t testing.TB, c allocatorv1.AllocatorServiceClient, pool string) []*allocatorv1.Allocation {
 	t.Helper()
 	var out []*allocatorv1.Allocation
-	req := &allocatorv1.ListAllocationsRequest{Pool: pool, PageSize: 7}
+	req := &allocatorv1.ListAllocationsRequest{Pool: pool, PageSize: 100}
 	for {
 		resp, err := c.ListAllocations(ctx, req)
 		require.NoError(t, err)
