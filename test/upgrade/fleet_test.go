@@ -35,13 +35,15 @@ type cluster struct {
 }
 
 // startClusters starts clusters a (Services 10.96.0.0/16) and b
-// (10.97.0.0/16) on one etcd, with the CRDs of this tree.
-func startClusters(t *testing.T) (a, b *cluster) {
+// (10.97.0.0/16) on one etcd, with the CRDs of this tree if crds.
+func startClusters(t *testing.T, crds bool) (a, b *cluster) {
 	t.Helper()
 	etcd := kubetest.StartEtcd(t)
 	ka := kubetest.StartAPIServer(t, etcd, kubetest.WithName("a"), kubetest.WithServiceClusterIPRange("10.96.0.0/16"))
 	kb := kubetest.StartAPIServer(t, etcd, kubetest.WithName("b"), kubetest.WithServiceClusterIPRange("10.97.0.0/16"))
-	kubetest.InstallCRDs(t, ka.Config, kb.Config)
+	if crds {
+		kubetest.InstallCRDs(t, ka.Config, kb.Config)
+	}
 	wrap := func(c *kubetest.Cluster) *cluster {
 		return &cluster{Cluster: c, kube: kubernetes.NewForConfigOrDie(c.Config), mcs: mcsclient.NewForConfigOrDie(c.Config)}
 	}
@@ -281,7 +283,7 @@ func replaceString(v any, old, new string) any {
 // a are those of the matched versions.
 func TestMixedReleases(t *testing.T) {
 	rel, cur := release(t), current(t)
-	a, b := startClusters(t)
+	a, b := startClusters(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ips := []string{"10.128.0.10", "10.128.0.11"}
