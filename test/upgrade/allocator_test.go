@@ -38,11 +38,14 @@ func tokensFile(t testing.TB) string {
 	return p
 }
 
-// allocClient dials addr (one address or "addr,addr") with token, without
-// retries: a test sees every failure as it happens.
-func allocClient(t testing.TB, addr, token string) allocatorv1.AllocatorServiceClient {
+// allocClient dials addr with token (none when empty), without retries:
+// a test sees every failure as it happens.
+func allocClient(t testing.TB, addr, token string, opts ...dial.Option) allocatorv1.AllocatorServiceClient {
 	t.Helper()
-	conn, err := dial.New(addr, dial.WithBearerToken(token), dial.WithoutRetry())
+	if token != "" {
+		opts = append(opts, dial.WithBearerToken(token))
+	}
+	conn, err := dial.New(addr, append(opts, dial.WithoutRetry())...)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return allocatorv1.NewAllocatorServiceClient(conn)

@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -22,9 +23,12 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
+	"github.com/plexusnet/plexus/internal/certgen"
+	"github.com/plexusnet/plexus/internal/dial"
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/testing/proctest"
+	"github.com/plexusnet/plexus/internal/tlsconf"
 )
 
 // cluster is one member cluster: a real kube-apiserver with the CRDs.
@@ -56,13 +60,16 @@ type service struct {
 	name, cluster string
 	build         *Build
 	args          []string
+	opts          []proctest.Option
 	proc          *proctest.Proc
 }
 
-func startService(t *testing.T, name, cluster string, b *Build, args []string) *service {
+// startService runs build b of service name in cluster ("" for the
+// allocator) with args and that identity's mutual TLS.
+func startService(t *testing.T, p *fleetPKI, name, cluster string, b *Build, args []string) *service {
 	t.Helper()
-	s := &service{name: name, cluster: cluster, build: b, args: args}
-	s.proc = proctest.Start(t, b.Service(name), args)
+	s := &service{name: name, cluster: cluster, build: b, args: args, opts: []proctest.Option{p.env(cluster, name), p.health(t)}}
+	s.proc = proctest.Start(t, b.Service(name), args, s.opts...)
 	return s
 }
 
@@ -72,14 +79,71 @@ func (s *service) replace(t *testing.T, b *Build) {
 	t.Helper()
 	s.proc.Stop()
 	s.build = b
-	s.proc = proctest.Start(t, b.Service(s.name), s.args, proctest.WithAddrs(s.proc.GRPCAddr, s.proc.HTTPAddr))
+	s.proc = proctest.Start(t, b.Service(s.name), s.args, append(s.opts, proctest.WithAddrs(s.proc.GRPCAddr, s.proc.HTTPAddr))...)
+}
+
+// fleetPKI is the fleet's mutual TLS, as deploy/ runs it: a CA, the
+// identities of clusterset "cs" for clusters a and b and for the fleet
+// (the operator), the allocator's, and the authorization policies of
+// deploy/policy.
+type fleetPKI struct{ dir, policies string }
+
+func newPKI(t *testing.T) *fleetPKI {
+	t.Helper()
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	p := &fleetPKI{dir: t.TempDir(), policies: filepath.Join(root, "deploy", "policy")}
+	_, err = certgen.Generate(certgen.Options{Dir: p.dir})
+	require.NoError(t, err)
+	for _, c := range []string{"a", "b"} {
+		_, err := certgen.GenerateMember(certgen.MemberOptions{Dir: p.dir, Clusterset: "cs", Cluster: c})
+		require.NoError(t, err)
+	}
+	_, err = certgen.GenerateMember(certgen.MemberOptions{Dir: p.dir, Clusterset: "cs", Fleet: true})
+	require.NoError(t, err)
+	return p
+}
+
+func (p *fleetPKI) ca() string { return filepath.Join(p.dir, "ca.crt") }
+
+// env is the mutual TLS and policy of service in cluster ("": the
+// allocator's own identity).
+func (p *fleetPKI) env(cluster, service string) proctest.Option {
+	id := certgen.MemberFor(p.dir, cluster, service)
+	if cluster == "" {
+		id = certgen.For(p.dir, service)
+	}
+	return proctest.WithEnv("PLEXUS_TLS_CERT="+id.Cert, "PLEXUS_TLS_KEY="+id.Key, "PLEXUS_TLS_CLIENT_CA="+p.ca(),
+		"PLEXUS_PEER_CA="+p.ca(), "PLEXUS_AUTHZ_POLICY="+filepath.Join(p.policies, service+".json"))
+}
+
+// operator is the fleet operator's certificate.
+func (p *fleetPKI) operator() certgen.Paths { return certgen.MemberFor(p.dir, "", certgen.Operator) }
+
+func (p *fleetPKI) health(t *testing.T) proctest.Option {
+	op := p.operator()
+	cfg, err := tlsconf.Client(p.ca(), op.Cert, op.Key)
+	require.NoError(t, err)
+	return proctest.WithHealthTLS(cfg)
+}
+
+// allocator is an allocator client with the operator's identity.
+func (p *fleetPKI) allocator(t *testing.T, alloc *proctest.Proc) allocatorv1.AllocatorServiceClient {
+	op := p.operator()
+	return allocClient(t, alloc.GRPCAddr, "", dial.WithTLSFiles(p.ca(), op.Cert, op.Key))
+}
+
+// allocatorArgs are the allocator's: clusterset cs, cluster identities
+// required, the store.
+func allocatorArgs(store string) []string {
+	return []string{"--store", store, "--clusterset", "cs", "--require-cluster-identities"}
 }
 
 // createVIPPool makes the pool of clusterset VIPs, outside both
 // clusters' Service ranges.
-func createVIPPool(ctx context.Context, t *testing.T, alloc *proctest.Proc) {
+func createVIPPool(ctx context.Context, t *testing.T, p *fleetPKI, alloc *proctest.Proc) {
 	t.Helper()
-	_, err := allocClient(t, alloc.GRPCAddr, "").CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "vips", Pool: &allocatorv1.Pool{Cidrs: []string{"10.250.0.0/24"}}})
+	_, err := p.allocator(t, alloc).CreatePool(ctx, &allocatorv1.CreatePoolRequest{PoolId: "vips", Pool: &allocatorv1.Pool{Cidrs: []string{"10.250.0.0/24"}}})
 	require.NoError(t, err)
 }
 
@@ -199,7 +263,7 @@ type imported struct {
 	ExportStatus  map[string]any
 }
 
-func readImported(ctx context.Context, t *testing.T, a, b *cluster, alloc *proctest.Proc, ns string) imported {
+func readImported(ctx context.Context, t *testing.T, a, b *cluster, p *fleetPKI, alloc *proctest.Proc, ns string) imported {
 	t.Helper()
 	var out imported
 	si, err := b.mcs.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, "web", metav1.GetOptions{})
@@ -211,13 +275,20 @@ func readImported(ctx context.Context, t *testing.T, a, b *cluster, alloc *proct
 	se, err := a.mcs.MulticlusterV1beta1().ServiceExports(ns).Get(ctx, "web", metav1.GetOptions{})
 	require.NoError(t, err)
 	out.ExportStatus = normalize(se)["status"].(map[string]any)
-	// The VIP is the one address the allocator holds for the import;
-	// which address of the pool it is may differ.
-	vips := listAllocations(ctx, t, allocClient(t, alloc.GRPCAddr, ""), "pools/vips")
-	require.Len(t, vips, 1, "the allocator holds one VIP: %v", vips)
+	// The VIP is the address the allocator holds for the clusterset
+	// service; which address of the pool it is may differ.
+	var vip string
+	for _, a := range listAllocations(ctx, t, p.allocator(t, alloc), "pools/vips") {
+		if o := a.GetOwner(); o.GetKind() == "ClusterSetService" && o.GetNamespace() == ns && o.GetName() == "web" {
+			require.Empty(t, vip, "two VIPs for %s/web", ns)
+			vip = a.GetAddress()
+		} else {
+			t.Logf("the allocator also holds %s for %v", a.GetAddress(), o)
+		}
+	}
 	ips, _ := out.ServiceImport["spec"].(map[string]any)["ips"].([]any)
-	require.Equal(t, []any{vips[0].GetAddress()}, ips, "the ServiceImport's VIP is the allocator's")
-	replaceString(out.ServiceImport, vips[0].GetAddress(), "VIP")
+	require.Equal(t, []any{vip}, ips, "the ServiceImport's VIP is the allocator's")
+	replaceString(out.ServiceImport, vip, "VIP")
 	return out
 }
 
@@ -284,6 +355,7 @@ func replaceString(v any, old, new string) any {
 func TestMixedReleases(t *testing.T) {
 	rel, cur := release(t), current(t)
 	a, b := startClusters(t, true)
+	pki := newPKI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ips := []string{"10.128.0.10", "10.128.0.11"}
@@ -293,10 +365,10 @@ func TestMixedReleases(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// A fleet of its own each time: the allocator, a's
 			// membership and b's importer.
-			alloc := proctest.Start(t, cur.Allocator, []string{"--store", "memory"})
-			createVIPPool(ctx, t, alloc)
-			m := startService(t, "membership", "a", pair[0], membershipArgs(a, alloc))
-			startService(t, "importer", "b", pair[1], importerArgs(b, alloc, map[string]*service{"a": m}, false))
+			alloc := startService(t, pki, "allocator", "", cur, allocatorArgs("memory")).proc
+			createVIPPool(ctx, t, pki, alloc)
+			m := startService(t, pki, "membership", "a", pair[0], membershipArgs(a, alloc))
+			startService(t, pki, "importer", "b", pair[1], importerArgs(b, alloc, map[string]*service{"a": m}, false))
 			ns := fmt.Sprintf("mixed-%d", i)
 			createNamespace(ctx, t, b, ns)
 			exportWeb(ctx, t, a, ns, ips...)
@@ -305,8 +377,12 @@ func TestMixedReleases(t *testing.T) {
 				se, err := a.mcs.MulticlusterV1beta1().ServiceExports(ns).Get(ctx, "web", metav1.GetOptions{})
 				require.NoError(c, err)
 				require.True(c, meta.IsStatusConditionTrue(se.Status.Conditions, "Ready"), "conditions %v", se.Status.Conditions)
-			}, 30*time.Second, 20*time.Millisecond, "%s: the ServiceExport is Ready", name)
-			got := readImported(ctx, t, a, b, alloc, ns)
+				si, err := b.mcs.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, "web", metav1.GetOptions{})
+				require.NoError(c, err)
+				require.True(c, meta.IsStatusConditionTrue(si.Status.Conditions, "Ready"), "conditions %v", si.Status.Conditions)
+				require.Equal(c, si.Generation, meta.FindStatusCondition(si.Status.Conditions, "Ready").ObservedGeneration)
+			}, 30*time.Second, 20*time.Millisecond, "%s: the ServiceExport and the ServiceImport are Ready", name)
+			got := readImported(ctx, t, a, b, pki, alloc, ns)
 			if i == 0 {
 				want = got
 			} else {

@@ -58,6 +58,7 @@ func upgradeSteps(t *testing.T) (steps []string, section string) {
 // an importer and a repair, and one allocator on a bolt file, all of
 // one build to start with; web is exported from namespace "walk" of both.
 type walkFleet struct {
+	pki      *fleetPKI
 	a, b     *cluster
 	alloc    *service
 	services map[string][]*service // by service name, a's then b's
@@ -67,22 +68,22 @@ type walkFleet struct {
 
 func startWalkFleet(ctx context.Context, t *testing.T, b *Build) *walkFleet {
 	t.Helper()
-	f := &walkFleet{services: map[string][]*service{}}
+	f := &walkFleet{pki: newPKI(t), services: map[string][]*service{}}
 	f.a, f.b = startClusters(t, false)
 	for _, c := range []*cluster{f.a, f.b} {
 		applyCRDs(ctx, t, b, c)
 	}
-	f.alloc = startService(t, "allocator", "", b, []string{"--store", "bolt:" + filepath.Join(t.TempDir(), "plexus-allocator.db")})
-	createVIPPool(ctx, t, f.alloc.proc)
+	f.alloc = startService(t, f.pki, "allocator", "", b, allocatorArgs("bolt:"+filepath.Join(t.TempDir(), "plexus-allocator.db")))
+	createVIPPool(ctx, t, f.pki, f.alloc.proc)
 	sources := map[string]*service{}
 	for _, c := range []*cluster{f.a, f.b} {
-		m := startService(t, "membership", c.Name, b, membershipArgs(c, f.alloc.proc))
+		m := startService(t, f.pki, "membership", c.Name, b, membershipArgs(c, f.alloc.proc))
 		f.services["membership"] = append(f.services["membership"], m)
 		sources[c.Name] = m
 	}
 	for _, c := range []*cluster{f.a, f.b} {
-		f.services["importer"] = append(f.services["importer"], startService(t, "importer", c.Name, b, importerArgs(c, f.alloc.proc, sources, false)))
-		f.services["repair"] = append(f.services["repair"], startService(t, "repair", c.Name, b, importerArgs(c, f.alloc.proc, sources, true)))
+		f.services["importer"] = append(f.services["importer"], startService(t, f.pki, "importer", c.Name, b, importerArgs(c, f.alloc.proc, sources, false)))
+		f.services["repair"] = append(f.services["repair"], startService(t, f.pki, "repair", c.Name, b, importerArgs(c, f.alloc.proc, sources, true)))
 	}
 	f.services["allocator"] = []*service{f.alloc}
 	exportWeb(ctx, t, f.a, "walk", "10.128.0.10")
@@ -111,7 +112,8 @@ func (f *walkFleet) serves(ctx context.Context, t *testing.T, why string) string
 // and returns each service's version.
 func (f *walkFleet) status(t *testing.T, b *Build, i int) map[string]string {
 	t.Helper()
-	args := []string{"status", "-o", "json", "--allocator-addr", f.alloc.proc.GRPCAddr}
+	op := f.pki.operator()
+	args := []string{"status", "-o", "json", "--tls-ca", f.pki.ca(), "--tls-cert", op.Cert, "--tls-key", op.Key, "--allocator-addr", f.alloc.proc.GRPCAddr}
 	for _, s := range []string{"membership", "importer", "repair"} {
 		args = append(args, "--"+s+"-addr", f.services[s][i].proc.GRPCAddr)
 	}
