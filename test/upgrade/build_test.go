@@ -28,3 +28,33 @@ func TestReleaseBuild(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.True(t, strings.HasPrefix(string(out), "plexusctl "+cur.Version+" "), "plexusctl version of this tree: %s", out)
 }
+
+// TestParseReleases: the last release of a RELEASES file, and the lines
+// that are refused.
+func TestParseReleases(t *testing.T) {
+	v, c, err := parseReleases(strings.NewReader("# comment\n\nv0.1.0 " + strings.Repeat("a", 40) + " 2026-11-28\nv0.2.0 " + strings.Repeat("b", 40) + "\n"))
+	require.NoError(t, err)
+	require.Equal(t, "v0.2.0", v)
+	require.Equal(t, strings.Repeat("b", 40), c)
+	for _, bad := range []string{"", "# only a comment\n", "v0.1.0\n", "v0.1.0 --upload-pack=x\n", "0.1.0 " + strings.Repeat("a", 40), "v0.1.0 " + strings.Repeat("A", 40)} {
+		_, _, err := parseReleases(strings.NewReader(bad))
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+// FuzzParseReleases: any input gives a release of the right shape or an
+// error, never a panic.
+func FuzzParseReleases(f *testing.F) {
+	f.Add("v0.1.0 fbd715bfdcc73114e9163f79dd501f530379cff0 2026-11-28\n")
+	f.Add("# c\n\nv1.2.3 " + strings.Repeat("0", 40))
+	f.Add("v0.1.0")
+	f.Fuzz(func(t *testing.T, in string) {
+		v, c, err := parseReleases(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		if !releaseVersion.MatchString(v) || !releaseCommit.MatchString(c) {
+			t.Fatalf("parsed %q %q from %q", v, c, in)
+		}
+	})
+}

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,22 +50,39 @@ func (b *Build) Service(name string) string {
 	panic("no service " + name)
 }
 
-// lastRelease reads the last line of RELEASES: version and commit.
+// lastRelease reads the last release RELEASES names: version and commit.
 func lastRelease(root string) (version, commit string, err error) {
 	f, err := os.Open(filepath.Join(root, "RELEASES"))
 	if err != nil {
 		return "", "", err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	version, commit, err = parseReleases(f)
+	if err != nil {
+		return "", "", fmt.Errorf("RELEASES: %w", err)
+	}
+	return version, commit, nil
+}
+
+var (
+	releaseVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$`)
+	releaseCommit  = regexp.MustCompile(`^[0-9a-f]{40}$`)
+)
+
+// parseReleases reads a RELEASES file ("VERSION COMMIT DATE" lines,
+// oldest first, with # comments) and returns its last release. The
+// version must be vX.Y.Z and the commit 40 hex digits: both end up in
+// paths and on git's command line.
+func parseReleases(r io.Reader) (version, commit string, err error) {
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			return "", "", fmt.Errorf("RELEASES: line %q names no commit", line)
+		if len(fields) < 2 || !releaseVersion.MatchString(fields[0]) || !releaseCommit.MatchString(fields[1]) {
+			return "", "", fmt.Errorf("line %d is not \"vX.Y.Z <40 hex digits of the commit> [date]\"", n)
 		}
 		version, commit = fields[0], fields[1]
 	}
@@ -71,7 +90,7 @@ func lastRelease(root string) (version, commit string, err error) {
 		return "", "", err
 	}
 	if commit == "" {
-		return "", "", errors.New("RELEASES names no release")
+		return "", "", errors.New("no release")
 	}
 	return version, commit, nil
 }
