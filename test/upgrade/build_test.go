@@ -58,3 +58,12 @@ func FuzzParseReleases(f *testing.F) {
 		}
 	})
 }
+
+// TestExportTreeMissingCommit: a commit the clone lacks fails with a
+// message that says so, not with git's error alone.
+func TestExportTreeMissingCommit(t *testing.T) {
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	err = exportTree(root, strings.Repeat("0", 40), t.TempDir())
+	require.ErrorContains(t, err, "is not in this clone")
+}
