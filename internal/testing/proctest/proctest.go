@@ -112,14 +112,25 @@ func WithEnv(kv ...string) Option { return func(p *Proc) { p.env = append(p.env,
 // process that serves (mutual) TLS.
 func WithHealthTLS(cfg *tls.Config) Option { return func(p *Proc) { p.health = cfg } }
 
-// Start runs bin with args plus --grpc-addr and --http-addr on free
-// loopback ports and waits until its health check answers SERVING. The
-// process is stopped when the test ends.
+// WithAddrs serves on the given --grpc-addr and --http-addr instead of
+// free ports: for a process that takes the place of one that stopped, as
+// a new build of a service replacing the old one behind the same address.
+func WithAddrs(grpcAddr, httpAddr string) Option {
+	return func(p *Proc) { p.GRPCAddr, p.HTTPAddr = grpcAddr, httpAddr }
+}
+
+// Start runs bin, any binary of the project's (Build's, or another
+// build's, such as a release's), with args plus --grpc-addr and
+// --http-addr on free loopback ports and waits until its health check
+// answers SERVING. The process is stopped when the test ends.
 func Start(t testing.TB, bin string, args []string, opts ...Option) *Proc {
 	t.Helper()
-	p := &Proc{t: t, bin: bin, args: args, GRPCAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)}
+	p := &Proc{t: t, bin: bin, args: args}
 	for _, o := range opts {
 		o(p)
+	}
+	if p.GRPCAddr == "" {
+		p.GRPCAddr, p.HTTPAddr = FreeAddr(t), FreeAddr(t)
 	}
 	p.LogPath = filepath.Join(t.TempDir(), filepath.Base(bin)+".log")
 	p.start()
