@@ -48,7 +48,10 @@ type run struct {
 
 // Reconcile brings the member cluster's objects of one service in line
 // with the exports. final reports whether what the importer knows of a
-// cluster is its last word, so that slices it does not ask for may go. It
+// cluster is its last word, so that slices it does not ask for may go; its
+// answers must be fixed before Reconcile reads the exports, or a cluster
+// whose exports arrive during the reconcile counts as final on a view that
+// lacks them. It
 // returns a delay after which to look again without counting a failure,
 // or an error to retry with backoff.
 func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(cluster string) bool) (time.Duration, error) {
