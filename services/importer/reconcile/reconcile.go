@@ -343,17 +343,13 @@ func (r *run) finish(ctx context.Context, v materialize.View, d materialize.Deci
 	after map[string][]*discovery.EndpointSlice, o *materialize.Outcome) error {
 	r.record(o, after)
 	st := materialize.Report(v, d, after, o)
-	exporting := make([]string, len(v.Exports))
-	for i, e := range v.Exports {
-		exporting[i] = e.Cluster
-	}
 	if se := materialize.ExportStatus(v, st); se != nil {
 		if _, err := r.c.cfg.Writer.UpdateExportStatus(ctx, r.key, se); err != nil {
 			return err
 		}
 		r.writes++
 	}
-	want := materialize.ImportStatus(imp, st, exporting)
+	want := materialize.ImportStatus(imp, st, materialize.ImportClusters(v, after))
 	if equality.Semantic.DeepEqual(imp.Status, want) {
 		return nil
 	}
