@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -250,4 +252,83 @@ func TestRestartWritesNothing(t *testing.T) {
 	f.waitReady(t)
 	require.Zero(t, f.waitCaughtUp(t, 2*time.Minute), "the importer wrote once the member was back")
 	unchanged("once the member is back")
+}
+
+// BenchmarkRestart: one importer in a fleet of 100 simulated members × 100
+// services × 5 endpoints (10,000 slices), restarted b.N times (stopped,
+// started again with the same arguments). Each round also restarts one
+// member's membership (a new epoch: a complete snapshot). It reports the
+// medians over the rounds of:
+//
+//   - ready-s: the importer's start → ready (/readyz passes, its API
+//     serves, ListSources shows all 100 sources synced);
+//   - caught-up-s: start → every service queued knowing every source and
+//     done (plexus_importer_caught_up_sources, an empty queue);
+//   - member-resync-s: the membership's restart → its source synced again
+//     with the new epoch;
+//   - rss-MB, heap-MB: the importer's resident memory and Go heap in use
+//     once caught up;
+//
+// and the most writes in any round (writes, member-writes: the importer's
+// own count, and every write the API server saw, must be 0; the benchmark
+// fails otherwise).
+//
+//	go test -run '^$' -bench Restart -benchtime 5x -timeout 60m ./services/importer/app/
+func BenchmarkRestart(b *testing.B) {
+	const clusters, services, endpoints = 100, 100, 5
+	f := startRestartFleet(b, clusters, services, endpoints)
+	writes := kubetest.WatchWrites(b, f.e.cluster.Config, restartedResources...)
+	var ready, caughtUp, resync, rss, heap []float64
+	var worst, memberWorst float64
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		ready = append(ready, f.restart(b).Seconds())
+		worst = max(worst, f.waitCaughtUp(b, 5*time.Minute))
+		caughtUp = append(caughtUp, time.Since(start).Seconds())
+		u := f.proc.Usage()
+		rss = append(rss, u.RSS/(1<<20))
+		heap = append(heap, scrape(b, f.proc.HTTPAddr)["go_memstats_heap_inuse_bytes"]/(1<<20))
+
+		src := f.srcs[i%clusters]
+		before := scrape(b, f.proc.HTTPAddr)["plexus_importer_writes_total"]
+		src.Stop()
+		f.waitSource(b, src.Cluster(), func(s *importerv1.Source) bool {
+			return s.GetState() != importerv1.SourceState_SOURCE_STATE_CONNECTED
+		})
+		restarted := time.Now()
+		src.Restart(true)
+		f.waitSource(b, src.Cluster(), func(s *importerv1.Source) bool {
+			return s.GetState() == importerv1.SourceState_SOURCE_STATE_CONNECTED && s.GetSynced() && s.GetEpoch() == src.Epoch()
+		})
+		resync = append(resync, time.Since(restarted).Seconds())
+		memberWorst = max(memberWorst, f.waitCaughtUp(b, 5*time.Minute)-before)
+	}
+	b.StopTimer()
+	seen := restartChurn(writes.Settle(b))
+	require.Empty(b, seen, "writes the API server saw")
+	require.Equal(b, withoutLeases(writes.Before), withoutLeases(writes.Versions(b)))
+	require.Zero(b, worst, "the restarted importer wrote")
+	require.Zero(b, memberWorst, "the importer wrote after a membership restart")
+	b.ReportMetric(median(ready), "ready-s")
+	b.ReportMetric(median(caughtUp), "caught-up-s")
+	b.ReportMetric(median(resync), "member-resync-s")
+	b.ReportMetric(median(rss), "rss-MB")
+	b.ReportMetric(median(heap), "heap-MB")
+	b.ReportMetric(worst, "writes")
+	b.ReportMetric(memberWorst, "member-writes")
+	b.ReportMetric(float64(len(seen)), "api-writes")
+	b.Logf("per round: ready %v caught-up %v member-resync %v rss %v heap %v", ready, caughtUp, resync, rss, heap)
+}
+
+// median returns the median of xs.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
