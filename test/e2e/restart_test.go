@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"maps"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
@@ -81,29 +78,6 @@ func waitImporterCaughtUp(t *testing.T, p *proctest.Proc, sources int) float64 {
 		return ok && again && before == after
 	}, time.Minute, 20*time.Millisecond, "the importer did not catch up")
 	return writes
-}
-
-// unexpected returns the writes that are not the normal life of the
-// leader election Leases: the importer's own renewed in default, the API
-// server's in kube-system.
-func unexpected(writes []kubetest.Write) []string {
-	var out []string
-	for _, w := range writes {
-		if w.Resource == kubetest.Leases.Resource && (w.Namespace == "kube-system" ||
-			w.Namespace == "default" && w.Name == "plexus-importer" && w.Type == watch.Modified) {
-			continue
-		}
-		out = append(out, w.String())
-	}
-	return out
-}
-
-// withoutLeases drops the Leases, which renewals change, from
-// resourceVersions by key.
-func withoutLeases(versions map[string]string) map[string]string {
-	out := maps.Clone(versions)
-	maps.DeleteFunc(out, func(k, _ string) bool { return strings.HasPrefix(k, kubetest.Leases.Resource+" ") })
-	return out
 }
 
 // TestMembershipRestartWritesNothing: cluster a's membership (a real
@@ -187,8 +161,8 @@ func TestMembershipRestartWritesNothing(t *testing.T) {
 			metric(t, membership, "plexus_membership_queue_depth") == 0
 	}, time.Minute, 10*time.Millisecond)
 	require.Equal(t, before, waitImporterCaughtUp(t, importer, 1), "the importer wrote after the membership's restart")
-	require.Empty(t, unexpected(writesB.Settle(t)), "writes in b")
-	require.Equal(t, withoutLeases(writesB.Before), withoutLeases(writesB.Versions(t)))
-	require.Empty(t, unexpected(writesA.Settle(t)), "writes in a")
+	require.Empty(t, kubetest.Churn(writesB.Settle(t), "default/plexus-importer"), "writes in b")
+	require.Equal(t, kubetest.WithoutLeases(writesB.Before), kubetest.WithoutLeases(writesB.Versions(t)))
+	require.Empty(t, kubetest.Churn(writesA.Settle(t), "default/plexus-importer"), "writes in a")
 	require.Equal(t, writesA.Before, writesA.Versions(t))
 }

@@ -247,3 +247,26 @@ func (w *Writes) Settle(t testing.TB) []Write {
 
 // Key is the write's object as Versions names it.
 func (w Write) Key() string { return w.Resource + " " + w.Namespace + "/" + w.Name }
+
+// Churn renders the writes that are not the normal life of leader
+// election: updates of the Leases named in leases ("namespace/name"), and
+// any write of the API server's own Leases in kube-system.
+func Churn(writes []Write, leases ...string) []string {
+	var out []string
+	for _, w := range writes {
+		if w.Resource == Leases.Resource && (w.Namespace == metav1.NamespaceSystem ||
+			w.Type == watch.Modified && slices.Contains(leases, w.Namespace+"/"+w.Name)) {
+			continue
+		}
+		out = append(out, w.String())
+	}
+	return out
+}
+
+// WithoutLeases returns versions (see Versions) without the Leases, which
+// renewals change.
+func WithoutLeases(versions map[string]string) map[string]string {
+	out := maps.Clone(versions)
+	maps.DeleteFunc(out, func(k, _ string) bool { return strings.HasPrefix(k, Leases.Resource+" ") })
+	return out
+}

@@ -3,17 +3,14 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
 	importerv1 "github.com/plexusnet/plexus/api/importer/v1"
@@ -177,29 +174,6 @@ func (f *restartFleet) waitCaughtUpWith(tb testing.TB, sources int, limit time.D
 	}
 }
 
-// restartChurn returns the writes that are not the normal life of a leader
-// election Lease (the importer's own Lease renewed, taken and released)
-// and of the API server's own Leases in kube-system.
-func restartChurn(writes []kubetest.Write) []string {
-	var out []string
-	for _, w := range writes {
-		if w.Resource == kubetest.Leases.Resource && (w.Namespace == "kube-system" ||
-			w.Namespace == "default" && w.Name == "plexus-importer" && w.Type == watch.Modified) {
-			continue
-		}
-		out = append(out, w.String())
-	}
-	return out
-}
-
-// withoutLeases drops the Leases from resourceVersions by key: their
-// renewals change them.
-func withoutLeases(versions map[string]string) map[string]string {
-	out := maps.Clone(versions)
-	maps.DeleteFunc(out, func(k, _ string) bool { return strings.HasPrefix(k, kubetest.Leases.Resource+" ") })
-	return out
-}
-
 // An importer restarted in a running fleet, and a member's membership
 // restarted under a running importer, write nothing: every slice,
 // ServiceImport, derived Service, ServiceCIDR and ServiceExport keeps its
@@ -213,8 +187,8 @@ func TestRestartWritesNothing(t *testing.T) {
 	writes := kubetest.WatchWrites(t, f.e.cluster.Config, restartedResources...)
 	unchanged := func(why string) {
 		t.Helper()
-		require.Empty(t, restartChurn(writes.Settle(t)), "writes %s", why)
-		require.Equal(t, withoutLeases(writes.Before), withoutLeases(writes.Versions(t)), "resourceVersions %s", why)
+		require.Empty(t, kubetest.Churn(writes.Settle(t), "default/plexus-importer"), "writes %s", why)
+		require.Equal(t, kubetest.WithoutLeases(writes.Before), kubetest.WithoutLeases(writes.Versions(t)), "resourceVersions %s", why)
 	}
 
 	ready := f.restart(t)
@@ -304,9 +278,9 @@ func BenchmarkRestart(b *testing.B) {
 		memberWorst = max(memberWorst, f.waitCaughtUp(b, 5*time.Minute)-before)
 	}
 	b.StopTimer()
-	seen := restartChurn(writes.Settle(b))
+	seen := kubetest.Churn(writes.Settle(b), "default/plexus-importer")
 	require.Empty(b, seen, "writes the API server saw")
-	require.Equal(b, withoutLeases(writes.Before), withoutLeases(writes.Versions(b)))
+	require.Equal(b, kubetest.WithoutLeases(writes.Before), kubetest.WithoutLeases(writes.Versions(b)))
 	require.Zero(b, worst, "the restarted importer wrote")
 	require.Zero(b, memberWorst, "the importer wrote after a membership restart")
 	b.ReportMetric(median(ready), "ready-s")
