@@ -60,23 +60,41 @@ func (r *readiness) add(name string, fn func(context.Context) error) {
 	}
 }
 
+// Until every check has passed once (since the last was added), the checks
+// run again after startupRetry, doubling up to startupRetryMax: a process
+// that becomes ready a moment after its first run (caches synced, a leader
+// seen) says so then, not a whole interval later (a restarted importer was
+// ready 4 s before its /readyz said so). From then on they run every
+// interval.
+const (
+	startupRetry    = 50 * time.Millisecond
+	startupRetryMax = 500 * time.Millisecond
+)
+
 func (r *readiness) loop(ctx context.Context, interval, timeout time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	retry, started := startupRetry, false
 	for {
-		r.runOnce(ctx, timeout)
+		wait := interval
+		if started = r.runOnce(ctx, timeout) || started; !started {
+			wait, retry = min(retry, interval), min(2*retry, startupRetryMax)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		case <-r.wake:
+			// A check was added: it is new, so it starts as at start-up.
+			t.Stop()
+			retry, started = startupRetry, false
 		}
 	}
 }
 
-// runOnce runs every check concurrently, each under timeout, and logs the
-// checks whose state changed.
-func (r *readiness) runOnce(ctx context.Context, timeout time.Duration) {
+// runOnce runs every check concurrently, each under timeout, logs the
+// checks whose state changed, and reports whether all passed.
+func (r *readiness) runOnce(ctx context.Context, timeout time.Duration) bool {
 	r.mu.Lock()
 	checks := append([]readinessCheck(nil), r.checks...)
 	r.mu.Unlock()
@@ -92,14 +110,16 @@ func (r *readiness) runOnce(ctx context.Context, timeout time.Duration) {
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return
+		return false
 	}
 
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	all := true
 	for i, c := range checks {
 		err := errs[i]
+		all = all && err == nil
 		prev, seen := r.results[c.name]
 		switch {
 		case !seen || (prev.err == nil) != (err == nil):
@@ -123,6 +143,7 @@ func (r *readiness) runOnce(ctx context.Context, timeout time.Duration) {
 		}
 		r.gauge.WithLabelValues(c.name).Set(v)
 	}
+	return all
 }
 
 // report renders the checks the way Kubernetes' own /readyz does: one

@@ -662,3 +662,27 @@ func TestUnavailableIsNoWarning(t *testing.T) {
 	}
 	require.True(t, found, "the stream's access log line: %s", out.String())
 }
+
+// A check that fails at start-up is run again soon, not after the
+// interval: a process whose caches sync a moment after its first check
+// says it is ready within a second, with an interval of a minute.
+func TestReadinessAtStartUpDoesNotWaitAnInterval(t *testing.T) {
+	var synced, runs atomic.Int64
+	r := startWith(t, testConfig(), func(s *server.Server) {
+		s.AddReadinessCheck("informers", func(context.Context) error {
+			runs.Add(1)
+			if synced.Load() == 0 {
+				return errors.New("not synced yet")
+			}
+			return nil
+		})
+	}, server.WithReadinessInterval(time.Minute))
+	require.Eventually(t, func() bool { return runs.Load() >= 1 }, 3*time.Second, 5*time.Millisecond)
+	synced.Store(1)
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		code, _ := httpGet(t, r.srv.HTTPAddr(), "/readyz")
+		return code == 200
+	}, 3*time.Second, 5*time.Millisecond, "ready within the start-up retry, not after the interval")
+	require.Less(t, time.Since(start), 2*time.Second)
+}

@@ -117,6 +117,9 @@ type Controller struct {
 	// length, what is left to do (a key added while it is reconciled
 	// waits, uncounted by the queue, until its reconcile is done).
 	running atomic.Int64
+	// caughtUp counts the sources whose word was final when the term
+	// last swept and queued every service.
+	caughtUp atomic.Int64
 }
 
 // New returns a Controller.
@@ -253,8 +256,9 @@ func (c *Controller) Run(term context.Context) error {
 		wg.Go(func() { c.worker(term, q) })
 	}
 	c.enqueueAll()
-	last := c.authority()
+	last, n := c.authority()
 	c.sweepUntilDone(term)
+	c.caughtUp.Store(int64(n))
 	t := time.NewTicker(authorityPoll)
 	defer t.Stop()
 	for done := false; !done; {
@@ -262,14 +266,16 @@ func (c *Controller) Run(term context.Context) error {
 		case <-term.Done():
 			done = true
 		case <-t.C:
-			if a := c.authority(); a != last {
+			if a, n := c.authority(); a != last {
 				c.logger.Info("source authority changed", "authoritative", a)
 				last = a
 				c.sweepUntilDone(term)
 				c.enqueueAll()
+				c.caughtUp.Store(int64(n))
 			}
 		}
 	}
+	c.caughtUp.Store(0)
 	q.ShutDown()
 	wg.Wait()
 	c.rec.EndTerm()
@@ -307,19 +313,21 @@ func (c *Controller) enqueueAll() {
 }
 
 // authority renders which clusters may lose slices: the synced sources,
-// and every cluster once the grace has passed.
-func (c *Controller) authority() string {
+// and every cluster once the grace has passed. n counts the sources among
+// them.
+func (c *Controller) authority() (a string, n int) {
+	srcs := c.cfg.Store.Sources()
 	if c.graceOver() {
-		return "all"
+		return "all", len(srcs)
 	}
 	var synced []string
-	for name, st := range c.cfg.Store.Sources() {
+	for name, st := range srcs {
 		if st.Synced {
 			synced = append(synced, name)
 		}
 	}
 	slices.Sort(synced)
-	return strings.Join(synced, ",")
+	return strings.Join(synced, ","), len(synced)
 }
 
 func (c *Controller) graceOver() bool {
@@ -328,16 +336,29 @@ func (c *Controller) graceOver() bool {
 	return !c.termStart.IsZero() && time.Since(c.termStart) >= c.cfg.SourceGrace
 }
 
-// authoritative reports whether what the importer knows of cluster is the
-// cluster's last word, so that slices it does not ask for are orphans: a
-// configured source once it delivered a snapshot in this process, any other
-// cluster (a source never reached, a cluster that pushed before a restart)
-// once the grace has passed.
-func (c *Controller) authoritative(cluster string) bool {
-	if st, ok := c.cfg.Store.Source(cluster); ok && st.Synced {
-		return true
+// authoritative returns, as of now, whether what the importer knows of a
+// cluster is the cluster's last word, so that slices it does not ask for
+// are orphans: a configured source once it delivered a snapshot in this
+// process, any other cluster (a source never reached, a cluster that pushed
+// before a restart) once the grace has passed.
+//
+// The answer is fixed when authoritative is called, and it must be called
+// before the exports it judges are read: a snapshot sets a source's exports
+// and marks it synced at once, so a source synced by then has its exports
+// in what is read after. Asked later, a source whose snapshot landed in
+// between would count as final on exports read before it, and its live
+// slices would be deleted as orphans and written again (a restarted
+// importer did that to every service whose reconcile overlapped a
+// source's snapshot).
+func (c *Controller) authoritative() func(cluster string) bool {
+	if c.graceOver() {
+		return func(string) bool { return true }
 	}
-	return c.graceOver()
+	srcs := c.cfg.Store.Sources()
+	return func(cluster string) bool {
+		st, ok := srcs[cluster]
+		return ok && st.Synced
+	}
 }
 
 // sweepUntilDone runs the orphan sweep, retrying while the API cannot be
@@ -371,9 +392,10 @@ func (c *Controller) sweep(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("list the importer's EndpointSlices: %w", err)
 		}
+		final := c.authoritative() // before the exports are read
 		for i := range list.Items {
 			s := &list.Items[i]
-			switch c.orphan(s) {
+			switch c.orphan(s, final) {
 			case orphanDelete:
 				key := exports.Key{Namespace: s.Namespace, Name: s.Labels[mcsnames.LabelMCSServiceName]}
 				if err := c.cfg.Writer.DeleteSlice(ctx, key, s); err != nil {
@@ -410,7 +432,7 @@ const (
 	orphanWait
 )
 
-func (c *Controller) orphan(s *discovery.EndpointSlice) orphanVerdict {
+func (c *Controller) orphan(s *discovery.EndpointSlice, final func(cluster string) bool) orphanVerdict {
 	name, cluster := s.Labels[mcsnames.LabelMCSServiceName], s.Labels[mcsnames.LabelSourceCluster]
 	if name == "" || cluster == "" {
 		// Not one the importer made, whatever its manager label says.
@@ -421,7 +443,7 @@ func (c *Controller) orphan(s *discovery.EndpointSlice) orphanVerdict {
 			return orphanNo
 		}
 	}
-	if !c.authoritative(cluster) {
+	if !final(cluster) {
 		return orphanWait
 	}
 	return orphanDelete
@@ -465,7 +487,9 @@ func (c *Controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 			defer c.running.Add(-1)
 			defer q.Done(key)
 			start := time.Now()
-			after, err := c.rec.Reconcile(ctx, key, c.authoritative)
+			// The authority is read before the reconcile reads the
+			// exports (see authoritative).
+			after, err := c.rec.Reconcile(ctx, key, c.authoritative())
 			result := "ok"
 			switch {
 			case err != nil && ctx.Err() != nil:
@@ -533,7 +557,11 @@ func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
 		Name: "plexus_importer_services",
 		Help: "Services exported by at least one source cluster.",
 	}, func() float64 { return float64(c.cfg.Store.Len()) })
-	for _, col := range []prometheus.Collector{m.reconcile, m.orphans, depth, running, imports} {
+	caughtUp := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plexus_importer_caught_up_sources",
+		Help: "Sources whose complete state the leader held when it last swept orphans and queued every service; once it equals the number of sources and the queue is empty, the term has caught up with all of them (0 on followers).",
+	}, func() float64 { return float64(c.caughtUp.Load()) })
+	for _, col := range []prometheus.Collector{m.reconcile, m.orphans, depth, running, imports, caughtUp} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register controller metrics: %w", err)
 		}

@@ -97,4 +97,9 @@
 // plexus_importer_queue_depth the services waiting,
 // plexus_importer_reconciles_running those being reconciled and
 // plexus_importer_reconcile_duration_seconds the reconciles by result.
+// plexus_importer_caught_up_sources counts the sources whose complete state
+// the term knew when it last swept and queued every service: once it equals
+// the number of sources and nothing is queued or running, a restarted
+// importer has caught up (and, when nothing changed while it was down, has
+// written nothing).
 package controller

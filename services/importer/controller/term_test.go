@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
@@ -17,8 +16,6 @@ import (
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/importer/exports"
-	"github.com/plexusnet/plexus/services/importer/kube"
-	islices "github.com/plexusnet/plexus/services/importer/slices"
 	"github.com/plexusnet/plexus/services/importer/sourcetest"
 )
 
@@ -90,26 +87,9 @@ func TestVIPsAskedAgainEachTerm(t *testing.T) {
 	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	var ctrl *Controller
-	store := exports.New(func(ch exports.Change) {
-		if ctrl != nil {
-			ctrl.Changed(ch)
-		}
-	})
-	store.AddSource("a")
-	tracker := kube.NewTracker(0)
-	inf, err := kube.NewInformers(kc, mcs, tracker)
-	require.NoError(t, err)
-	w, err := kube.NewWriter(kc, mcs, tracker, prometheus.NewRegistry())
-	require.NoError(t, err)
-	packer, _ := islices.New()
 	alloc := &fakeAlloc{owned: map[string]string{}}
-	ctrl, err = New(Config{Store: store, Informers: inf, Tracker: tracker, Writer: w, Kube: kc,
-		Allocator: alloc, VIPPools: []string{"v4"}, Packer: packer})
-	require.NoError(t, err)
-	err = inf.AddHandlers(kube.Handlers{Service: ctrl.Enqueue, Namespace: ctrl.EnqueueNamespace})
-	require.NoError(t, err)
-	inf.Start(ctx)
+	im := newImporter(ctx, t, kc, mcs, alloc, "a")
+	ctrl, store := im.ctrl, im.store
 
 	vips := func() []string {
 		si, err := mcs.MulticlusterV1beta1().ServiceImports("ns").Get(ctx, "x", metav1.GetOptions{})

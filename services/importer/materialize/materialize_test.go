@@ -475,3 +475,20 @@ func TestImportCarriesTrafficAndMetadata(t *testing.T) {
 	op, _ = Derived(plain, Decide(plain), importObj(), VIPs{})
 	require.Equal(t, DerivedNone, op, "a defaulted policy is no change")
 }
+
+// A cluster whose slices are kept while its export is not known (not
+// heard from since a restart) stays among the import's clusters: its
+// endpoints are still served. One whose slices went does not.
+func TestImportClustersKeepsWaitingClusters(t *testing.T) {
+	v := view(export("east", time.Hour, 80, endpoints(0, 3)...))
+	slice := &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}}
+	after := map[string][]*discovery.EndpointSlice{"east": {slice}, "west": {slice}, "gone": {}}
+	require.Equal(t, []string{"east", "west"}, ImportClusters(v, after))
+	require.Equal(t, []string{"east"}, ImportClusters(v, nil))
+
+	v.Import = importObj()
+	v.Import.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}
+	st := Report(v, Decide(v), after, &Outcome{VIPs: VIPs{IPs: []string{"10.9.0.5"}, FromAllocator: true}, Clusters: map[string]ClusterOutcome{}})
+	out := ImportStatus(v.Import, st, ImportClusters(v, after))
+	require.Equal(t, v.Import.Status.Clusters, out.Clusters, "unchanged: nothing to write")
+}

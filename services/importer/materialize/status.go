@@ -342,13 +342,34 @@ func bound(s string) string {
 	return s[:maxMessage] + "..."
 }
 
+// ImportClusters returns the clusters an import is derived from, sorted:
+// those that export the service, and those whose slices it still holds
+// (after, by cluster) although their export is not known (a source not
+// heard from since a restart, kept until its word is final). Left out,
+// such a cluster would vanish from the ServiceImport's status while its
+// endpoints are served, and come back when it is heard from: two writes of
+// every import it has, for nothing, on every restart of the importer.
+func ImportClusters(v View, after map[string][]*discovery.EndpointSlice) []string {
+	out := make([]string, 0, len(v.Exports))
+	for _, e := range v.Exports {
+		out = append(out, e.Cluster)
+	}
+	for cl, ss := range after {
+		if _, ok := v.Export(cl); !ok && len(ss) > 0 {
+			out = append(out, cl)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ImportStatus renders st onto the ServiceImport's status, keeping the
-// transition times of conditions that did not change. exporting are the
-// clusters that export the service.
-func ImportStatus(cur *mcsv1beta1.ServiceImport, st Status, exporting []string) mcsv1beta1.ServiceImportStatus {
+// transition times of conditions that did not change. clusters are the
+// clusters the import is derived from (ImportClusters).
+func ImportStatus(cur *mcsv1beta1.ServiceImport, st Status, clusters []string) mcsv1beta1.ServiceImportStatus {
 	out := cur.Status.DeepCopy()
 	out.Clusters = out.Clusters[:0]
-	for _, cl := range exporting {
+	for _, cl := range clusters {
 		out.Clusters = append(out.Clusters, mcsv1beta1.ClusterStatus{Cluster: cl})
 	}
 	out.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsAbsent

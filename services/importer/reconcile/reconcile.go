@@ -48,7 +48,10 @@ type run struct {
 
 // Reconcile brings the member cluster's objects of one service in line
 // with the exports. final reports whether what the importer knows of a
-// cluster is its last word, so that slices it does not ask for may go. It
+// cluster is its last word, so that slices it does not ask for may go; its
+// answers must be fixed before Reconcile reads the exports, or a cluster
+// whose exports arrive during the reconcile counts as final on a view that
+// lacks them. It
 // returns a delay after which to look again without counting a failure,
 // or an error to retry with backoff.
 func (c *Reconciler) Reconcile(ctx context.Context, key exports.Key, final func(cluster string) bool) (time.Duration, error) {
@@ -340,17 +343,13 @@ func (r *run) finish(ctx context.Context, v materialize.View, d materialize.Deci
 	after map[string][]*discovery.EndpointSlice, o *materialize.Outcome) error {
 	r.record(o, after)
 	st := materialize.Report(v, d, after, o)
-	exporting := make([]string, len(v.Exports))
-	for i, e := range v.Exports {
-		exporting[i] = e.Cluster
-	}
 	if se := materialize.ExportStatus(v, st); se != nil {
 		if _, err := r.c.cfg.Writer.UpdateExportStatus(ctx, r.key, se); err != nil {
 			return err
 		}
 		r.writes++
 	}
-	want := materialize.ImportStatus(imp, st, exporting)
+	want := materialize.ImportStatus(imp, st, materialize.ImportClusters(v, after))
 	if equality.Semantic.DeepEqual(imp.Status, want) {
 		return nil
 	}
