@@ -7,7 +7,9 @@ package proctest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -61,16 +63,27 @@ func Build(t testing.TB, pkg string) string {
 		t.Fatal(err)
 	}
 	if builtDir == "" {
-		if builtDir, err = os.MkdirTemp("", "plexus-bin-"); err != nil {
+		// One folder per checkout, reused by every test process: the
+		// binaries are replaced, not piled up run after run.
+		sum := sha256.Sum256([]byte(root))
+		builtDir = filepath.Join(os.TempDir(), "plexus-bin", hex.EncodeToString(sum[:6]))
+		if err := os.MkdirAll(builtDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	out := filepath.Join(builtDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	// Built aside and renamed into place: a test process running the
+	// binary of that name keeps running the one it started.
+	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
+	cmd := exec.Command("go", "build", "-o", tmp, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp)
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		t.Fatal(err)
 	}
 	built[pkg] = out
 	return out
