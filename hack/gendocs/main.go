@@ -61,7 +61,7 @@ func main() {
 }
 
 func run(dir string) error {
-	isolateEnvironment()
+	defer isolateEnvironment()()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -80,18 +80,22 @@ func run(dir string) error {
 // isolateEnvironment keeps the machine out of the references: flag
 // defaults and the values the services set up with must not depend on the
 // PLEXUS_* variables, POD_NAMESPACE (the default Lease namespace) or a
-// plexusctl config file of whoever runs the generator.
-func isolateEnvironment() {
+// plexusctl config file of whoever runs the generator. restore removes the
+// empty home it sets.
+func isolateEnvironment() (restore func()) {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "PLEXUS") || name == "POD_NAMESPACE" || strings.HasPrefix(name, "OTEL_") {
 			os.Unsetenv(name)
 		}
 	}
-	if home, err := os.MkdirTemp("", "gendocs-home-"); err == nil {
-		os.Setenv("HOME", home)
-		os.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	home, err := os.MkdirTemp("", "gendocs-home-")
+	if err != nil {
+		return func() {}
 	}
+	os.Setenv("HOME", home)
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	return func() { _ = os.RemoveAll(home) }
 }
 
 // header starts a generated file.

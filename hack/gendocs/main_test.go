@@ -15,7 +15,7 @@ import (
 // TestDocsAreCurrent fails when a committed reference differs from what the
 // generator writes from the code now.
 func TestDocsAreCurrent(t *testing.T) {
-	isolateEnvironment()
+	t.Cleanup(isolateEnvironment())
 	for _, d := range docs {
 		t.Run(d.file, func(t *testing.T) {
 			want, err := d.gen()
