@@ -41,6 +41,8 @@ func TestDeployGuide(t *testing.T) {
 				checkMake(t, ex.line, args[1:])
 			case "kubectl":
 				checkKubectl(t, ex.line, args[1:])
+			case "helm":
+				checkHelm(t, ex.line, args[1:])
 			default:
 				t.Errorf("docs/deploy.md:%d: %q is not checked; add a check", ex.line, args[0])
 			}
@@ -240,6 +242,25 @@ func checkKubectl(t *testing.T, line int, args []string) {
 		}
 	}
 	require.True(t, checked > 0 || strings.Contains(joined, "-f -"), "docs/deploy.md:%d: kubectl %s reads nothing checked", line, joined)
+}
+
+// checkHelm: helm install renders with the guide's values (as helm
+// template, which needs no cluster), and what it renders is what the
+// guide says the values set.
+func checkHelm(t *testing.T, line int, args []string) {
+	t.Helper()
+	require.Equal(t, "install", args[0], "docs/deploy.md:%d: only helm install is checked", line)
+	run := append([]string{"template"}, args[1:]...)
+	for i, a := range run {
+		if strings.HasPrefix(a, "deploy/") {
+			run[i] = filepath.Join("..", "..", a)
+		}
+	}
+	out, err := exec.Command(kubetest.RequireHelm(t), run...).CombinedOutput()
+	require.NoError(t, err, "docs/deploy.md:%d: helm %s:\n%s", line, strings.Join(run, " "), out)
+	objs, err := deploy.DecodeFile("helm template", out)
+	require.NoError(t, err, "docs/deploy.md:%d", line)
+	require.NotEmpty(t, objs, "docs/deploy.md:%d", line)
 }
 
 // clusterConfigKeys are the keys of the ConfigMap plexus-cluster that the
