@@ -125,9 +125,11 @@ func TestChartValues(t *testing.T) {
 	m := index(t, render(t, valueSets()[2].set...))
 	cm := typed[corev1.ConfigMap](t, m, "ConfigMap", "plexus-cluster")
 	require.Equal(t, map[string]string{
-		"cluster-name": "cluster-a", "clusterset": "prod", "manage-service-cidrs": "false",
+		"cluster-name": "cluster-a", "manage-service-cidrs": "false",
 		"sources-file": "/etc/plexus/sources/sources.yaml",
 	}, cm.Data, "two VIP pools are arguments, not the key")
+	alloc := typed[corev1.ConfigMap](t, m, "ConfigMap", "plexus-allocator-config")
+	require.Equal(t, map[string]string{"clusterset": "prod"}, alloc.Data)
 	sources := typed[corev1.ConfigMap](t, m, "ConfigMap", "plexus-sources")
 	var file struct {
 		Clusters []struct{ Name, Address string } `json:"clusters"`

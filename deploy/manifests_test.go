@@ -349,8 +349,9 @@ func TestMembersFromConfigMap(t *testing.T) {
 // TestManifestsSetOnlyRealFlags: every PLEXUS_* variable and every flag a
 // Deployment gives a Plexus container is a flag of that service's binary
 // (PLEXUS_FOO_BAR is --foo-bar), so a renamed flag cannot leave a manifest
-// silently configuring nothing; a variable read from the ConfigMap
-// plexus-cluster is optional and from the key named after its flag.
+// silently configuring nothing; a variable read from a ConfigMap
+// (plexus-cluster, plexus-allocator-config) is optional and from the key
+// named after its flag.
 func TestManifestsSetOnlyRealFlags(t *testing.T) {
 	t.Parallel()
 	checked := 0
@@ -394,7 +395,8 @@ func checkRealFlags(t *testing.T, svc string, ctr corev1.Container) int {
 		}
 		flag = strings.ToLower(strings.ReplaceAll(flag, "_", "-"))
 		require.True(t, flags[flag], "%s sets %s, but has no --%s", svc, e.Name, flag)
-		if ref := e.ValueFrom; ref != nil && ref.ConfigMapKeyRef != nil && ref.ConfigMapKeyRef.Name == "plexus-cluster" {
+		if ref := e.ValueFrom; ref != nil && ref.ConfigMapKeyRef != nil {
+			require.Contains(t, []string{"plexus-cluster", "plexus-allocator-config"}, ref.ConfigMapKeyRef.Name, "%s: %s", svc, e.Name)
 			require.Equal(t, flag, ref.ConfigMapKeyRef.Key, "%s: %s is read from the key named after its flag", svc, e.Name)
 			require.True(t, ref.ConfigMapKeyRef.Optional != nil && *ref.ConfigMapKeyRef.Optional,
 				"%s: the key %s is optional, so a cluster without it still starts", svc, flag)

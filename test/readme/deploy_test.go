@@ -225,8 +225,10 @@ func checkKubectl(t *testing.T, line int, args []string) {
 			}
 		case strings.HasPrefix(a, "--from-literal="):
 			key, _, _ := strings.Cut(strings.TrimPrefix(a, "--from-literal="), "=")
-			require.Contains(t, joined, "create configmap plexus-cluster ", "docs/deploy.md:%d", line)
-			require.Contains(t, clusterConfigKeys(t), key, "docs/deploy.md:%d: no Deployment reads the key %s of plexus-cluster", line, key)
+			_, rest, ok := strings.Cut(joined, "create configmap ")
+			require.True(t, ok, "docs/deploy.md:%d", line)
+			name, _, _ := strings.Cut(rest, " ")
+			require.Contains(t, configKeys(t, name), key, "docs/deploy.md:%d: no Deployment reads the key %s of %s", line, key, name)
 			checked++
 		case a == "namespace" && i > 0 && args[i-1] == "create" && i+1 < len(args):
 			require.Contains(t, sourceText(t, "docs/deploy.md"), "--inventory-namespace "+args[i+1], "docs/deploy.md:%d", line)
@@ -263,9 +265,9 @@ func checkHelm(t *testing.T, line int, args []string) {
 	require.NotEmpty(t, objs, "docs/deploy.md:%d", line)
 }
 
-// clusterConfigKeys are the keys of the ConfigMap plexus-cluster that the
-// Deployments of deploy/ (either allocator) read.
-func clusterConfigKeys(t *testing.T) []string {
+// configKeys are the keys of the ConfigMap name that the Deployments of
+// deploy/ (either allocator) read.
+func configKeys(t *testing.T, name string) []string {
 	t.Helper()
 	objs, err := deploy.Objects()
 	require.NoError(t, err)
@@ -280,7 +282,7 @@ func clusterConfigKeys(t *testing.T) []string {
 		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d))
 		for _, c := range d.Spec.Template.Spec.Containers {
 			for _, e := range c.Env {
-				if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil && r.ConfigMapKeyRef.Name == "plexus-cluster" {
+				if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil && r.ConfigMapKeyRef.Name == name {
 					keys = append(keys, r.ConfigMapKeyRef.Key)
 				}
 			}
