@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +43,7 @@ import (
 	"github.com/plexusnet/plexus/internal/mcsnames"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/internal/testing/proctest"
+	"github.com/plexusnet/plexus/internal/testing/testcerts"
 	"github.com/plexusnet/plexus/internal/tlsconf"
 )
 
@@ -58,13 +61,15 @@ const (
 // the processes that stand in for the Deployments' pods, and the
 // addresses the guide's names stand for.
 type guideFleet struct {
-	t     *testing.T
-	ctx   context.Context
-	root  string // the repository, where deploy/ is
-	work  string // the reader's folder (.certs)
-	kube  map[string]*kubetest.Cluster
-	procs map[string]*proctest.Proc // "cluster/deployment"
-	names map[string]string         // guide name → loopback address
+	t      *testing.T
+	ctx    context.Context
+	root   string // the repository, where deploy/ is
+	work   string // the reader's folder (.certs)
+	kube   map[string]*kubetest.Cluster
+	procs  map[string]*proctest.Proc // "cluster/deployment"
+	names  map[string]string         // guide name → loopback address
+	etcd   string                    // the client URL of the allocator's etcd
+	onEtcd bool                      // an allocator was pointed at it
 }
 
 // TestDeployGuideFollowed installs a two-cluster clusterset by following
@@ -76,9 +81,10 @@ type guideFleet struct {
 // ConfigMap volumes written out as the kubelet would) under a kubeconfig
 // with its own ServiceAccount's token. Only what a local run cannot be is
 // stood in for: the images (the binaries), the pods' network (loopback
-// ports, so the processes get --grpc-addr and --http-addr), the addresses
-// the guide exposes (example.net names), and etcd (the guide's bolt
-// manifest, since the local etcd has no client TLS). Then a Service
+// ports, so the processes get --grpc-addr and --http-addr; one replica of
+// each Deployment), the addresses the guide exposes (example.net names) and
+// the etcd the reader runs (one member on loopback, client TLS required,
+// whose certificates the guide's Secret is made from). Then a Service
 // exported in cluster-a is imported in cluster-b with a VIP of the guide's
 // pool and its EndpointSlices, and no process logged an RBAC denial.
 func TestDeployGuideFollowed(t *testing.T) {
@@ -90,6 +96,7 @@ func TestDeployGuideFollowed(t *testing.T) {
 	for _, c := range guideClusters {
 		f.kube[c] = kubetest.StartAPIServer(t, etcd, kubetest.WithName(c))
 	}
+	f.startAllocatorEtcd()
 	for _, svc := range []string{"allocator", "membership", "importer", "repair"} {
 		proctest.Build(t, "./services/"+svc) // from the module, before leaving it
 	}
@@ -123,6 +130,7 @@ func TestDeployGuideFollowed(t *testing.T) {
 		}
 	}
 	require.Contains(t, f.procs, "cluster-a/plexus-allocator")
+	require.True(t, f.onEtcd, "the guide's allocator runs on etcd")
 
 	f.exportAndImport()
 	f.checkCoreDNSRole()
@@ -246,13 +254,16 @@ func (f *guideFleet) kubectl(ex example, c string, args []string) {
 			}
 		}
 	case len(args) > 3 && args[0] == "create" && args[1] == "secret" && args[2] == "generic":
-		if args[3] == "plexus-allocator-etcd-tls" {
-			return // the local etcd has no client TLS: the bolt allocator instead
-		}
 		data := map[string][]byte{}
 		for _, a := range args[4:] {
 			from, ok := strings.CutPrefix(a, "--from-file=")
 			require.True(t, ok, "%s: %s", where, a)
+			if key, file, ok := strings.Cut(from, "="); ok {
+				var err error
+				data[key], err = os.ReadFile(file)
+				require.NoError(t, err, where)
+				continue
+			}
 			entries, err := os.ReadDir(from)
 			require.NoError(t, err, where)
 			for _, e := range entries {
@@ -281,13 +292,9 @@ func (f *guideFleet) kubectl(ex example, c string, args []string) {
 }
 
 // applyFile applies a file of deploy/ to cluster c as the guide has the
-// reader edit it, and runs its Deployments. The etcd allocator is
-// replaced by the bolt one (the local etcd has no client TLS).
+// reader edit it, and runs its Deployments.
 func (f *guideFleet) applyFile(ex example, c, file string) {
 	f.t.Helper()
-	if file == deploy.EtcdAllocatorFile || file == "deploy/"+deploy.EtcdAllocatorFile {
-		file = "deploy/10-allocator.yaml"
-	}
 	raw, err := os.ReadFile(filepath.Join(f.root, file))
 	require.NoError(f.t, err, "docs/deploy.md:%d", ex.line)
 	f.apply(ex, c, file, raw)
@@ -308,7 +315,7 @@ func (f *guideFleet) apply(ex example, c, file string, data []byte) {
 	require.NoError(t, err)
 	for _, o := range objs {
 		if o.GetKind() == "Deployment" {
-			f.pointAtAllocator(o)
+			f.edit(o)
 		}
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -329,22 +336,58 @@ func (f *guideFleet) apply(ex example, c, file string, data []byte) {
 	}
 }
 
-// pointAtAllocator is section 5's step 3: PLEXUS_ALLOCATOR_ADDR names the
-// allocator, as the reader sets it in the manifests.
-func (f *guideFleet) pointAtAllocator(o deploy.Object) {
-	addr, ok := f.names[guideAllocatorName]
-	if !ok {
-		return
-	}
+// edit makes the edits of a Deployment the guide asks for: section 4's
+// PLEXUS_STORE names the reader's etcd, section 5's PLEXUS_ALLOCATOR_ADDR
+// the allocator.
+func (f *guideFleet) edit(o deploy.Object) {
 	containers, _, _ := unstructuredSlice(o.Object, "spec", "template", "spec", "containers")
 	for _, c := range containers {
 		env, _, _ := unstructuredSlice(c.(map[string]any), "env")
 		for _, e := range env {
-			if e := e.(map[string]any); e["name"] == "PLEXUS_ALLOCATOR_ADDR" {
-				e["value"] = addr
+			e := e.(map[string]any)
+			switch value, _ := e["value"].(string); {
+			case e["name"] == "PLEXUS_ALLOCATOR_ADDR" && f.names[guideAllocatorName] != "":
+				e["value"] = f.names[guideAllocatorName]
+			case e["name"] == "PLEXUS_STORE" && strings.HasPrefix(value, "etcd:"):
+				e["value"], f.onEtcd = "etcd:"+f.etcd, true
 			}
 		}
 	}
+}
+
+// startAllocatorEtcd runs the etcd of section 4 (one member): clients over
+// https only, each with a certificate of its CA, and writes that CA and a
+// client certificate for the allocator where the guide's Secret is made
+// from.
+func (f *guideFleet) startAllocatorEtcd() {
+	t := f.t
+	ca := testcerts.NewCA(t, "etcd")
+	serverCert, serverKey := ca.Issue("etcd-server", testcerts.Loopback("etcd"))
+	clientCert, clientKey := ca.Issue("allocator-etcd", testcerts.Leaf{CommonName: "plexus-allocator"})
+	for src, dst := range map[string]string{ca.File: "etcd-ca.crt", clientCert: "allocator-etcd.crt", clientKey: "allocator-etcd.key"} {
+		data, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(f.work, dst), data, 0o600))
+	}
+	client, peer := proctest.FreeAddr(t), proctest.FreeAddr(t)
+	logf, err := os.Create(filepath.Join(t.TempDir(), "etcd.log"))
+	require.NoError(t, err)
+	cmd := exec.Command(kubetest.RequireBinaries(t).Etcd(), "--name=guide", "--data-dir="+t.TempDir(),
+		"--listen-client-urls=https://"+client, "--advertise-client-urls=https://"+client,
+		"--listen-peer-urls=http://"+peer, "--initial-advertise-peer-urls=http://"+peer, "--initial-cluster=guide=http://"+peer,
+		"--cert-file="+serverCert, "--key-file="+serverKey, "--trusted-ca-file="+ca.File, "--client-cert-auth",
+		"--log-level=warn", "--unsafe-no-fsync")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logf.Close()
+	})
+	// The allocator is SERVING only once it has read its state from etcd
+	// over TLS: its start waits for this etcd.
+	f.etcd = "https://" + client
 }
 
 // unstructuredSlice is the list at path in obj.
