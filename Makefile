@@ -56,17 +56,23 @@ coredns: ## Build and cache CoreDNS (kubernetes plugin with multicluster) for th
 	@echo "==> CoreDNS (cached after the first build, which takes 3-10 minutes)"
 	@hack/coredns.sh >/dev/null
 
+.PHONY: helm
+helm: ## Build and cache helm (for the Helm chart's tests: helm template, helm lint).
+	@echo "==> helm (cached after the first build, which takes 2-6 minutes)"
+	@hack/helm.sh >/dev/null
+
 .PHONY: generate
-generate: tools ## Regenerate the Go and Python code from the protos, and the CRD manifests.
+generate: tools ## Regenerate the Go and Python code from the protos, and the CRD manifests (deploy/crds and the Helm chart's crds/).
 	buf generate
 	buf build --as-file-descriptor-set -o api/apidesc/plexus.binpb
 	hack/generate-crds.sh
+	$(GO) run ./hack/chartcrds
 	hack/generate-python.sh
 
 .PHONY: check-generated
 check-generated: generate ## Fail when checked-in generated code is stale.
-	@git diff --exit-code --stat -- api deploy/crds clients/python || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api deploy/crds clients/python)" || { git status --porcelain -- api deploy/crds clients/python; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
+	@git diff --exit-code --stat -- api deploy/crds deploy/helm/plexus/crds clients/python || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy/crds deploy/helm/plexus/crds clients/python)" || { git status --porcelain -- api deploy/crds deploy/helm/plexus/crds clients/python; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
 .PHONY: docs
 docs: ## Regenerate the flag and metric references (docs/flags.md, docs/metrics.md) from the code.
@@ -92,7 +98,7 @@ build: ## Build the four services and plexusctl into bin/.
 	@cd bin && for s in allocator membership importer repair; do mv -f $$s plexus-$$s; done
 
 .PHONY: test
-test: lint check-generated kube-binaries coredns ## Unit and integration tests (real kube-apiserver and etcd), race detector on the pure cores.
+test: lint check-generated kube-binaries coredns helm ## Unit and integration tests (real kube-apiserver and etcd), race detector on the pure cores.
 	$(GO) test -race -count=1 $(CORE_PKGS)
 	$(GO) test -count=1 -timeout 30m ./...
 

@@ -1,7 +1,8 @@
 // Package deploy carries the Kubernetes manifests of the four Plexus
 // services (the *.yaml files next to this one: namespace, ServiceAccounts,
 // least-privilege RBAC, the repair admission policy, Deployments,
-// PodDisruptionBudgets and Services), so tests and tools can read them
+// PodDisruptionBudgets and Services), and the allocator on etcd in etcd/,
+// the alternative to 10-allocator.yaml, so tests and tools can read them
 // without touching the file system. The CRDs are in package crds below.
 package deploy
 
@@ -22,8 +23,12 @@ import (
 // Namespace is the namespace every namespaced object of the manifests is in.
 const Namespace = "plexus-system"
 
-//go:embed *.yaml
+//go:embed *.yaml etcd/*.yaml
 var files embed.FS
+
+// EtcdAllocatorFile is the allocator on etcd, the alternative to
+// 10-allocator.yaml.
+const EtcdAllocatorFile = "etcd/10-allocator.yaml"
 
 // Object is one manifest object and the file it came from.
 type Object struct {
@@ -32,9 +37,10 @@ type Object struct {
 	*unstructured.Unstructured
 }
 
-// Objects decodes every object of every manifest, files in name order
-// (the order kubectl applies a folder in) and objects in file order. The
-// YAML is decoded strictly: a key given twice is an error.
+// Objects decodes every object of every manifest of this folder (not
+// etcd/), files in name order (the order kubectl applies a folder in) and
+// objects in file order. The YAML is decoded strictly: a key given twice
+// is an error.
 func Objects() ([]Object, error) {
 	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
@@ -42,17 +48,38 @@ func Objects() ([]Object, error) {
 	}
 	var out []Object
 	for _, e := range entries {
-		data, err := files.ReadFile(e.Name())
+		if e.IsDir() {
+			continue
+		}
+		objs, err := FileObjects(e.Name())
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", e.Name(), err)
+			return nil, err
 		}
-		objs, err := decode(data)
-		if err != nil {
-			return nil, fmt.Errorf("decode %s: %w", e.Name(), err)
-		}
-		for _, o := range objs {
-			out = append(out, Object{File: e.Name(), Unstructured: o})
-		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+// FileObjects decodes the objects of one manifest file, such as
+// EtcdAllocatorFile, in file order.
+func FileObjects(name string) ([]Object, error) {
+	data, err := files.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return DecodeFile(name, data)
+}
+
+// DecodeFile decodes the objects of the multi-document YAML data, from the
+// file named name, as Objects does.
+func DecodeFile(name string, data []byte) ([]Object, error) {
+	objs, err := decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", name, err)
+	}
+	out := make([]Object, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, Object{File: name, Unstructured: o})
 	}
 	return out, nil
 }

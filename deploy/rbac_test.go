@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -45,32 +46,46 @@ var realKinds = map[string]bool{
 	"ValidatingAdmissionPolicyBinding": true,
 }
 
-// TestManifestsAgainstAPIServer applies the manifests to a real
-// kube-apiserver and checks what each ServiceAccount may and may not do.
+// TestManifestsAgainstAPIServer applies the manifests, with either
+// allocator, to a real kube-apiserver and checks what each ServiceAccount
+// may and may not do.
 func TestManifestsAgainstAPIServer(t *testing.T) {
 	t.Parallel()
+	objs, err := Objects()
+	require.NoError(t, err)
+	etcd, err := FileObjects(EtcdAllocatorFile)
+	require.NoError(t, err)
+	checkAgainstAPIServer(t, append(objs, etcd...))
+}
+
+// checkAgainstAPIServer starts a kube-apiserver with the CRDs, applies objs
+// server-side (RBAC, ServiceAccounts, the namespace and the admission
+// policy for real, everything else as a dry run), and checks that their
+// rules name served resources, that every ServiceAccount may do exactly
+// what the access table says, and that the admission policy confines
+// repair. Every way of installing (deploy/, the Helm chart) is checked by
+// it.
+func checkAgainstAPIServer(t *testing.T, objs []Object) {
 	etcd := kubetest.StartEtcd(t)
 	cluster := kubetest.StartAPIServer(t, etcd)
 	kubetest.InstallCRDs(t, cluster.Config)
 	ctx := t.Context()
 
-	objs, err := Objects()
-	require.NoError(t, err)
 	disco, err := discovery.NewDiscoveryClientForConfig(cluster.Config)
 	require.NoError(t, err)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	dyn, err := dynamic.NewForConfig(cluster.Config)
 	require.NoError(t, err)
 
-	// Real objects first (the namespace before anything in it), then the
-	// dry runs, which need the namespace to exist.
-	for _, dryRun := range []bool{false, true} {
-		for _, o := range objs {
-			if realKinds[o.GetKind()] == dryRun {
-				continue
-			}
-			require.NoError(t, apply(ctx, dyn, mapper, o, dryRun), "apply %s %s from %s (dry run %t)", o.GetKind(), o.GetName(), o.File, dryRun)
-		}
+	// The namespace first, then the other real objects, then the dry
+	// runs, which need the namespace to exist.
+	ordered := slices.Clone(objs)
+	slices.SortStableFunc(ordered, func(a, b Object) int {
+		return cmp.Compare(rank(a), rank(b))
+	})
+	for _, o := range ordered {
+		dryRun := !realKinds[o.GetKind()]
+		require.NoError(t, apply(ctx, dyn, mapper, o, dryRun), "apply %s %s from %s (dry run %t)", o.GetKind(), o.GetName(), o.File, dryRun)
 	}
 
 	t.Run("rules name served resources and verbs", func(t *testing.T) {
@@ -82,6 +97,18 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	t.Run("repair deletes only importer slices", func(t *testing.T) {
 		testRepairDeletePolicy(t, cluster)
 	})
+}
+
+// rank orders the applies: the namespace, the other real objects, the dry
+// runs.
+func rank(o Object) int {
+	switch {
+	case o.GetKind() == "Namespace":
+		return 0
+	case realKinds[o.GetKind()]:
+		return 1
+	}
+	return 2
 }
 
 // apply server-side applies o, as a dry run when dryRun is set, and checks

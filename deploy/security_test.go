@@ -42,7 +42,14 @@ func mountOf(t *testing.T, spec corev1.PodSpec, ctr corev1.Container, file strin
 // enforces the policy of deploy/policy through a ConfigMap that carries the
 // same document.
 func TestMutualTLSAndPolicy(t *testing.T) {
-	m := load(t)
+	for _, v := range variants(t) {
+		t.Run(v.name, func(t *testing.T) { checkMutualTLSAndPolicy(t, v.m, v.components) })
+	}
+}
+
+// checkMutualTLSAndPolicy checks the TLS and policy of every component's
+// Deployment in m.
+func checkMutualTLSAndPolicy(t *testing.T, m manifests, components []component) {
 	for _, c := range components {
 		t.Run(c.name, func(t *testing.T) {
 			name := "plexus-" + c.name

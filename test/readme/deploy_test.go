@@ -12,8 +12,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/plexusnet/plexus/clients/plexusctl/cmd"
+	"github.com/plexusnet/plexus/deploy"
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 )
 
@@ -38,6 +41,8 @@ func TestDeployGuide(t *testing.T) {
 				checkMake(t, ex.line, args[1:])
 			case "kubectl":
 				checkKubectl(t, ex.line, args[1:])
+			case "helm":
+				checkHelm(t, ex.line, args[1:])
 			default:
 				t.Errorf("docs/deploy.md:%d: %q is not checked; add a check", ex.line, args[0])
 			}
@@ -195,10 +200,14 @@ func checkMake(t *testing.T, line int, args []string) {
 }
 
 // checkKubectl: every deploy/ file and .certs folder it reads exists (or
-// is made by plexusctl certs).
+// is made by plexusctl certs), a Secret's files from elsewhere land under
+// the keys the manifests mount, every key of the ConfigMap plexus-cluster
+// is one a Deployment reads, and a namespace it creates is one the guide
+// names as an inventory namespace.
 func checkKubectl(t *testing.T, line int, args []string) {
 	t.Helper()
 	checked := 0
+	joined := strings.Join(args, " ")
 	for i, a := range args {
 		file := ""
 		switch {
@@ -206,6 +215,24 @@ func checkKubectl(t *testing.T, line int, args []string) {
 			file = args[i+1]
 		case strings.HasPrefix(a, "--from-file="):
 			file = strings.TrimPrefix(a, "--from-file=")
+			if key, path, ok := strings.Cut(file, "="); ok {
+				require.Contains(t, []string{"ca.crt", "tls.crt", "tls.key"}, key, "docs/deploy.md:%d: a Secret key the manifests mount", line)
+				file = path
+				if !strings.HasPrefix(path, ".certs/") && !strings.HasPrefix(path, "deploy/") {
+					checked++ // the reader's own file (etcd's certificates)
+					continue
+				}
+			}
+		case strings.HasPrefix(a, "--from-literal="):
+			key, _, _ := strings.Cut(strings.TrimPrefix(a, "--from-literal="), "=")
+			_, rest, ok := strings.Cut(joined, "create configmap ")
+			require.True(t, ok, "docs/deploy.md:%d", line)
+			name, _, _ := strings.Cut(rest, " ")
+			require.Contains(t, configKeys(t, name), key, "docs/deploy.md:%d: no Deployment reads the key %s of %s", line, key, name)
+			checked++
+		case a == "namespace" && i > 0 && args[i-1] == "create" && i+1 < len(args):
+			require.Contains(t, sourceText(t, "docs/deploy.md"), "--inventory-namespace "+args[i+1], "docs/deploy.md:%d", line)
+			checked++
 		}
 		switch {
 		case file == "" || file == "-":
@@ -216,5 +243,50 @@ func checkKubectl(t *testing.T, line int, args []string) {
 			checked++
 		}
 	}
-	require.True(t, checked > 0 || strings.Contains(strings.Join(args, " "), "-f -"), "docs/deploy.md:%d: kubectl %s reads nothing checked", line, strings.Join(args, " "))
+	require.True(t, checked > 0 || strings.Contains(joined, "-f -"), "docs/deploy.md:%d: kubectl %s reads nothing checked", line, joined)
+}
+
+// checkHelm: helm install renders with the guide's values (as helm
+// template, which needs no cluster), and what it renders is what the
+// guide says the values set.
+func checkHelm(t *testing.T, line int, args []string) {
+	t.Helper()
+	require.Equal(t, "install", args[0], "docs/deploy.md:%d: only helm install is checked", line)
+	run := append([]string{"template"}, args[1:]...)
+	for i, a := range run {
+		if strings.HasPrefix(a, "deploy/") {
+			run[i] = filepath.Join("..", "..", a)
+		}
+	}
+	out, err := exec.Command(kubetest.RequireHelm(t), run...).CombinedOutput()
+	require.NoError(t, err, "docs/deploy.md:%d: helm %s:\n%s", line, strings.Join(run, " "), out)
+	objs, err := deploy.DecodeFile("helm template", out)
+	require.NoError(t, err, "docs/deploy.md:%d", line)
+	require.NotEmpty(t, objs, "docs/deploy.md:%d", line)
+}
+
+// configKeys are the keys of the ConfigMap name that the Deployments of
+// deploy/ (either allocator) read.
+func configKeys(t *testing.T, name string) []string {
+	t.Helper()
+	objs, err := deploy.Objects()
+	require.NoError(t, err)
+	etcd, err := deploy.FileObjects(deploy.EtcdAllocatorFile)
+	require.NoError(t, err)
+	var keys []string
+	for _, o := range append(objs, etcd...) {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		var d appsv1.Deployment
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d))
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil && r.ConfigMapKeyRef.Name == name {
+					keys = append(keys, r.ConfigMapKeyRef.Key)
+				}
+			}
+		}
+	}
+	return keys
 }

@@ -97,10 +97,13 @@ contexts:
 	require.NoError(t, err)
 	require.Contains(t, out, "10.112.0.0/16")
 
-	// Without the context's TLS material the server is not reached at all.
-	out, err = runPlexusctl(t, "status", "--context", "plaintext", "--timeout", "1s")
+	// Without the context's TLS material the server is not reached at all,
+	// and status says that TLS is what failed.
+	// (A deadline longer than the retries, which end in UNAVAILABLE.)
+	out, err = runPlexusctl(t, "status", "--context", "plaintext", "--timeout", "8s")
 	require.ErrorIs(t, err, errNotHealthy)
-	require.Contains(t, out, "UNREACHABLE")
+	require.Contains(t, out, "TLS_ERROR")
+	require.Contains(t, out, "it likely requires TLS")
 
 	// The token is the context's token file's: a wrong one is refused,
 	// and the environment beats the context's.

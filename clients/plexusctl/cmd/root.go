@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -118,14 +119,92 @@ func (e *unreachableError) Error() string {
 
 func (e *unreachableError) Unwrap() error { return e.err }
 
+// tlsError is a call that reached a server at svc's address but could not
+// speak to it: the TLS handshake failed, or a plaintext call met a server
+// that closed the connection (one that wants TLS). It names the TLS
+// settings to check rather than suggesting the service is down, and keeps
+// the call's status.
+type tlsError struct {
+	svc, addr, hint string
+	err             error
+}
+
+func (e *tlsError) Error() string {
+	return fmt.Sprintf("cannot talk to the %s at %s: %s (%s)", e.svc, e.addr, e.hint, status.Convert(e.err).Message())
+}
+
+func (e *tlsError) Unwrap() error { return e.err }
+
+// tlsSettings names where plexusctl's TLS material comes from.
+const tlsSettings = "--tls-ca, --tls-cert and --tls-key, or the tls of a config context (plexusctl config)"
+
+// tlsUse is how a call used TLS: not at all, without a client
+// certificate, or with one.
+type tlsUse int
+
+const (
+	noTLS tlsUse = iota
+	tlsWithoutCert
+	tlsWithCert
+)
+
+// clientCertHint is the hint for a server that refused a client without
+// the certificate it wants.
+const clientCertHint = "it refused the TLS handshake: it wants a client certificate its CA issued (--tls-cert and --tls-key, the fleet's operator certificate of plexusctl certs)"
+
+// tlsHint says what a failed connection's message shows about TLS, or ""
+// when it shows nothing: the connection was refused, timed out, or failed
+// for another reason.
+func tlsHint(msg string, use tlsUse) string {
+	// A TLS server reads a plaintext HTTP/2 preface as a bad handshake and
+	// hangs up before sending its own; with TLS 1.3 a server that wants a
+	// client certificate hangs up after the client's half of the handshake.
+	// (EOF, or a reset, depending on timing).
+	hungUp := strings.Contains(msg, "error reading server preface: ") ||
+		strings.Contains(msg, "connection closed before server preface received")
+	switch {
+	case use == noTLS && hungUp:
+		return "it closed the connection without answering a plaintext call: it likely requires TLS; give " + tlsSettings
+	case use == noTLS:
+		return ""
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "it does not speak TLS: check the address, or leave out " + tlsSettings
+	case strings.Contains(msg, "x509:"):
+		return "its certificate was not accepted: check that --tls-ca is the CA that issued it and that the certificate names the address dialled"
+	case strings.Contains(msg, "remote error: tls:"):
+		return clientCertHint
+	case use == tlsWithoutCert && (hungUp || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset by peer")):
+		return clientCertHint
+	case strings.Contains(msg, "authentication handshake failed") || strings.Contains(msg, "tls:"):
+		return "the TLS handshake failed: check " + tlsSettings
+	}
+	return ""
+}
+
+// tlsUse says how g's calls use TLS.
+func (g *globals) tlsUse() tlsUse {
+	switch {
+	case g.caFile == "":
+		return noTLS
+	case g.certFile == "":
+		return tlsWithoutCert
+	}
+	return tlsWithCert
+}
+
 // unreachable turns err into an unreachableError when the call never
 // reached svc: UNAVAILABLE without a reason (every Plexus service gives its
-// own UNAVAILABLE answers one: a replica behind, a server draining).
+// own UNAVAILABLE answers one: a replica behind, a server draining). A
+// failure of TLS becomes a tlsError instead.
 func (g *globals) unreachable(svc string, err error) error {
 	if err == nil || status.Code(err) != codes.Unavailable || apierr.Reason(err) != "" {
 		return err
 	}
-	return &unreachableError{svc: svc, addr: *g.addrs[svc], err: err}
+	addr := *g.addrs[svc]
+	if hint := tlsHint(status.Convert(err).Message(), g.tlsUse()); hint != "" {
+		return &tlsError{svc: svc, addr: addr, hint: hint, err: err}
+	}
+	return &unreachableError{svc: svc, addr: addr, err: err}
 }
 
 // Execute runs plexusctl and returns the process exit code.

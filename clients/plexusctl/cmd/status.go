@@ -42,7 +42,12 @@ func (g *globals) checkService(ctx context.Context, svc string) serviceStatus {
 	var md metadata.MD
 	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: serviceNames[svc]}, grpc.Header(&md))
 	if err != nil {
-		st.status, st.err = "UNREACHABLE", describe(err)
+		// A failed TLS handshake is no sign of the service being down.
+		st.status = "UNREACHABLE"
+		if err = g.unreachable(svc, err); errors.As(err, new(*tlsError)) {
+			st.status = "TLS_ERROR"
+		}
+		st.err = describe(err)
 		return st
 	}
 	st.status = resp.GetStatus().String()

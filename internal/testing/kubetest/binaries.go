@@ -108,6 +108,42 @@ func requireCoreDNS(t testing.TB, short bool) string {
 	return required(t, short, path, err)
 }
 
+// HelmVersion is the helm hack/helm.sh builds.
+const HelmVersion = "v3.22.0"
+
+// FindHelm returns the helm binary hack/helm.sh built ($PLEXUS_HELM, else
+// the cache), or an error naming the command that builds it.
+func FindHelm() (string, error) {
+	path := os.Getenv("PLEXUS_HELM")
+	if path == "" {
+		cache, err := cacheDir()
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(cache, "helm-"+HelmVersion, "helm")
+	}
+	info, err := os.Stat(path)
+	if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("helm not built at %s: run make helm", path)
+	}
+	return path, nil
+}
+
+// RequireHelm returns the helm binary hack/helm.sh built. Like
+// RequireBinaries, a missing binary fails the test with the command that
+// builds it; only `go test -short` skips it.
+func RequireHelm(t testing.TB) string {
+	t.Helper()
+	return requireHelm(t, testing.Short())
+}
+
+// requireHelm is RequireHelm with -short as an argument.
+func requireHelm(t testing.TB, short bool) string {
+	t.Helper()
+	path, err := FindHelm()
+	return required(t, short, path, err)
+}
+
 // FindBinaries returns the binaries named by PLEXUS_KUBE_BIN, else those in
 // DefaultBinDir. It fails with ErrBinariesMissing when either is absent.
 func FindBinaries() (Binaries, error) {

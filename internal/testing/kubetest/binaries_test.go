@@ -83,6 +83,7 @@ func TestRequireMissing(t *testing.T) {
 	}{
 		{name: "kube binaries", require: func(tb testing.TB, short bool) { requireBinaries(tb, short) }, command: BuildCommand},
 		{name: "coredns", require: func(tb testing.TB, short bool) { requireCoreDNS(tb, short) }, command: "make coredns"},
+		{name: "helm", require: func(tb testing.TB, short bool) { requireHelm(tb, short) }, command: "make helm"},
 	}
 	for _, tc := range tests {
 		for _, short := range []bool{false, true} {
@@ -90,6 +91,7 @@ func TestRequireMissing(t *testing.T) {
 				empty := t.TempDir()
 				t.Setenv(EnvKubeBin, empty)
 				t.Setenv("PLEXUS_COREDNS", filepath.Join(empty, "coredns"))
+				t.Setenv("PLEXUS_HELM", filepath.Join(empty, "helm"))
 				r := &recordingTB{TB: t}
 				tc.require(r, short)
 				if short {
