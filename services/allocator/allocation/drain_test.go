@@ -13,6 +13,7 @@ import (
 
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	"github.com/plexusnet/plexus/services/allocator/decide"
+	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/memory"
 )
@@ -37,7 +38,7 @@ func revisions(t *testing.T, st store.Store, rev int64, pool string) [][]store.E
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch, err := st.Watch(ctx, rev)
+	ch, err := storetest.Watch(ctx, st, rev)
 	require.NoError(t, err)
 	var out [][]store.Event
 	var cur []store.Event

@@ -29,6 +29,10 @@ func WithFollow() Option { return func(s *Allocator) { s.follow = true } }
 // watch after it ended with an error other than compaction.
 const followRetry = 2 * time.Second
 
+// followBatch is how many events the follower takes from its watch at a
+// time.
+const followBatch = 256
+
 // Follow applies the store's changes to the in-memory state until ctx ends:
 // allocations, releases, quarantines and pool changes committed by other
 // replicas, and this replica's own commits again (they are recognised by
@@ -42,9 +46,10 @@ const followRetry = 2 * time.Second
 func (s *Allocator) Follow(ctx context.Context) {
 	from := s.rev
 	for ctx.Err() == nil {
-		events, err := s.store.Watch(ctx, from)
+		events, err := s.store.WatchCursor(ctx, from, "")
 		if err == nil {
-			from, err = s.apply(events, from)
+			from, err = s.apply(ctx, events, from)
+			events.Close()
 		}
 		switch {
 		case ctx.Err() != nil, errors.Is(err, store.ErrClosed):
@@ -79,17 +84,21 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// apply handles events until the channel closes and returns the last
-// revision applied and the watch's error.
-func (s *Allocator) apply(events <-chan store.Event, from int64) (int64, error) {
-	for ev := range events {
-		if ev.Err != nil {
-			return from, ev.Err
+// apply handles the watch's events until it ends and returns the last
+// revision applied and the error that ended it.
+func (s *Allocator) apply(ctx context.Context, events store.Cursor, from int64) (int64, error) {
+	buf := make([]store.Event, 0, followBatch)
+	for {
+		var err error
+		buf, err = events.Next(ctx, buf[:0])
+		for _, ev := range buf {
+			s.applyEvent(ev)
+			from = ev.Revision
 		}
-		s.applyEvent(ev)
-		from = ev.Revision
+		if err != nil {
+			return from, err
+		}
 	}
-	return from, nil
 }
 
 func (s *Allocator) applyEvent(ev store.Event) {

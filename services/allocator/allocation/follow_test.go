@@ -18,6 +18,7 @@ import (
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/allocation"
 	"github.com/plexusnet/plexus/services/allocator/decide"
+	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/ipam"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
@@ -206,12 +207,12 @@ type cutWatch struct {
 	err error
 }
 
-func (c *cutWatch) Watch(ctx context.Context, from int64) (<-chan store.Event, error) {
+func (c *cutWatch) WatchCursor(ctx context.Context, from int64, pool string) (store.Cursor, error) {
 	if c.watches.Add(1) > 1 {
-		return c.Store.Watch(ctx, from)
+		return c.Store.WatchCursor(ctx, from, pool)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	in, err := c.Store.Watch(wctx, from)
+	in, err := storetest.Watch(wctx, c.Store, from)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -240,7 +241,7 @@ func (c *cutWatch) Watch(ctx context.Context, from int64) (<-chan store.Event, e
 			}
 		}
 	}()
-	return out, nil
+	return store.ChanCursor(out), nil
 }
 
 // TestFollowerResumesAtOnceWhenTooSlow: a follower cut off as too slow
@@ -491,8 +492,8 @@ func TestPoolChangesSeeOtherReplicasAllocations(t *testing.T) {
 // replica applies a commit of several allocations slowly.
 type slowSecond struct{ *etcd.Store }
 
-func (s slowSecond) Watch(ctx context.Context, from int64) (<-chan store.Event, error) {
-	in, err := s.Store.Watch(ctx, from)
+func (s slowSecond) WatchCursor(ctx context.Context, from int64, _ string) (store.Cursor, error) {
+	in, err := storetest.Watch(ctx, s.Store, from)
 	if err != nil {
 		return nil, err
 	}
@@ -512,7 +513,7 @@ func (s slowSecond) Watch(ctx context.Context, from int64) (<-chan store.Event, 
 			}
 		}
 	}()
-	return out, nil
+	return store.ChanCursor(out), nil
 }
 
 // TestWholeCommitsApplied: a replica has applied a revision only once it

@@ -259,16 +259,17 @@ type Event struct {
 	// make no event, such as one that only records a request, sends
 	// none.)
 	Last bool
-	// Err is set on the last event of a watch that ended for a reason
-	// other than its context: the store closed, the watcher fell too far
-	// behind, or history was compacted (ErrCompacted). Type is zero then.
+	// Err is set on the last event of a watch channel (ChanCursor) that
+	// ended for a reason other than its context: the store closed, the
+	// watcher fell too far behind, or history was compacted
+	// (ErrCompacted). Type is zero then.
 	Err error
 }
 
-// A Cursor reads a watch's events from where the store keeps them, with
-// no goroutine or buffer of its own: a watch that is read this way costs
-// its reader's goroutine and the cursor, where a channel costs a goroutine
-// and a buffer per watch. Its events and errors are those of Watch.
+// A Cursor reads a watch's events (Store.WatchCursor) from where the store
+// keeps them, with no goroutine or buffer of its own where it can: such a
+// watch costs its reader's goroutine and the cursor, where a channel costs
+// a goroutine and a buffer per watch.
 type Cursor interface {
 	// Next appends the events ready after the last one read to buf, at
 	// most cap(buf)-len(buf) of them (at least one), waiting until there
@@ -310,8 +311,9 @@ type Page struct {
 	More bool
 }
 
-// ChanCursor reads a watch channel (Store.Watch) as a cursor, for a store
-// or a watch that offers only the channel.
+// ChanCursor reads a channel of events as a cursor, for a watch that
+// offers only a channel (an etcd watch of its own). The channel is closed
+// when the watch's context ends, after an event carrying Err otherwise.
 func ChanCursor(ch <-chan Event) Cursor { return chanCursor(ch) }
 
 type chanCursor <-chan Event
@@ -389,19 +391,17 @@ type Store interface {
 	// indexes in the background after it opens; commits wait for them)
 	// and while it answers (etcd may be down), else why not.
 	Ready(ctx context.Context) error
-	// Watch sends every event with a revision greater than fromRev, in
-	// order, and closes the channel when ctx is done or after an event
-	// carrying Err. fromRev older than the history kept returns
-	// ErrCompacted. A watcher that falls far behind gets an Err that
-	// wraps ErrTooSlow while the events it needs are still kept (it
+	// WatchCursor reads every event with a revision greater than fromRev,
+	// in order, until ctx is done or an error ends it (see Cursor);
+	// with a pool, the cursor may leave out every event but that pool's
+	// allocation events, and a cursor that caught up then waits for the
+	// pool's next event only. fromRev older than the history kept returns
+	// ErrCompacted. A watcher that falls far behind ends with an error
+	// that wraps ErrTooSlow while the events it needs are still kept (it
 	// resumes from its last revision), or ErrCompacted once they are gone
-	// (it takes a new snapshot). A slow watcher never delays commits.
-	Watch(ctx context.Context, fromRev int64) (<-chan Event, error)
-	// WatchCursor is Watch read as a cursor; with a pool, the cursor may
-	// leave out every event but that pool's allocation events, and a
-	// cursor that caught up then waits for the pool's next event only.
-	// ctx bounds the watch where the store needs a goroutine for it after
-	// all (an etcd watch from before the history it keeps in memory).
+	// (it takes a new snapshot). A slow watcher never delays commits. ctx
+	// bounds the watch where the store needs a goroutine for it after all
+	// (an etcd watch from before the history it keeps in memory).
 	WatchCursor(ctx context.Context, fromRev int64, pool string) (Cursor, error)
 	// Close releases the store. Watchers get an Err event (ErrClosed);
 	// later calls return ErrClosed. Closing twice is not an error.

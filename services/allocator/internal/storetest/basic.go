@@ -152,7 +152,7 @@ func testConditions(t *testing.T, s store.Store) {
 
 func testFailedConditionWritesNothing(t *testing.T, s store.Store) {
 	commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24")), putAlloc(newAlloc("p", "10.0.0.1", "web-0"))))
-	ch, err := s.Watch(t.Context(), snapshot(t, s).Revision)
+	ch, err := Watch(t.Context(), s, snapshot(t, s).Revision)
 	require.NoError(t, err)
 
 	// Every kind of op, guarded by conditions of which only the last
@@ -268,7 +268,7 @@ func testDeletePoolCascades(t *testing.T, s store.Store) {
 		putQuarantine("p2", "10.0.0.3"),
 	))
 	from := snapshot(t, s).Revision
-	ch, err := s.Watch(t.Context(), from)
+	ch, err := Watch(t.Context(), s, from)
 	require.NoError(t, err)
 
 	rev := commit(t, s, txn(delPool("p")))
@@ -314,7 +314,7 @@ func testPutAllocationClearsQuarantine(t *testing.T, s store.Store) {
 	require.Empty(t, snap.Allocations)
 	require.Len(t, snap.Quarantine, 2)
 
-	ch, err := s.Watch(t.Context(), from-1)
+	ch, err := Watch(t.Context(), s, from-1)
 	require.NoError(t, err)
 	evs := receive(t, ch, 3)
 	require.Equal(t, []store.EventType{store.EventDeleteAllocation, store.EventPutQuarantine, store.EventPutQuarantine},
@@ -340,7 +340,7 @@ func normQuarantine(q *store.Quarantine) *store.Quarantine {
 // revision and emits nothing.
 func testDeleteMissingIsNoOp(t *testing.T, s store.Store) {
 	from := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
-	ch, err := s.Watch(t.Context(), from)
+	ch, err := Watch(t.Context(), s, from)
 	require.NoError(t, err)
 	rev := commit(t, s, txn(delAlloc("p", "10.0.0.1"), delPool("nope"), delAlloc("nope", "10.0.0.1")))
 	require.Equal(t, from+1, rev)
@@ -355,7 +355,7 @@ func testRequests(t *testing.T, s store.Store) {
 	require.False(t, ok)
 
 	from := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
-	ch, err := s.Watch(ctx, from)
+	ch, err := Watch(ctx, s, from)
 	require.NoError(t, err)
 	record := func(id string, keys ...string) store.Txn {
 		return store.Txn{
@@ -439,7 +439,7 @@ func testCanceledContext(t *testing.T, s store.Store) {
 func testClose(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	from := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
-	ch, err := s.Watch(ctx, from-1)
+	ch, err := Watch(ctx, s, from-1)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
@@ -468,7 +468,7 @@ func testClose(t *testing.T, s store.Store) {
 	require.ErrorIs(t, err, store.ErrClosed)
 	_, _, err = s.GetRequest(ctx, "x")
 	require.ErrorIs(t, err, store.ErrClosed)
-	_, err = s.Watch(ctx, from)
+	_, err = Watch(ctx, s, from)
 	require.ErrorIs(t, err, store.ErrClosed)
 	require.NoError(t, s.Close())
 }

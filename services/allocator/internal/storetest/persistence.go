@@ -51,7 +51,7 @@ func testPersistence(t *testing.T, s store.Store, reopen func(*testing.T, store.
 
 	// Watching from the revision of the reopened snapshot works, and the
 	// next commit takes the next revision.
-	ch, err := s.Watch(ctx, before.Revision)
+	ch, err := Watch(ctx, s, before.Revision)
 	require.NoError(t, err)
 	rev := commit(t, s, txn(putAlloc(newAlloc("p4", "10.0.0.7", "pod-new"))))
 	require.Equal(t, before.Revision+1, rev)

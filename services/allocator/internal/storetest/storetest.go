@@ -328,3 +328,54 @@ func describeAll(evs []store.Event) []string {
 	}
 	return out
 }
+
+// Watch reads s's watch from rev (Store.WatchCursor, every pool) through
+// a channel, as Pump does.
+func Watch(ctx context.Context, s store.Store, from int64) (<-chan store.Event, error) {
+	c, err := s.WatchCursor(ctx, from, "")
+	if err != nil {
+		return nil, err
+	}
+	return Pump(ctx, c), nil
+}
+
+// Sizes of what Pump holds: the channel's buffer and the events it reads
+// from the cursor at a time.
+const (
+	PumpBuffer = 256
+	PumpBatch  = 128
+)
+
+// Pump copies c's events into the channel it returns until ctx ends or
+// after the event that carries the error ending the watch (Event.Err),
+// then closes the channel and the cursor: a test reads a watch as a
+// channel, with select and range.
+func Pump(ctx context.Context, c store.Cursor) <-chan store.Event {
+	out := make(chan store.Event, PumpBuffer)
+	go func() {
+		defer close(out)
+		defer c.Close()
+		batch := make([]store.Event, 0, PumpBatch)
+		for {
+			var err error
+			batch, err = c.Next(ctx, batch[:0])
+			for _, ev := range batch {
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					select {
+					case out <- store.Event{Err: err}:
+					case <-ctx.Done():
+					}
+				}
+				return
+			}
+		}
+	}()
+	return out
+}

@@ -53,7 +53,7 @@ func requireLastOfRevision(t *testing.T, evs []store.Event) {
 
 func testWatchFromZero(t *testing.T, s store.Store) {
 	_, want := history(t, s)
-	ch, err := s.Watch(t.Context(), 0)
+	ch, err := Watch(t.Context(), s, 0)
 	require.NoError(t, err)
 	all := slices.Concat(want...)
 	got := receive(t, ch, len(all))
@@ -75,13 +75,13 @@ func testWatchFromZero(t *testing.T, s store.Store) {
 
 func testWatchFromRevision(t *testing.T, s store.Store) {
 	revs, want := history(t, s)
-	ch, err := s.Watch(t.Context(), revs[1])
+	ch, err := Watch(t.Context(), s, revs[1])
 	require.NoError(t, err)
 	later := slices.Concat(want[2:]...)
 	require.Equal(t, later, describeAll(receive(t, ch, len(later))))
 	requireQuiet(t, ch)
 
-	current, err := s.Watch(t.Context(), revs[3])
+	current, err := Watch(t.Context(), s, revs[3])
 	require.NoError(t, err)
 	requireQuiet(t, current)
 	rev := commit(t, s, txn(delPool("p")))
@@ -96,7 +96,7 @@ func testWatchFromRevision(t *testing.T, s store.Store) {
 
 func testWatchFromFutureRevision(t *testing.T, s store.Store) {
 	from := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
-	ch, err := s.Watch(t.Context(), from+1)
+	ch, err := Watch(t.Context(), s, from+1)
 	require.NoError(t, err)
 	commit(t, s, txn(putAlloc(newAlloc("p", "10.0.0.1", "web-0"))))
 	rev := commit(t, s, txn(putAlloc(newAlloc("p", "10.0.0.2", "web-1"))))
@@ -112,10 +112,10 @@ func testWatchCompacted(t *testing.T, s store.Store) {
 	require.NoError(t, c.Compact(t.Context(), revs[1]))
 
 	for _, from := range []int64{0, revs[0]} {
-		_, err := s.Watch(t.Context(), from)
+		_, err := Watch(t.Context(), s, from)
 		require.ErrorIs(t, err, store.ErrCompacted, "watch from %d after compacting %d", from, revs[1])
 	}
-	ch, err := s.Watch(t.Context(), revs[1])
+	ch, err := Watch(t.Context(), s, revs[1])
 	require.NoError(t, err)
 	later := slices.Concat(want[2:]...)
 	require.Equal(t, later, describeAll(receive(t, ch, len(later))))
@@ -123,7 +123,7 @@ func testWatchCompacted(t *testing.T, s store.Store) {
 
 func testWatchCancel(t *testing.T, s store.Store) {
 	ctx, cancel := context.WithCancel(t.Context())
-	ch, err := s.Watch(ctx, 0)
+	ch, err := Watch(ctx, s, 0)
 	require.NoError(t, err)
 	commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
 	cancel()
@@ -152,7 +152,7 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 	from := snapshot(t, s).Revision
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	ch, err := s.Watch(ctx, from)
+	ch, err := Watch(ctx, s, from)
 	require.NoError(t, err)
 
 	n := 1000
@@ -169,7 +169,7 @@ func testSlowWatcher(t *testing.T, s store.Store, history int) {
 		if len(got) > 0 {
 			last = got[len(got)-1]
 		}
-		resumed, err := s.Watch(ctx, last)
+		resumed, err := Watch(ctx, s, last)
 		if errors.Is(err, store.ErrCompacted) && n > 2*history {
 			// This watcher came back only after every commit, more
 			// than the history holds; a watcher that resumes at once

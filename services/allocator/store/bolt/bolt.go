@@ -688,15 +688,7 @@ func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool,
 	return r, ok, nil
 }
 
-// Watch implements store.Store.
-func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
-	if s.closed.Load() {
-		return nil, store.ErrClosed
-	}
-	return s.log.Watch(ctx, fromRev)
-}
-
-// WatchCursor implements store.CursorStore.
+// WatchCursor implements store.Store.
 func (s *Store) WatchCursor(_ context.Context, fromRev int64, pool string) (store.Cursor, error) {
 	if s.closed.Load() {
 		return nil, store.ErrClosed

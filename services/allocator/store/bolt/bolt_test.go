@@ -135,7 +135,7 @@ func TestBatchEvaluatesInOrder(t *testing.T) {
 	require.Len(t, snap.Allocations, 1)
 	require.Equal(t, "d", snap.Allocations[0].Owner.Name)
 
-	ch, err := s.Watch(ctx, base)
+	ch, err := storetest.Watch(ctx, s, base)
 	require.NoError(t, err)
 	var got []string
 	for range 3 {

@@ -93,7 +93,7 @@ func TestPrefixesAreIndependent(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
-	ch, err := b.Watch(ctx, 0)
+	ch, err := storetest.Watch(ctx, b, 0)
 	require.NoError(t, err)
 	_, err = a.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpDeletePool, PoolID: "p"}}})
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestKeyLayout(t *testing.T) {
 
 	// A commit that puts nothing under state/ (here: it frees the
 	// address) puts the tick, so a watch sees it.
-	ch, err := s.Watch(ctx, rev)
+	ch, err := storetest.Watch(ctx, s, rev)
 	require.NoError(t, err)
 	rev, err = s.Commit(ctx, store.Txn{Ops: []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: a.Address}}})
 	require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestWatchSurvivesRestart(t *testing.T) {
 		require.NoError(t, err)
 		return rev
 	}
-	ch, err := s.Watch(ctx, put("before")-1)
+	ch, err := storetest.Watch(ctx, s, put("before")-1)
 	require.NoError(t, err)
 	require.NoError(t, e.Stop())
 	require.NoError(t, e.Start(ctx))

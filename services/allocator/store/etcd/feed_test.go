@@ -15,6 +15,7 @@ import (
 
 	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/allocator/decide"
+	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/etcd"
 )
@@ -66,7 +67,7 @@ func TestWatchesShareOneEtcdWatch(t *testing.T) {
 			var cursors []store.Cursor
 			for i := range watches {
 				if i%2 == 0 {
-					ch, err := s.Watch(ctx, rev)
+					ch, err := storetest.Watch(ctx, s, rev)
 					require.NoError(t, err)
 					cursors = append(cursors, store.ChanCursor(ch))
 				} else {
@@ -101,7 +102,7 @@ func TestWatchesShareOneEtcdWatch(t *testing.T) {
 				require.Equal(t, want, got, "watch %d", i)
 			}
 
-			all, err := s.Watch(ctx, 0)
+			all, err := storetest.Watch(ctx, s, 0)
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return etcdWatchers(t, e)-base == c.etcd+1 }, 10*time.Second, 20*time.Millisecond,
 				"a watch of the whole history has an etcd watch of its own")

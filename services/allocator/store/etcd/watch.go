@@ -18,7 +18,7 @@ import (
 // commits.
 const watchBuffer = 256
 
-// Watch implements store.Store with an etcd watch on the state range
+// WatchCursor implements store.Store with an etcd watch on the state range
 // (pools, allocations, quarantine records and the tick), with the previous
 // values of changed keys, so a delete event carries the record as it was.
 // The owner index, the request records and the commit marker are outside
@@ -28,25 +28,9 @@ const watchBuffer = 256
 //
 // Watches share that etcd watch (see feed.go): a watch from a revision the
 // store's in-memory history still holds reads it there, like a watch of
-// the bolt store, and costs no etcd watch and no decoding of its own. A
-// watch from before it (or from 0) gets an etcd watch of its own.
-func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
-	l, err := s.feedFor(ctx, fromRev)
-	if err != nil {
-		return nil, err
-	}
-	if l != nil {
-		ch, err := l.Watch(ctx, fromRev)
-		if !errors.Is(err, store.ErrCompacted) {
-			return ch, err
-		}
-	}
-	return s.watchDirect(ctx, fromRev)
-}
-
-// WatchCursor implements store.CursorStore: a watch the shared history
-// serves has no goroutine or buffer of its own; one from before it reads
-// its own etcd watch's channel.
+// the bolt store, and costs no goroutine, etcd watch or decoding of its
+// own. A watch from before it (or from 0) gets an etcd watch of its own,
+// read through a channel.
 func (s *Store) WatchCursor(ctx context.Context, fromRev int64, pool string) (store.Cursor, error) {
 	l, err := s.feedFor(ctx, fromRev)
 	if err != nil {

@@ -2,9 +2,7 @@
 // and serves watchers from it.
 //
 // Appending never waits for a watcher: each watcher reads the ring at its
-// own cursor, either itself (Cursor: no goroutine or buffer per watch) or
-// through a goroutine that copies events into a bounded channel (Watch). A
-// watcher that reads so slowly that it falls more than half the log's
+// own cursor (Cursor), with no goroutine or buffer of its own. A watcher that reads so slowly that it falls more than half the log's
 // capacity behind (or, starting far back, a quarter of it further than
 // where it started) ends with an error that wraps store.ErrTooSlow: what it
 // missed is still in the ring, so it resumes from its last revision. One
@@ -40,13 +38,6 @@ const DefaultCapacity = 100_000
 // allocation events of owners with names of common lengths, or 12,000 of
 // owners whose every field is as long as allowed.
 const DefaultBytes = 24 << 20
-
-// Watcher channel and read-batch sizes. The channel absorbs bursts; the
-// batch bounds how long a watcher holds the lock.
-const (
-	chanBuffer = 256
-	readBatch  = 128
-)
 
 // initialRing is the ring's length before it grows: a store that watchers
 // barely use holds little history.
@@ -332,19 +323,7 @@ func (l *Log) Close(err error) {
 	}
 }
 
-// Watch implements store.Store.Watch on the history: a cursor read by a
-// goroutine of the watch's own into a bounded channel.
-func (l *Log) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
-	c, err := l.Cursor(fromRev, "")
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan store.Event, chanBuffer)
-	go c.pump(ctx, out)
-	return out, nil
-}
-
-// Cursor implements store.CursorStore.WatchCursor on the history: the
+// Cursor implements store.Store.WatchCursor on the history: the
 // events after fromRev, read from the ring by the caller; with a pool,
 // only the allocation events of that pool.
 //
@@ -461,33 +440,6 @@ func (c *Cursor) Next(ctx context.Context, buf []store.Event) ([]store.Event, er
 		case <-notify:
 		case <-ctx.Done():
 			return buf, ctx.Err()
-		}
-	}
-}
-
-// pump copies the cursor's events into out until ctx ends or after the
-// event that carries the error ending the watch, then closes out.
-func (c *Cursor) pump(ctx context.Context, out chan<- store.Event) {
-	defer close(out)
-	batch := make([]store.Event, 0, readBatch)
-	for {
-		var err error
-		batch, err = c.Next(ctx, batch[:0])
-		for _, ev := range batch {
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				select {
-				case out <- store.Event{Err: err}:
-				case <-ctx.Done():
-				}
-			}
-			return
 		}
 	}
 }

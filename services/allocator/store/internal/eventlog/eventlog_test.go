@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/plexusnet/plexus/services/allocator/internal/storetest"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
@@ -45,9 +46,9 @@ func TestRingKeepsWholeRevisions(t *testing.T) {
 	l.Append(events(13, 3)) // evicts 11 and one event of 12
 	require.Equal(t, int64(12), l.Compacted())
 
-	_, err := l.Watch(t.Context(), 11)
+	_, err := watch(t.Context(), l, 11)
 	require.ErrorIs(t, err, store.ErrCompacted)
-	ch, err := l.Watch(t.Context(), 12)
+	ch, err := watch(t.Context(), l, 12)
 	require.NoError(t, err)
 	require.Equal(t, []int64{13, 13, 13}, revisions(t, ch, 3))
 
@@ -55,7 +56,7 @@ func TestRingKeepsWholeRevisions(t *testing.T) {
 	// watch may start inside.
 	l.Append(events(14, 9))
 	require.Equal(t, int64(14), l.Compacted())
-	_, err = l.Watch(t.Context(), 13)
+	_, err = watch(t.Context(), l, 13)
 	require.ErrorIs(t, err, store.ErrCompacted)
 }
 
@@ -70,7 +71,7 @@ func TestWatchFromEachRevision(t *testing.T) {
 		2: {4, 4},
 		3: {4, 4},
 	} {
-		ch, err := l.Watch(t.Context(), from)
+		ch, err := watch(t.Context(), l, from)
 		require.NoError(t, err)
 		require.Equal(t, want, revisions(t, ch, len(want)), "from %d", from)
 	}
@@ -80,7 +81,7 @@ func TestWatchFromEachRevision(t *testing.T) {
 // compacted away ends with ErrCompacted instead of skipping events.
 func TestWatcherBehindCompactionEnds(t *testing.T) {
 	l := New(100_000, 0)
-	ch, err := l.Watch(t.Context(), 0)
+	ch, err := watch(t.Context(), l, 0)
 	require.NoError(t, err)
 	for rev := int64(1); rev <= 2000; rev++ {
 		l.Append(events(rev, 1))
@@ -102,12 +103,12 @@ func TestWatcherBehindCompactionEnds(t *testing.T) {
 // TestTooSlowResumes: a watcher that stops reading while the log grows is
 // cut off once it is more than half the ring behind, before the events it
 // missed leave the ring. Its memory stays bounded (the ring is shared; its
-// channel holds chanBuffer events), and resumed at once from the last
+// channel holds storetest.PumpBuffer events), and resumed at once from the last
 // revision it received, it gets every later event, none twice.
 func TestTooSlowResumes(t *testing.T) {
 	const ring = 2000
 	l := New(ring, 0)
-	ch, err := l.Watch(t.Context(), 0)
+	ch, err := watch(t.Context(), l, 0)
 	require.NoError(t, err)
 	rev := int64(0)
 	appendN := func(n int) {
@@ -130,7 +131,7 @@ func TestTooSlowResumes(t *testing.T) {
 	require.ErrorIs(t, endErr, store.ErrTooSlow)
 	require.NotErrorIs(t, endErr, store.ErrCompacted)
 	require.Less(t, len(got), ring*3/4, "cut off before it caught up")
-	require.LessOrEqual(t, len(got), chanBuffer+readBatch, "what it was sent before the cut-off is bounded")
+	require.LessOrEqual(t, len(got), storetest.PumpBuffer+storetest.PumpBatch, "what it was sent before the cut-off is bounded")
 	for i, r := range got {
 		require.Equal(t, int64(i+1), r)
 	}
@@ -139,7 +140,7 @@ func TestTooSlowResumes(t *testing.T) {
 	if len(got) > 0 {
 		last = got[len(got)-1]
 	}
-	resumed, err := l.Watch(t.Context(), last)
+	resumed, err := watch(t.Context(), l, last)
 	require.NoError(t, err, "what it missed is still kept")
 	appendN(10) // and the log goes on
 	got = append(got, revisions(t, resumed, int(rev-last))...)
@@ -149,7 +150,7 @@ func TestTooSlowResumes(t *testing.T) {
 
 	// A watch that starts far back is not cut off for where it started.
 	from := rev - int64(ring)*7/10
-	far, err := l.Watch(t.Context(), from)
+	far, err := watch(t.Context(), l, from)
 	require.NoError(t, err)
 	appendN(ring / 10)
 	require.Len(t, revisions(t, far, int(rev-from)), int(rev-from))
@@ -541,4 +542,13 @@ func testClosedCursorsLeaveTheirWait(t *testing.T) {
 	l.Append(poolEvents("p", 0, 1))
 	_, err = a.Next(t.Context(), make([]store.Event, 0, 8))
 	require.ErrorIs(t, err, store.ErrClosed)
+}
+
+// watch reads l's history from rev through a channel.
+func watch(ctx context.Context, l *Log, from int64) (<-chan store.Event, error) {
+	c, err := l.Cursor(from, "")
+	if err != nil {
+		return nil, err
+	}
+	return storetest.Pump(ctx, c), nil
 }
