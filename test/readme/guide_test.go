@@ -627,12 +627,16 @@ func (f *guideFleet) checkCoreDNSRole() {
 		}
 	}
 	require.Equal(t, "system:serviceaccount:kube-system:coredns", subject)
+	// The API server's authorizer learns of a new binding through its own
+	// watch: the review is asked until it does.
 	for _, verb := range []string{"list", "watch"} {
-		sar, err := f.kube[c].Clientset.AuthorizationV1().SubjectAccessReviews().Create(f.ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: subject, Groups: []string{"system:serviceaccounts", "system:authenticated"},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: mcsv1beta1.GroupName, Resource: "serviceimports"}},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		require.True(t, sar.Status.Allowed, "CoreDNS may %s ServiceImports: %s", verb, sar.Status.Reason)
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			sar, err := f.kube[c].Clientset.AuthorizationV1().SubjectAccessReviews().Create(f.ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: subject, Groups: []string{"system:serviceaccounts", "system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: mcsv1beta1.GroupName, Resource: "serviceimports"}},
+			}, metav1.CreateOptions{})
+			require.NoError(ct, err)
+			require.True(ct, sar.Status.Allowed, "CoreDNS may %s ServiceImports: %s", verb, sar.Status.Reason)
+		}, 10*time.Second, 20*time.Millisecond, "CoreDNS may %s ServiceImports", verb)
 	}
 }

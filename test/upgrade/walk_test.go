@@ -109,7 +109,9 @@ func (f *walkFleet) serves(ctx context.Context, t *testing.T, why string) string
 }
 
 // status runs `plexusctl status` of build b against cluster i's services
-// and returns each service's version.
+// until every one is SERVING, as an operator watches a rollout (a service
+// started a moment ago may still be syncing its caches), and returns each
+// service's version.
 func (f *walkFleet) status(t *testing.T, b *Build, i int) map[string]string {
 	t.Helper()
 	op := f.pki.operator()
@@ -117,15 +119,17 @@ func (f *walkFleet) status(t *testing.T, b *Build, i int) map[string]string {
 	for _, s := range []string{"membership", "importer", "repair"} {
 		args = append(args, "--"+s+"-addr", f.services[s][i].proc.GRPCAddr)
 	}
-	out, err := exec.Command(b.Plexusctl, args...).Output()
-	require.NoError(t, err, "plexusctl status: %s", out)
-	var list []map[string]string
-	require.NoError(t, json.Unmarshal(out, &list), "%s", out)
 	got := map[string]string{}
-	for _, s := range list {
-		require.Equal(t, "SERVING", s["status"], "%v", s)
-		got[s["service"]] = s["version"]
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := exec.Command(b.Plexusctl, args...).Output()
+		require.NoError(c, err, "plexusctl status: %s", out)
+		var list []map[string]string
+		require.NoError(c, json.Unmarshal(out, &list), "%s", out)
+		for _, s := range list {
+			require.Equal(c, "SERVING", s["status"], "%v", s)
+			got[s["service"]] = s["version"]
+		}
+	}, 30*time.Second, 50*time.Millisecond, "plexusctl status says every service is SERVING")
 	return got
 }
 
