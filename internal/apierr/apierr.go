@@ -61,11 +61,6 @@ func New(code codes.Code, reason, msg string, meta map[string]string) error {
 	return Status(code, reason, msg, meta).Err()
 }
 
-// Newf is New with a formatted message and no metadata.
-func Newf(code codes.Code, reason, format string, args ...any) error {
-	return New(code, reason, fmt.Sprintf(format, args...), nil)
-}
-
 // FieldViolation names one invalid field of a request.
 type FieldViolation struct {
 	// Field is the path to the field, in proto field names joined with dots

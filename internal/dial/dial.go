@@ -134,11 +134,6 @@ func WithoutRetry() Option {
 	return func(o *options) error { o.retry = nil; return nil }
 }
 
-// WithKeepalive replaces DefaultKeepalive.
-func WithKeepalive(p keepalive.ClientParameters) Option {
-	return func(o *options) error { o.keepalive = p; return nil }
-}
-
 // WithTracerProvider sets the tracer provider of the client stats handler;
 // without it the global one is used.
 func WithTracerProvider(tp trace.TracerProvider) Option {

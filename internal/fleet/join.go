@@ -93,23 +93,6 @@ func Leave(ctx context.Context, client dynamic.Interface, namespace, cluster str
 	return err == nil, err
 }
 
-// ListProfiles reads the ClusterProfiles of namespace.
-func ListProfiles(ctx context.Context, client dynamic.Interface, namespace string) ([]*inventoryv1alpha1.ClusterProfile, error) {
-	list, err := client.Resource(inventoryv1alpha1.ClusterProfilesResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*inventoryv1alpha1.ClusterProfile, 0, len(list.Items))
-	for _, u := range list.Items {
-		var cp inventoryv1alpha1.ClusterProfile
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cp); err != nil {
-			return nil, err
-		}
-		out = append(out, &cp)
-	}
-	return out, nil
-}
-
 func toUnstructured(cp *inventoryv1alpha1.ClusterProfile) (*unstructured.Unstructured, error) {
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cp)
 	if err != nil {

@@ -15,8 +15,6 @@ type Option func(*options)
 
 type options struct {
 	logger            *slog.Logger
-	grpcOptions       []grpc.ServerOption
-	unary             []grpc.UnaryServerInterceptor
 	stream            []grpc.StreamServerInterceptor
 	validators        map[reflect.Type]func(any) error
 	tracerProvider    trace.TracerProvider
@@ -41,17 +39,6 @@ func defaultOptions() options {
 // --log-level and --log-format.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.logger = l }
-}
-
-// WithGRPCOptions adds options to the gRPC server, after the runtime's own.
-func WithGRPCOptions(opts ...grpc.ServerOption) Option {
-	return func(o *options) { o.grpcOptions = append(o.grpcOptions, opts...) }
-}
-
-// WithUnaryInterceptors appends interceptors after the runtime's own, so
-// they see authenticated, validated calls.
-func WithUnaryInterceptors(is ...grpc.UnaryServerInterceptor) Option {
-	return func(o *options) { o.unary = append(o.unary, is...) }
 }
 
 // WithStreamInterceptors appends stream interceptors after the runtime's own.

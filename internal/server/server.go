@@ -274,7 +274,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 	recoverOpt := recovery.WithRecoveryHandlerContext(recoverPanic(s.logger, panics))
 	v := validator{byType: o.validators, decode: newDecodeCodec()}
 
-	unary := append([]grpc.UnaryServerInterceptor{
+	unary := []grpc.UnaryServerInterceptor{
 		// Before all: the rest runs on a long-lived goroutine.
 		s.calls.unary,
 		// Then: a unary request is decoded before any interceptor, and
@@ -290,7 +290,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		grpcauth.UnaryServerInterceptor(guard.Authorize),
 		logPrincipalUnary,
 		v.unary,
-	}, o.unary...)
+	}
 	stream := append([]grpc.StreamServerInterceptor{
 		s.calls.stream,
 		s.metrics.StreamServerInterceptor(exemplar),
@@ -327,7 +327,7 @@ func (s *Server) serverOptions(o options, guard *auth.Guard, lim *limits, panics
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	return append(opts, o.grpcOptions...), nil
+	return opts, nil
 }
 
 // GRPC returns the gRPC server to register the service's APIs on.
