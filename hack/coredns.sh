@@ -12,19 +12,9 @@ CACHE="${PLEXUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}"
 OUT="${PLEXUS_COREDNS:-$CACHE/coredns-$COREDNS_VERSION/coredns}"
 
 ok() { "$OUT" -version 2>/dev/null | grep -q "CoreDNS-${COREDNS_VERSION#v}"; }
-if ok; then
-  echo "$OUT"
-  exit 0
-fi
-mkdir -p "$(dirname "$OUT")"
-if command -v flock >/dev/null; then
-  exec 9>"$OUT.lock"
-  flock 9
-  if ok; then
-    echo "$OUT"
-    exit 0
-  fi
-fi
+# shellcheck source=hack/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
+use_cache coredns "$OUT" "$OUT.lock" ok
 printf 'coredns: building CoreDNS %s from the Go module proxy (3-10 minutes on 2 cores, with a progress line every 20 s)\n' "$COREDNS_VERSION" >&2
 HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 GOBUILD="$HACK/gobuild.sh" PROGRESS="$HACK/progress.sh"

@@ -15,24 +15,9 @@ STAMP="$HELM_VERSION with the Kubernetes version of its client-go"
 # Present only when it runs and reports the pinned version, so a broken or
 # stale build in the cache is rebuilt.
 ok() { "$OUT" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION" && grep -qx "$STAMP" "$OUT.stamp" 2>/dev/null; }
-if ok; then
-  echo "$OUT"
-  exit 0
-fi
-mkdir -p "$(dirname "$OUT")"
-# One build at a time: a second caller waits for the first and then finds
-# the binary present.
-if command -v flock >/dev/null; then
-  exec 9>"$OUT.lock"
-  if ! flock -n 9; then
-    printf 'helm: another build is running; waiting for it\n' >&2
-    flock 9
-  fi
-  if ok; then
-    echo "$OUT"
-    exit 0
-  fi
-fi
+# shellcheck source=hack/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
+use_cache helm "$OUT" "$OUT.lock" ok
 printf 'helm: building helm %s from the Go module proxy (2-6 minutes on 2 cores, with a progress line every 20 s)\n' "$HELM_VERSION" >&2
 HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 GOBUILD="$HACK/gobuild.sh" PROGRESS="$HACK/progress.sh"

@@ -22,24 +22,9 @@ proxy_ok() { "$BIN/kube-proxy" --version 2>/dev/null | grep -qx "Kubernetes $KUB
 all_ok() { etcd_ok && kube_ok && kcm_ok && proxy_ok; }
 
 mkdir -p "$BIN"
-if all_ok; then
-  echo "$BIN"
-  exit 0
-fi
-
-# One build at a time: a second caller (the demo and a test run started
-# together) waits for the first and then finds the binaries present.
-if command -v flock >/dev/null; then
-  exec 9>"$BIN/.lock"
-  if ! flock -n 9; then
-    log "another build is running; waiting for it"
-    flock 9
-  fi
-  if all_ok; then
-    echo "$BIN"
-    exit 0
-  fi
-fi
+# shellcheck source=hack/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
+use_cache kube-binaries "$BIN" "$BIN/.lock" all_ok
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

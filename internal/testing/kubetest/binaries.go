@@ -77,17 +77,24 @@ const CoreDNSVersion = "v1.15.0"
 // ($PLEXUS_COREDNS, else the cache), or an error naming the command that
 // builds it.
 func FindCoreDNS() (string, error) {
-	path := os.Getenv("PLEXUS_COREDNS")
+	return findTool("CoreDNS", "PLEXUS_COREDNS", "coredns-"+CoreDNSVersion, "coredns", "make coredns")
+}
+
+// findTool returns the binary of a tool a hack/ script built and cached:
+// $env when set, else name in the cache folder dir; or an error naming
+// the command that builds it.
+func findTool(tool, env, dir, name, build string) (string, error) {
+	path := os.Getenv(env)
 	if path == "" {
 		cache, err := cacheDir()
 		if err != nil {
 			return "", err
 		}
-		path = filepath.Join(cache, "coredns-"+CoreDNSVersion, "coredns")
+		path = filepath.Join(cache, dir, name)
 	}
 	info, err := os.Stat(path)
 	if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("CoreDNS not built at %s: run make coredns", path)
+		return "", fmt.Errorf("%s not built at %s: run %s", tool, path, build)
 	}
 	return path, nil
 }
@@ -114,19 +121,7 @@ const HelmVersion = "v3.22.0"
 // FindHelm returns the helm binary hack/helm.sh built ($PLEXUS_HELM, else
 // the cache), or an error naming the command that builds it.
 func FindHelm() (string, error) {
-	path := os.Getenv("PLEXUS_HELM")
-	if path == "" {
-		cache, err := cacheDir()
-		if err != nil {
-			return "", err
-		}
-		path = filepath.Join(cache, "helm-"+HelmVersion, "helm")
-	}
-	info, err := os.Stat(path)
-	if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("helm not built at %s: run make helm", path)
-	}
-	return path, nil
+	return findTool("helm", "PLEXUS_HELM", "helm-"+HelmVersion, "helm", "make helm")
 }
 
 // RequireHelm returns the helm binary hack/helm.sh built. Like

@@ -37,8 +37,10 @@ func fleetEndpoints(c, i, n int) *membershipv1.ServiceEndpoints {
 }
 
 // scrape reads a process's /metrics.
-func scrape(tb testing.TB, httpAddr string) map[string]float64 {
-	tb.Helper()
+func scrape(tb require.TestingT, httpAddr string) map[string]float64 {
+	if h, ok := tb.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	require.NoError(tb, err)
 	defer resp.Body.Close()

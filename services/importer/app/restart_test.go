@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/client-go/dynamic"
@@ -111,12 +112,8 @@ func (f *restartFleet) restart(tb testing.TB) time.Duration {
 // waitReady waits until the importer is ready.
 func (f *restartFleet) waitReady(tb testing.TB) {
 	tb.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !f.ready(context.Background()) {
-		if time.Now().After(deadline) {
-			require.FailNowf(tb, "importer not ready", "after 2m\n%s", f.proc.Log())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !assert.Eventually(tb, func() bool { return f.ready(context.Background()) }, 2*time.Minute, 5*time.Millisecond) {
+		require.FailNow(tb, "importer not ready after 2m", f.proc.Log())
 	}
 }
 
@@ -141,8 +138,8 @@ func (f *restartFleet) waitSource(tb testing.TB, cluster string, ok func(*import
 // queued every service knowing the complete state of sources sources, and
 // has nothing left to do: no service queued or being reconciled, and every
 // write it made seen by its caches. It returns its writes so far.
-func (f *restartFleet) caughtUp(tb testing.TB, sources int) (bool, float64) {
-	m := scrape(tb, f.proc.HTTPAddr)
+func (f *restartFleet) caughtUp(t require.TestingT, sources int) (bool, float64) {
+	m := scrape(t, f.proc.HTTPAddr)
 	return m["plexus_importer_leader"] == 1 && m["plexus_importer_caught_up_sources"] == float64(sources) &&
 		m["plexus_importer_queue_depth"] == 0 && m["plexus_importer_reconciles_running"] == 0 &&
 		m["plexus_importer_unobserved_writes"] == 0, m["plexus_importer_writes_total"]
@@ -159,19 +156,17 @@ func (f *restartFleet) waitCaughtUp(tb testing.TB, limit time.Duration) float64 
 // waitCaughtUpWith is waitCaughtUp with sources sources synced.
 func (f *restartFleet) waitCaughtUpWith(tb testing.TB, sources int, limit time.Duration) float64 {
 	tb.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, before := f.caughtUp(tb, sources)
-		if ok {
-			if again, after := f.caughtUp(tb, sources); again && after == before {
-				return after
-			}
-		}
-		if time.Now().After(deadline) {
-			require.FailNowf(tb, "importer not caught up", "after %s: %v\n%s", limit, scrape(tb, f.proc.HTTPAddr), f.proc.Log())
-		}
-		time.Sleep(20 * time.Millisecond)
+	var writes float64
+	if !assert.EventuallyWithT(tb, func(c *assert.CollectT) {
+		ok, before := f.caughtUp(c, sources)
+		require.True(c, ok, "caught up")
+		again, after := f.caughtUp(c, sources)
+		require.True(c, again && after == before, "still caught up, with no write between two scrapes")
+		writes = after
+	}, limit, 20*time.Millisecond) {
+		require.FailNowf(tb, "importer not caught up", "after %s: %v\n%s", limit, scrape(tb, f.proc.HTTPAddr), f.proc.Log())
 	}
+	return writes
 }
 
 // An importer restarted in a running fleet, and a member's membership

@@ -31,6 +31,19 @@ type importer struct {
 }
 
 // newImporter builds an importer of the member cluster behind kc and mcs
+// memberCluster starts a member cluster (a real kube-apiserver with the
+// MCS CRDs) with a namespace "ns", and returns its clients.
+func memberCluster(ctx context.Context, t *testing.T) (kubernetes.Interface, mcsclient.Interface) {
+	etcd := kubetest.StartEtcd(t)
+	cluster := kubetest.StartAPIServer(t, etcd, kubetest.WithName("member"), kubetest.WithServiceClusterIPRange("10.0.0.0/24"))
+	kubetest.InstallCRDs(t, cluster.Config)
+	mcs, err := mcsclient.NewForConfig(cluster.Config)
+	require.NoError(t, err)
+	_, err = cluster.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return cluster.Clientset, mcs
+}
+
 // whose sources are clusters, and starts its caches until ctx ends.
 func newImporter(ctx context.Context, t *testing.T, kc kubernetes.Interface, mcs mcsclient.Interface, alloc allocatorv1.AllocatorServiceClient, clusters ...string) *importer {
 	t.Helper()
@@ -85,16 +98,9 @@ func (g *gatedAlloc) BatchAllocate(ctx context.Context, req *allocatorv1.BatchAl
 // slice stays as it is. Before, the slice was deleted as an orphan and
 // created again by the next reconcile.
 func TestSnapshotDuringReconcileDeletesNothing(t *testing.T) {
-	etcd := kubetest.StartEtcd(t)
-	cluster := kubetest.StartAPIServer(t, etcd, kubetest.WithName("member"), kubetest.WithServiceClusterIPRange("10.0.0.0/24"))
-	kubetest.InstallCRDs(t, cluster.Config)
-	mcs, err := mcsclient.NewForConfig(cluster.Config)
-	require.NoError(t, err)
-	kc := cluster.Clientset
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	kc, mcs := memberCluster(ctx, t)
 	exportsOf := map[string]*exports.Update{
 		"a": {Endpoints: sourcetest.Endpoints("ns", "x", []string{"http=80"}, "192.168.1.1")},
 		"b": {Endpoints: sourcetest.Endpoints("ns", "x", []string{"http=80"}, "192.168.2.1")},
@@ -130,7 +136,7 @@ func TestSnapshotDuringReconcileDeletesNothing(t *testing.T) {
 	// the exports.
 	gated := &gatedAlloc{fakeAlloc: alloc, asked: make(chan struct{}, 1), gate: make(chan struct{})}
 	second := newImporter(ctx, t, kc, mcs, gated, "a", "b")
-	_, err = second.store.Replace("a", exports.OriginWatch, []exports.Update{*exportsOf["a"]})
+	_, err := second.store.Replace("a", exports.OriginWatch, []exports.Update{*exportsOf["a"]})
 	require.NoError(t, err)
 	go second.ctrl.Run(ctx)
 	<-gated.asked

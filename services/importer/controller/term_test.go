@@ -9,12 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	allocatorv1 "github.com/plexusnet/plexus/api/allocator/v1"
-	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/plexusnet/plexus/services/importer/exports"
 	"github.com/plexusnet/plexus/services/importer/sourcetest"
 )
@@ -76,16 +73,9 @@ func (f *fakeAlloc) holderLocked(addr string) string {
 // earlier term. Meanwhile another leader removed the import, repair
 // released its VIP and the allocator gave it to another service.
 func TestVIPsAskedAgainEachTerm(t *testing.T) {
-	etcd := kubetest.StartEtcd(t)
-	cluster := kubetest.StartAPIServer(t, etcd, kubetest.WithName("member"), kubetest.WithServiceClusterIPRange("10.0.0.0/24"))
-	kubetest.InstallCRDs(t, cluster.Config)
-	mcs, err := mcsclient.NewForConfig(cluster.Config)
-	require.NoError(t, err)
-	kc := cluster.Clientset
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	kc, mcs := memberCluster(ctx, t)
 
 	alloc := &fakeAlloc{owned: map[string]string{}}
 	im := newImporter(ctx, t, kc, mcs, alloc, "a")
@@ -99,7 +89,7 @@ func TestVIPsAskedAgainEachTerm(t *testing.T) {
 		return si.Spec.IPs
 	}
 	x := sourcetest.Endpoints("ns", "x", []string{"http=80"}, "192.168.1.1")
-	_, err = store.Replace("a", exports.OriginWatch, []exports.Update{{Endpoints: x}})
+	_, err := store.Replace("a", exports.OriginWatch, []exports.Update{{Endpoints: x}})
 	require.NoError(t, err)
 
 	// Term 1: this replica leads and imports x.
