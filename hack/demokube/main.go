@@ -561,7 +561,10 @@ func (d *driver) request(ctx context.Context, ns, target string, count int, expe
 	if err := d.clientPod(ctx, ns); err != nil {
 		return err
 	}
-	script := fmt.Sprintf("echo hi | nc -v -w 2 %s %s 2>&1 | tail -n 1", host, port)
+	// The client sends nothing: the hello server's child may have exited
+	// by the time a request line arrives, and socat, failing to hand it
+	// on, then closes the connection before the greeting is read.
+	script := fmt.Sprintf("nc -v -w 2 %s %s </dev/null 2>&1 | tail -n 1", host, port)
 	connect := func() (string, bool) {
 		out, _, err := dataplane.Exec(ctx, d.cfg, ns, "client", "", []string{"sh", "-c", script}, dataplane.WebSocket)
 		out = strings.TrimSpace(out)

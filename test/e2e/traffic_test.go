@@ -57,7 +57,7 @@ func TestTrafficThroughClustersetVIP(t *testing.T) {
 	require.True(t, netip.MustParsePrefix("10.128.0.0/16").Contains(netip.MustParseAddr(podIP)), "a's Pod address %s comes from a's Pod range", podIP)
 
 	want := fmt.Sprintf("hello from %s at %s in cluster a", podName, podIP)
-	request := []string{"sh", "-c", "echo hi | nc -v -w 2 hello.shop.svc.clusterset.local 80 2>&1"}
+	request := []string{"sh", "-c", "nc -v -w 2 hello.shop.svc.clusterset.local 80 </dev/null 2>&1"}
 	for _, proto := range []dataplane.Protocol{dataplane.SPDY, dataplane.WebSocket} {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			out, stderr, err := dataplane.Exec(ctx, b.Config, "shop", "client", "", request, proto)
