@@ -209,11 +209,14 @@ type Op struct {
 
 // Txn is applied atomically: all Ops when every Cond holds, nothing
 // otherwise (ErrConflict). Conditions are evaluated against the state
-// before the transaction's own operations. Ops apply in order; an op that
-// finds nothing to delete is a no-op and emits no event. OpPutAllocation
-// over an existing allocation of the same address replaces it (and its
-// owner index entry); guard it with CondAllocationAbsent or
-// CondAllocationRevision.
+// before the transaction. Ops apply in order, and no two name the same
+// record (Validate): a pool is put or deleted by one op, an address's
+// allocation put or deleted by one and its quarantine record put by one
+// (OpPutAllocation counts for both), a request put by one, and nothing
+// else of a pool the txn deletes. An op that finds nothing to delete is a
+// no-op and emits no event. OpPutAllocation over an existing allocation
+// of the same address replaces it (and its owner index entry); guard it
+// with CondAllocationAbsent or CondAllocationRevision.
 type Txn struct {
 	Conds []Cond
 	Ops   []Op
@@ -444,7 +447,78 @@ func (t Txn) Validate() error {
 			return fmt.Errorf("%w: op %d: %w", ErrInvalid, i, err)
 		}
 	}
+	if i, err := t.overlap(); err != nil {
+		return fmt.Errorf("%w: op %d: %w", ErrInvalid, i, err)
+	}
 	return nil
+}
+
+// overlap finds the first op that names a record an earlier op names, or
+// a record of a pool the txn deletes.
+func (t Txn) overlap() (int, error) {
+	if len(t.Ops) == 1 {
+		return 0, nil
+	}
+	type record struct {
+		kind OpKind
+		id   string // pool or request id
+		addr netip.Addr
+	}
+	seen := make(map[record]bool, len(t.Ops)+1)
+	claim := func(r record) bool {
+		dup := seen[r]
+		seen[r] = true
+		return !dup
+	}
+	var deleted map[string]bool
+	for i, op := range t.Ops {
+		ok := true
+		switch pool, addr := op.record(); op.Kind {
+		case OpPutPool:
+			ok = claim(record{OpPutPool, pool, addr})
+		case OpDeletePool:
+			ok = claim(record{OpPutPool, pool, addr})
+			if deleted == nil {
+				deleted = map[string]bool{}
+			}
+			deleted[pool] = true
+		case OpPutAllocation:
+			ok = claim(record{OpPutAllocation, pool, addr}) && claim(record{OpPutQuarantine, pool, addr})
+		case OpDeleteAllocation:
+			ok = claim(record{OpPutAllocation, pool, addr})
+		case OpPutQuarantine:
+			ok = claim(record{OpPutQuarantine, pool, addr})
+		case OpPutRequest:
+			ok = claim(record{OpPutRequest, op.Request.ID, addr})
+		}
+		if !ok {
+			return i, errors.New("names a record an earlier op of the transaction names")
+		}
+	}
+	for i, op := range t.Ops {
+		if pool, _ := op.record(); deleted[pool] && op.Kind != OpDeletePool {
+			return i, fmt.Errorf("names a record of pool %q, which the transaction deletes", pool)
+		}
+	}
+	return 0, nil
+}
+
+// record is the pool and address of the record op names ("" and the zero
+// address where it names none).
+func (op Op) record() (string, netip.Addr) {
+	switch op.Kind {
+	case OpPutPool:
+		return op.Pool.ID, netip.Addr{}
+	case OpDeletePool:
+		return op.PoolID, netip.Addr{}
+	case OpPutAllocation:
+		return op.Allocation.Pool, op.Allocation.Address
+	case OpDeleteAllocation:
+		return op.PoolID, op.Address
+	case OpPutQuarantine:
+		return op.Quarantine.Pool, op.Quarantine.Address
+	}
+	return "", netip.Addr{}
 }
 
 func (c Cond) validate() error {

@@ -142,8 +142,8 @@ func testConditions(t *testing.T, s store.Store) {
 	})
 	// Conditions see the state before the transaction's own ops.
 	commit(t, s, store.Txn{
-		Conds: []store.Cond{allocAbsent("p", "10.0.0.3")},
-		Ops:   []store.Op{putAlloc(newAlloc("p", "10.0.0.3", "web-3")), delAlloc("p", "10.0.0.3"), putAlloc(newAlloc("p", "10.0.0.3", "web-4"))},
+		Conds: []store.Cond{allocAbsent("p", "10.0.0.3"), ownerAbsent("p", owner("web-4", "uid-web-4"))},
+		Ops:   []store.Op{putAlloc(newAlloc("p", "10.0.0.3", "web-4"))},
 	})
 	snap := snapshot(t, s)
 	require.Len(t, snap.Allocations, 2)
@@ -151,7 +151,7 @@ func testConditions(t *testing.T, s store.Store) {
 }
 
 func testFailedConditionWritesNothing(t *testing.T, s store.Store) {
-	commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24")), putAlloc(newAlloc("p", "10.0.0.1", "web-0"))))
+	commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24")), putPool(newPool("r", "10.2.0.0/24")), putAlloc(newAlloc("p", "10.0.0.1", "web-0"))))
 	ch, err := Watch(t.Context(), s, snapshot(t, s).Revision)
 	require.NoError(t, err)
 
@@ -170,7 +170,7 @@ func testFailedConditionWritesNothing(t *testing.T, s store.Store) {
 			delAlloc("p", "10.0.0.1"),
 			putQuarantine("p", "10.0.0.3"),
 			{Kind: store.OpPutRequest, Request: &store.Request{ID: "r"}},
-			delPool("p"),
+			delPool("r"),
 		},
 	})
 	_, ok, err := s.GetRequest(t.Context(), "r")
@@ -342,7 +342,7 @@ func testDeleteMissingIsNoOp(t *testing.T, s store.Store) {
 	from := commit(t, s, txn(putPool(newPool("p", "10.0.0.0/24"))))
 	ch, err := Watch(t.Context(), s, from)
 	require.NoError(t, err)
-	rev := commit(t, s, txn(delAlloc("p", "10.0.0.1"), delPool("nope"), delAlloc("nope", "10.0.0.1")))
+	rev := commit(t, s, txn(delAlloc("p", "10.0.0.1"), delPool("nope"), delAlloc("other", "10.0.0.1")))
 	require.Equal(t, from+1, rev)
 	requireQuiet(t, ch)
 	require.Len(t, snapshot(t, s).Pools, 1)
@@ -417,6 +417,17 @@ func testInvalidTxn(t *testing.T, s store.Store) {
 		{"range out of order", store.Txn{Conds: []store.Cond{rangeFree("p", "10.0.0.2", "10.0.0.1")}, Ops: []store.Op{delPool("p")}}},
 		{"range of two families", store.Txn{Conds: []store.Cond{rangeFree("p", "10.0.0.1", "fd00::1")}, Ops: []store.Op{delPool("p")}}},
 		{"range without a pool", store.Txn{Conds: []store.Cond{rangeFree("", "10.0.0.1", "10.0.0.2")}, Ops: []store.Op{delPool("p")}}},
+		// No two ops of a txn name the same record.
+		{"allocation put twice", txn(putAlloc(newAlloc("p", "10.0.0.1", "a")), putAlloc(newAlloc("p", "10.0.0.1", "b")))},
+		{"allocation put and deleted", txn(putAlloc(newAlloc("p", "10.0.0.1", "a")), delAlloc("p", "10.0.0.1"))},
+		{"allocation deleted twice", txn(delAlloc("p", "10.0.0.1"), delAlloc("p", "10.0.0.1"))},
+		{"quarantine put over a put allocation", txn(putAlloc(newAlloc("p", "10.0.0.1", "a")), putQuarantine("p", "10.0.0.1"))},
+		{"quarantine put twice", txn(putQuarantine("p", "10.0.0.1"), putQuarantine("p", "10.0.0.1"))},
+		{"pool put twice", txn(putPool(newPool("p", "10.0.0.0/24")), putPool(newPool("p", "10.0.0.0/16")))},
+		{"pool put and deleted", txn(putPool(newPool("p", "10.0.0.0/24")), delPool("p"))},
+		{"pool deleted after a put in it", txn(putAlloc(newAlloc("p", "10.0.0.1", "a")), delPool("p"))},
+		{"pool deleted before a quarantine in it", txn(delPool("p"), putQuarantine("p", "10.0.0.1"))},
+		{"request put twice", txn(store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: "r"}}, store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: "r"}})},
 	}
 	before := snapshot(t, s)
 	for _, tc := range tests {

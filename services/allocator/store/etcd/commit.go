@@ -75,7 +75,7 @@ func (s *Store) commit(ctx context.Context, txn store.Txn, lease clientv3.LeaseI
 		return 0, fmt.Errorf("a revision condition below 1: %w", store.ErrConflict)
 	}
 	first.apply(txn.Ops)
-	if len(first.reads) == 0 && first.plan.putsUnder(s.k.state()) {
+	if len(first.reads) == 0 && first.putsUnder(s.k.state()) {
 		// Such a commit puts no tick: it can go to etcd with others that
 		// do not write what it compares or writes, nor compare what it
 		// writes (the marker, which all of them put, aside).

@@ -53,11 +53,10 @@
 // the same over the allocation keys of the addresses (they sort as the
 // addresses do), and "pools unchanged since rev" is ModRevision < rev+1
 // of pools-changed, which every commit that puts or deletes a pool puts.
-// The writes
-// are the net effect of the ops on each key (etcd refuses a transaction
-// that writes a key twice), plus the commit marker, so every commit takes
-// exactly one revision, and the tick when the commit puts nothing else
-// under state/, so every commit shows up in a watch. Deleting a pool
+// The writes are those of the ops (no two name the same record, so no key
+// is written twice, which etcd refuses), plus the commit marker, so every
+// commit takes exactly one revision, and the tick when the commit puts
+// nothing else under state/, so every commit shows up in a watch. Deleting a pool
 // deletes its allocations, owner index entries and quarantine records as
 // key ranges, allocations first, so their DeleteAllocation events come
 // before the DeletePool event.

@@ -2,133 +2,127 @@ package etcd
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/plexusnet/plexus/services/allocator/decide"
+	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// plainPlan is a plan that applies its rules the plain way, each write a
-// scan of those before it, as it does once it deletes a range (and as
-// every plan did before the index): what the indexed plan must match.
-func plainPlan() *plan { return &plan{ranges: true} }
-
-// sameWrites requires the writes of got to be those of want, in order.
-func sameWrites(t *testing.T, want, got []write, msg ...any) {
-	t.Helper()
-	if len(want) == 0 {
-		require.Empty(t, got, msg...)
-		return
+// txnOf turns fuzz bytes into a txn over two pools of four addresses
+// each, owned by three owners; held says what each allocation key holds
+// before it (the planner's read), from the same bytes.
+func txnOf(k keys, data []byte) (store.Txn, map[string]*store.Allocation) {
+	pools := []string{"p", "pp"}
+	owner := func(b byte) decide.Owner {
+		return decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", b%3)}
 	}
-	require.Equal(t, want, got, msg...)
-}
-
-// planSteps turns fuzz bytes into plan calls on 40 keys, one range
-// delete in about 16 calls, and applies them to both plans; the plan is
-// read (and its dead writes dropped) between some of them.
-func planSteps(data []byte, p, ref *plan) {
-	key := func(b byte) string { return fmt.Sprintf("k%02d", b%40) }
+	held := map[string]*store.Allocation{}
+	var txn store.Txn
 	for i := 0; i+2 < len(data); i += 3 {
-		k, v := key(data[i+1]), fmt.Sprint(i)
-		if data[i+2]%5 == 0 {
-			p.live() // reading the plan must not change what comes next
+		pool, addr := pools[data[i+1]%2], netip.AddrFrom4([4]byte{10, 0, 0, data[i+1] % 4})
+		a := &store.Allocation{Pool: pool, Address: addr, Owner: owner(data[i+2])}
+		if data[i+2]%4 == 0 {
+			held[k.alloc(pool, addr)] = &store.Allocation{Pool: pool, Address: addr, Owner: owner(data[i+2] / 4)}
 		}
-		switch op := data[i] % 16; {
-		case op == 15:
-			end := key(data[i+1] + 1 + data[i+2]%8)
-			if end <= k {
-				end = k + "\xff"
-			}
-			p.del(k, end)
-			ref.del(k, end)
-		case op >= 10:
-			p.del(k, "")
-			ref.del(k, "")
-		case op >= 5:
-			p.putLease(k, v, clientv3.LeaseID(data[i+2]))
-			ref.putLease(k, v, clientv3.LeaseID(data[i+2]))
-		default:
-			p.put(k, v)
-			ref.put(k, v)
+		var op store.Op
+		switch data[i] % 8 {
+		case 0:
+			op = store.Op{Kind: store.OpPutPool, Pool: &store.Pool{ID: pool}}
+		case 1:
+			op = store.Op{Kind: store.OpDeletePool, PoolID: pool}
+		case 2, 3:
+			op = store.Op{Kind: store.OpPutAllocation, Allocation: a}
+		case 4:
+			op = store.Op{Kind: store.OpDeleteAllocation, PoolID: pool, Address: addr}
+		case 5:
+			op = store.Op{Kind: store.OpPutQuarantine, Quarantine: &store.Quarantine{Pool: pool, Address: addr}}
+		case 6:
+			op = store.Op{Kind: store.OpPutRequest, Request: &store.Request{ID: fmt.Sprint("r", data[i+1]%3)}}
+		case 7:
+			txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondAllocationAbsent, Pool: pool, Address: addr})
+			continue
 		}
+		txn.Ops = append(txn.Ops, op)
 	}
+	return txn, held
 }
 
-// FuzzPlan: the plan's writes, in order, are those of the plain rules,
-// whatever the calls, indexed or not, with ranges or without.
+// FuzzPlan: whatever valid txn it is given, the planner writes no key
+// twice and deletes no range holding another of its writes (etcd refuses
+// both), reads every allocation it deletes or replaces unless a condition
+// says it is absent, and unindexes the owner it read.
 func FuzzPlan(f *testing.F) {
-	f.Add([]byte{0, 1, 0, 10, 1, 0, 5, 2, 3})
-	f.Add([]byte{15, 3, 4, 0, 4, 0, 0, 5, 0, 10, 3, 0})
-	for _, rangeAt := range []int{-1, 30, 150} {
-		f.Add(planSeed(200, rangeAt))
-	}
+	f.Add([]byte{2, 0, 1, 2, 1, 4, 6, 0, 0})
+	f.Add([]byte{1, 0, 0, 2, 1, 0, 4, 3, 8, 5, 2, 0, 0, 1, 0})
+	f.Add([]byte{7, 2, 0, 2, 2, 4, 4, 3, 0, 2, 0, 5})
+	k := keys{prefix: "/x/"}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var p plan
-		ref := plainPlan()
-		planSteps(data, &p, ref)
-		got := p.live()
-		for i := range got {
-			require.False(t, got[i].dead)
+		txn, held := txnOf(k, data)
+		if txn.Validate() != nil {
+			return
 		}
-		sameWrites(t, ref.live(), got)
-		require.Len(t, p.ops(0), len(ref.live()))
+		pl := newPlanner(k, 0, func(key string) *store.Allocation { return held[key] })
+		pl.compares(txn.Conds)
+		pl.apply(txn.Ops)
+		ops := pl.ops(0)
+		require.Equal(t, pl.nops(), len(ops))
+		written := map[string]bool{}
+		var ranges [][2]string
+		for _, op := range ops {
+			var key, end string
+			if p := op.GetRequestPut(); p != nil {
+				key = string(p.Key)
+			} else {
+				d := op.GetRequestDeleteRange()
+				key, end = string(d.Key), string(d.RangeEnd)
+			}
+			if end != "" {
+				ranges = append(ranges, [2]string{key, end})
+				continue
+			}
+			require.False(t, written[key], "key %q written twice", key)
+			written[key] = true
+		}
+		for key := range written {
+			for _, r := range ranges {
+				require.False(t, key >= r[0] && key < r[1], "key %q written inside a deleted range", key)
+			}
+		}
+		for _, op := range txn.Ops {
+			if op.Kind != store.OpDeleteAllocation {
+				continue
+			}
+			if old := held[k.alloc(op.PoolID, op.Address)]; old != nil && !pl.absent[k.alloc(op.PoolID, op.Address)] {
+				require.True(t, written[k.owner(op.PoolID, old.Owner.Key(), op.Address)], "the owner index entry of a deleted allocation stays")
+			}
+		}
 	})
 }
 
-// planSeed is calls on 23 keys, each written again and again, with one
-// range delete at call rangeAt (none when -1).
-func planSeed(calls, rangeAt int) []byte {
-	data := make([]byte, 0, 3*calls)
-	for i := range calls {
-		op := byte(i % 15)
-		if i == rangeAt {
-			op = 15
-		}
-		data = append(data, op, byte(i%23), byte(i))
-	}
-	return data
-}
-
-// TestPlanMatchesPlainRules: FuzzPlan's check over random calls, most
-// with no range delete, many past indexFrom writes.
-func TestPlanMatchesPlainRules(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 2000 {
-		data := make([]byte, 3*rng.IntN(120))
-		for i := range data {
-			data[i] = byte(rng.IntN(256))
-			if i%3 == 0 && data[i]%16 == 15 && rng.IntN(8) > 0 {
-				data[i] = 0 // most sequences stay without ranges
-			}
-		}
-		var p plan
-		ref := plainPlan()
-		planSteps(data, &p, ref)
-		sameWrites(t, ref.live(), p.live(), "%v", data)
-	}
-}
-
-// BenchmarkPlan: the writes of one txn of n allocations, each a put of
-// the allocation, a put of its owner index entry and a delete of its
-// quarantine record.
+// BenchmarkPlan: the writes of one txn of n allocations guarded by
+// "address absent": each a put of the allocation, a put of its owner
+// index entry and a delete of its quarantine record.
 //
 //	go test -run '^$' -bench 'Plan$' -benchmem -count 5 ./services/allocator/store/etcd/
 func BenchmarkPlan(b *testing.B) {
+	k := keys{prefix: "/p/"}
 	for _, n := range []int{1, 10, 100, 1000} {
-		keys := make([][3]string, n)
-		for i := range keys {
-			keys[i] = [3]string{fmt.Sprintf("/p/state/allocs/p\x0040a%07x", i), fmt.Sprintf("/p/owners/p\x00c/Pod/ns/pod-%d\x0040a%07x", i, i), fmt.Sprintf("/p/state/quarantine/p\x0040a%07x", i)}
+		txn := store.Txn{}
+		for i := range n {
+			a := &store.Allocation{Pool: "p", Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
+				Owner: decide.Owner{Cluster: "c", Kind: "Pod", Namespace: "ns", Name: fmt.Sprint("pod-", i)}}
+			txn.Conds = append(txn.Conds, store.Cond{Kind: store.CondAllocationAbsent, Pool: "p", Address: a.Address})
+			txn.Ops = append(txn.Ops, store.Op{Kind: store.OpPutAllocation, Allocation: a})
 		}
 		b.Run(fmt.Sprint("allocations=", n), func(b *testing.B) {
 			for b.Loop() {
-				var p plan
-				for _, k := range keys {
-					p.put(k[0], "{}")
-					p.put(k[1], "")
-					p.del(k[2], "")
-				}
-				_ = p.ops(2)
+				pl := newPlanner(k, 0, nil)
+				pl.compares(txn.Conds)
+				pl.apply(txn.Ops)
+				_ = pl.ops(0)
 			}
 		})
 	}
