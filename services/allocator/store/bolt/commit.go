@@ -379,12 +379,9 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 		if !ok {
 			return events, err
 		}
-		w.owners.remove(w.owners.hash(op.PoolID, prev.Owner.Key()), op.Address)
-		if err := w.records.Delete(recordKey(seq)); err != nil {
+		if err := w.drop(seq, &prev); err != nil {
 			return events, err
 		}
-		w.addrs.del(op.PoolID, op.Address)
-		w.allocDelta--
 		return append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &prev}), nil
 
 	case store.OpPutQuarantine:
@@ -413,12 +410,9 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 			return events, err
 		}
 		events = append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &a})
-		if err := w.records.Delete(recordKey(seq)); err != nil {
+		if err := w.drop(seq, &a); err != nil {
 			return events, err
 		}
-		w.owners.remove(w.owners.hash(id, a.Owner.Key()), addr)
-		w.addrs.del(id, addr)
-		w.allocDelta--
 	}
 
 	var keys [][]byte
@@ -426,8 +420,10 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 	for k, _ := qc.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = qc.Next() {
 		keys = append(keys, bytes.Clone(k))
 	}
-	if err := deleteKeys(w.quarantine, keys); err != nil {
-		return events, err
+	for _, k := range keys {
+		if err := w.quarantine.Delete(k); err != nil {
+			return events, err
+		}
 	}
 
 	if v := w.pools.Get([]byte(id)); v != nil {
@@ -443,11 +439,14 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 	return events, nil
 }
 
-func deleteKeys(b *bbolt.Bucket, keys [][]byte) error {
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
+// drop deletes allocation a, filed under seq: its record and its
+// entries in the indexes.
+func (w *writer) drop(seq uint64, a *store.Allocation) error {
+	if err := w.records.Delete(recordKey(seq)); err != nil {
+		return err
 	}
+	w.owners.remove(w.owners.hash(a.Pool, a.Owner.Key()), a.Address)
+	w.addrs.del(a.Pool, a.Address)
+	w.allocDelta--
 	return nil
 }
