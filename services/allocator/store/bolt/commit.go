@@ -295,17 +295,11 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 	case store.CondRequestAbsent:
 		return w.requests.Get([]byte(c.RequestID)) == nil, nil
 	case store.CondPoolsUnchangedSince:
-		return w.poolsUnchangedSince(c.Revision)
+		return int64(getUint64(w.meta, keyPoolsChanged)) <= c.Revision, nil
 	case store.CondRangeFree:
 		return !w.addrs.anyIn(c.Pool, c.Address, c.Last), nil
 	}
 	return false, fmt.Errorf("unknown condition kind %d", c.Kind)
-}
-
-// poolsUnchangedSince reports whether no commit after revision rev put
-// or deleted a pool.
-func (w *writer) poolsUnchangedSince(rev int64) (bool, error) {
-	return int64(getUint64(w.meta, keyPoolsChanged)) <= rev, nil
 }
 
 // ownerAbsent looks the owner up in the hashed index and confirms each

@@ -34,17 +34,12 @@ const compactTxnBytes = 2 << 20
 // synced and then renamed over the file, so a crash at any point leaves
 // either the old file or the new one; a leftover PATH.compact of an
 // interrupted run is overwritten.
-func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
-	res, err := rewrite(path, lockTimeout)
-	if err != nil {
-		return res, fmt.Errorf("compact %s: %w", path, err)
-	}
-	return res, nil
-}
-
-// rewrite is Compact, with errors that do not name the file.
-func rewrite(path string, lockTimeout time.Duration) (CompactResult, error) {
-	var res CompactResult
+func Compact(path string, lockTimeout time.Duration) (res CompactResult, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("compact %s: %w", path, err)
+		}
+	}()
 	if fi, err := os.Stat(path); err == nil {
 		res.Before = fi.Size()
 	}
