@@ -130,7 +130,7 @@ func start(t *testing.T, opts ...envOption) *env {
 	srv, err := rt.New(*cfg, "allocator", rt.WithLogger(logger), rt.WithoutSignalHandling(), rt.WithDrainDelay(0))
 	require.NoError(t, err)
 
-	st := memory.New(memory.WithHistory(o.history))
+	st := memory.New(bolt.WithHistory(o.history))
 	var backing store.Store = st
 	svcOpts := []allocation.Option{allocation.WithLogger(logger)}
 	if o.revision != nil {

@@ -48,7 +48,9 @@ const fileFormat = 4
 // Defaults.
 const (
 	// maxBatch caps how many transactions are committed together.
-	maxBatch           = 4096
+	maxBatch = 4096
+	// DefaultLockTimeout is how long Open waits for another process to
+	// release the file.
 	DefaultLockTimeout = 5 * time.Second
 	// maxBatchOps bounds the size of one write transaction when callers
 	// send large transactions (bulk allocation).
@@ -85,10 +87,6 @@ func WithoutWarmUp() Option { return func(o *options) { o.noWarm = true } }
 // WithHistory sets how many events are kept in memory for watches from a
 // past revision (default 100,000).
 func WithHistory(events int) Option { return func(o *options) { o.history = events } }
-
-// WithLockTimeout sets how long Open waits for another process to release
-// the file (default DefaultLockTimeout).
-func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
 
 // WithExpiredObserver makes the sweeper report how many request records
 // it dropped past their retention (nil: none), for a metric.

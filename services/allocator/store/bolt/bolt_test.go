@@ -264,9 +264,13 @@ func TestOpenRefusesOtherFormat(t *testing.T) {
 	require.Error(t, err)
 }
 
+// withLockTimeout sets how long Open waits for another process to
+// release the file, for a test that cannot wait DefaultLockTimeout.
+func withLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
+
 func TestOpenLockedFile(t *testing.T) {
 	s := openTemp(t)
-	_, err := Open(s.Path(), WithLockTimeout(50*time.Millisecond))
+	_, err := Open(s.Path(), withLockTimeout(50*time.Millisecond))
 	require.ErrorContains(t, err, "locked by another process")
 }
 

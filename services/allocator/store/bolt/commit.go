@@ -295,17 +295,11 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 	case store.CondRequestAbsent:
 		return w.requests.Get([]byte(c.RequestID)) == nil, nil
 	case store.CondPoolsUnchangedSince:
-		return w.poolsUnchangedSince(c.Revision)
+		return int64(getUint64(w.meta, keyPoolsChanged)) <= c.Revision, nil
 	case store.CondRangeFree:
 		return !w.addrs.anyIn(c.Pool, c.Address, c.Last), nil
 	}
 	return false, fmt.Errorf("unknown condition kind %d", c.Kind)
-}
-
-// poolsUnchangedSince reports whether no commit after revision rev put
-// or deleted a pool.
-func (w *writer) poolsUnchangedSince(rev int64) (bool, error) {
-	return int64(getUint64(w.meta, keyPoolsChanged)) <= rev, nil
 }
 
 // ownerAbsent looks the owner up in the hashed index and confirms each
@@ -379,12 +373,9 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 		if !ok {
 			return events, err
 		}
-		w.owners.remove(w.owners.hash(op.PoolID, prev.Owner.Key()), op.Address)
-		if err := w.records.Delete(recordKey(seq)); err != nil {
+		if err := w.drop(seq, &prev); err != nil {
 			return events, err
 		}
-		w.addrs.del(op.PoolID, op.Address)
-		w.allocDelta--
 		return append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &prev}), nil
 
 	case store.OpPutQuarantine:
@@ -413,12 +404,9 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 			return events, err
 		}
 		events = append(events, store.Event{Type: store.EventDeleteAllocation, Revision: rev, Allocation: &a})
-		if err := w.records.Delete(recordKey(seq)); err != nil {
+		if err := w.drop(seq, &a); err != nil {
 			return events, err
 		}
-		w.owners.remove(w.owners.hash(id, a.Owner.Key()), addr)
-		w.addrs.del(id, addr)
-		w.allocDelta--
 	}
 
 	var keys [][]byte
@@ -426,8 +414,10 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 	for k, _ := qc.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = qc.Next() {
 		keys = append(keys, bytes.Clone(k))
 	}
-	if err := deleteKeys(w.quarantine, keys); err != nil {
-		return events, err
+	for _, k := range keys {
+		if err := w.quarantine.Delete(k); err != nil {
+			return events, err
+		}
 	}
 
 	if v := w.pools.Get([]byte(id)); v != nil {
@@ -443,11 +433,14 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 	return events, nil
 }
 
-func deleteKeys(b *bbolt.Bucket, keys [][]byte) error {
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
+// drop deletes allocation a, filed under seq: its record and its
+// entries in the indexes.
+func (w *writer) drop(seq uint64, a *store.Allocation) error {
+	if err := w.records.Delete(recordKey(seq)); err != nil {
+		return err
 	}
+	w.owners.remove(w.owners.hash(a.Pool, a.Owner.Key()), a.Address)
+	w.addrs.del(a.Pool, a.Address)
+	w.allocDelta--
 	return nil
 }

@@ -21,9 +21,10 @@ type CompactResult struct {
 	Records int
 }
 
-// compactTxnRecords bounds one write transaction of the copy, so that
-// copying a million records does not hold them all in memory at once.
-const compactTxnRecords = 1 << 16
+// compactTxnBytes bounds the keys and values one write transaction of
+// the copy puts, so that copying a million records does not hold them
+// all in memory at once.
+const compactTxnBytes = 2 << 20
 
 // Compact rewrites the store file at path with only what the store
 // uses, packed: free pages are left behind. bbolt never gives free pages back to the file system.
@@ -33,17 +34,12 @@ const compactTxnRecords = 1 << 16
 // synced and then renamed over the file, so a crash at any point leaves
 // either the old file or the new one; a leftover PATH.compact of an
 // interrupted run is overwritten.
-func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
-	res, err := rewrite(path, lockTimeout)
-	if err != nil {
-		return res, fmt.Errorf("compact %s: %w", path, err)
-	}
-	return res, nil
-}
-
-// rewrite is Compact, with errors that do not name the file.
-func rewrite(path string, lockTimeout time.Duration) (CompactResult, error) {
-	var res CompactResult
+func Compact(path string, lockTimeout time.Duration) (res CompactResult, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("compact %s: %w", path, err)
+		}
+	}()
 	if fi, err := os.Stat(path); err == nil {
 		res.Before = fi.Size()
 	}
@@ -68,18 +64,17 @@ func rewrite(path string, lockTimeout time.Duration) (CompactResult, error) {
 		if err := checkFormat(tx); err != nil {
 			return err
 		}
-		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			n, err := copyBucket(dst, name, b)
-			res.Records += n
-			return err
+		return tx.ForEach(func(_ []byte, b *bbolt.Bucket) error {
+			res.Records += b.Stats().KeyN
+			return nil
 		})
 	})
 	if err == nil {
-		err = dst.Update(func(tx *bbolt.Tx) error {
-			// A file without allocations gets its (empty) records bucket.
-			_, err := tx.CreateBucketIfNotExists(bucketRecords)
-			return err
-		})
+		// bbolt.Compact copies every bucket, empty ones too, and fills
+		// their pages full rather than to allocFill: new records go to
+		// the end of the records bucket, on new pages, so its full
+		// pages split only when a record on them grows.
+		err = bbolt.Compact(dst, src, compactTxnBytes)
 	}
 	if err == nil {
 		err = dst.Sync()
@@ -120,40 +115,4 @@ func checkFormat(tx *bbolt.Tx) error {
 		return fmt.Errorf("file format %v, want [%d]: not a store file of this version", f, fileFormat)
 	}
 	return nil
-}
-
-// copyBucket copies the top-level bucket b, named name, into dst under
-// the same name, in write transactions of at most compactTxnRecords
-// records. The store keeps no nested buckets; one is an error rather than
-// dropped silently.
-func copyBucket(dst *bbolt.DB, name []byte, b *bbolt.Bucket) (int, error) {
-	c := b.Cursor()
-	k, v := c.First()
-	copied := 0
-	for first := true; first || k != nil; first = false {
-		err := dst.Update(func(tx *bbolt.Tx) error {
-			out, err := tx.CreateBucketIfNotExists(name)
-			if err != nil {
-				return err
-			}
-			// Keys arrive in order: pages filled like the records
-			// bucket's (newWriter) leave room for the inserts to come.
-			out.FillPercent = allocFill
-			for n := 0; k != nil && n < compactTxnRecords; n++ {
-				if v == nil {
-					return fmt.Errorf("bucket %s: nested bucket %q: not a store file of this version", name, k)
-				}
-				if err := out.Put(k, v); err != nil { // src's pages stay mapped until its View ends
-					return err
-				}
-				copied++
-				k, v = c.Next()
-			}
-			return nil
-		})
-		if err != nil {
-			return copied, err
-		}
-	}
-	return copied, nil
 }

@@ -134,3 +134,25 @@ func TestCompactRefuses(t *testing.T) {
 	require.Equal(t, before, after)
 	require.NoFileExists(t, other+".compact")
 }
+
+// TestCompactEmptyStore: a store without allocations keeps every bucket,
+// the empty records bucket too.
+func TestCompactEmptyStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.db")
+	s, err := Open(path)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	res, err := Compact(path, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Records, "the meta bucket's format")
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketPools, bucketRecords, bucketQuarantine, bucketRequests} {
+			require.NotNil(t, tx.Bucket(b), "bucket %s", b)
+		}
+		return nil
+	}))
+}

@@ -16,22 +16,15 @@
 // store.ErrCompacted and re-lists, as it would after an etcd compaction.
 //
 // The file holds one bucket per kind of record (see codec.go for the key
-// layout). Allocations are filed under a sequence number, so that a
-// commit's new allocations go to the end of one tree whichever pools
-// they are in; the indexes by pool and address (index.go) and by owner
-// (owners.go) are kept in memory, built in the background as the file
-// opens (Ready; commits wait for them). Values are package record's
-// compact binary encoding: a million allocations are read back in well
-// under a second. Compact rewrites a file without its free pages while
-// no allocator has it open.
+// layout). Allocations are filed under a sequence number; the indexes
+// by pool and address (index.go) and by owner (owners.go) are kept in
+// memory, built in the background as the file opens (Ready; commits
+// wait for them). Values are package record's compact binary encoding:
+// a million allocations are read back in well under a second. Compact
+// rewrites a file without its free pages while no allocator has it open.
 //
 // Request records are kept for store.DefaultRequestRetention, as etcd's
 // are, not for good: the file would otherwise grow with every request
-// id. A record holds the time its commit put it; once a 24th of the
-// period, a sweeper goroutine walks the requests bucket in read
-// transactions, which hold no commit up, and deletes the records put a
-// period ago in write transactions of at most 256 records, each about a
-// millisecond (requests.go). A record lives the period and at most a
-// 24th more. Sweeps are not commits: they take no revision and make no
-// event.
+// id. A sweeper goroutine deletes them once expired (requests.go).
+// Sweeps are not commits: they take no revision and make no event.
 package bolt

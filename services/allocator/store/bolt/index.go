@@ -228,7 +228,8 @@ func rangeLen(first, last netip.Addr) uint64 {
 func (x *addrIndex) begin() { x.logging, x.undo = true, x.undo[:0] }
 
 // commit keeps the batch's changes (forgetting pools left empty);
-// rollback undoes them, newest first.
+// rollback undoes them, newest first, and then forgets them as commit
+// does.
 func (x *addrIndex) commit() {
 	x.logging = false
 	for _, c := range x.undo {
@@ -241,7 +242,6 @@ func (x *addrIndex) commit() {
 }
 
 func (x *addrIndex) rollback() {
-	x.logging = false
 	for i := len(x.undo) - 1; i >= 0; i-- {
 		c := x.undo[i]
 		if c.had {
@@ -250,13 +250,7 @@ func (x *addrIndex) rollback() {
 			c.pool.del(c.addr)
 		}
 	}
-	for _, c := range x.undo {
-		if c.pool.len() == 0 {
-			delete(x.pools, c.pool.id)
-		}
-	}
-	clear(x.undo)
-	x.undo = x.undo[:0]
+	x.commit()
 }
 
 // addrLoader gathers the pool, address and number of each record as the

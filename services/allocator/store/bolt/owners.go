@@ -111,7 +111,7 @@ func (x *ownerIndex) each(h uint32, fn func(netip.Addr) bool) {
 
 func (x *ownerIndex) first(h uint32) (netip.Addr, bool) {
 	if v, ok := x.v4[h]; ok {
-		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+		return addrOf4(v), true
 	}
 	if v, ok := x.v6[h]; ok {
 		return netip.AddrFrom16(v), true
@@ -121,8 +121,7 @@ func (x *ownerIndex) first(h uint32) (netip.Addr, bool) {
 
 func (x *ownerIndex) setFirst(h uint32, a netip.Addr) {
 	if a.Is4() {
-		b := a.As4()
-		x.v4[h] = uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		x.v4[h] = v4Of(a)
 		return
 	}
 	x.v6[h] = a.As16()

@@ -20,7 +20,3 @@ func New(opts ...bolt.Option) *bolt.Store {
 	}
 	return s
 }
-
-// WithHistory sets how many events are kept for watches that start from
-// a past revision (default 100,000).
-func WithHistory(events int) bolt.Option { return bolt.WithHistory(events) }

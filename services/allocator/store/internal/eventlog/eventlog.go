@@ -215,7 +215,7 @@ func (l *Log) Append(events []store.Event) {
 }
 
 // wake wakes the cursors of pool that wait, if any, for the event about
-// to be appended.
+// to be appended or for Close.
 func (l *Log) wake(pool string) {
 	if w, ok := l.waiting[pool]; ok {
 		w.upto = l.head
@@ -316,10 +316,8 @@ func (l *Log) Close(err error) {
 	l.closed = true
 	l.closeErr = err
 	close(l.notify)
-	for pool, w := range l.waiting {
-		w.upto = l.head
-		close(w.ch)
-		delete(l.waiting, pool)
+	for pool := range l.waiting {
+		l.wake(pool)
 	}
 }
 
