@@ -4,7 +4,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) store.Store {
-//			s := memory.New(memory.WithHistory(256))
+//			s := memory.New(bolt.WithHistory(256))
 //			t.Cleanup(func() { s.Close() })
 //			return s
 //		}, storetest.WithHistory(256))
