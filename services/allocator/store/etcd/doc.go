@@ -62,12 +62,9 @@
 // before the DeletePool event.
 //
 // Commits that need no read and put state (allocations guarded by
-// "address absent", the hot path) are combined: those that arrive while
-// the store's transaction is in flight go to etcd as nested transactions
-// of the next one, each
-// with its own compares and marker, sharing its revision, unless
-// one writes what another compares or writes (etcd decides all compares
-// of a transaction before its writes). See combine.go.
+// "address absent", the hot path) are combined into one transaction with
+// the others that arrive meanwhile, each nested with its own compares and
+// marker (combine.go).
 //
 // Deleting or replacing an allocation also removes its owner index entry,
 // whose key holds the owner. When the txn does not already say what the
@@ -81,7 +78,7 @@
 // Revisions are etcd's, shared by every prefix of the cluster: commits of
 // one installation get increasing revisions, consecutive when nothing
 // else writes to the etcd. Watches read one etcd watch on the state range
-// with previous values; events describe the net change of each key of a
+// with previous values; events describe the change of each key of a
 // commit, in the order of the txn's ops. A Store's watches share that etcd
 // watch (feed.go): it is decoded once into a history kept in memory
 // (Config.History events), which each watch reads at its own cursor, so a
@@ -95,32 +92,20 @@
 // # Limits
 //
 // etcd bounds the operations of a transaction (--max-txn-ops, default
-// 128) and applies the bound to the compares and to the writes
-// separately: an allocation takes two compares and three writes, so a
-// batch of more than about 40 addresses needs a higher limit. The
-// request size limit (--max-request-bytes, default 1.5 MiB) comes at
-// about 3,000 (some 500 bytes each). etcd's refusal of a commit for
-// either is store.ErrTooLarge; the client itself sends up to 16 MiB, so
-// etcd's flag is the limit. A combined transaction counts its commits plus
-// the compares or writes of its largest commit against the limit, so the
-// combiner admits a commit only while that stays within it (combine.go):
-// a commit that etcd takes alone is never refused for what it was
-// combined with. etcd does not tell its clients the limit; the combiner
-// assumes the default and learns a lower one from etcd's refusals.
+// 128), the compares and the writes separately: an allocation takes two
+// compares and three writes, so a batch of more than about 40 addresses
+// needs a higher limit. The request size limit (--max-request-bytes,
+// default 1.5 MiB) comes at about 3,000 (some 500 bytes each). etcd's
+// refusal of a commit for either is store.ErrTooLarge; the client itself
+// sends up to 16 MiB, so etcd's flag is the limit. The combiner admits a
+// commit only where the combined transaction stays within the limit, so a
+// commit that etcd takes alone is never refused for what it was combined
+// with (combine.go).
 //
 // Request records are kept for store.DefaultRequestRetention (a day), not
 // for good: every request id would otherwise leave a key behind until
-// etcd's space quota is full, and then every commit fails. The API
-// promises no period; a retry with the same request id within a day gets
-// the first answer, a later one counts as a new request (Allocate is
-// idempotent per owner all the same). A record is put with an etcd lease,
-// which etcd revokes, deleting the record, when its TTL runs out. The
-// records a store puts within a 24th of the retention period share one
-// lease, with a TTL of the period plus that 24th, so each record lives at
-// least the period and a replica holds some 26 leases: the first granted
-// by the first commit that needs one, the next ones in the background
-// before they are needed, none kept alive (requests.go). Expiry deletes no
-// key under state/, so watches see nothing of it. (The bolt and memory
-// stores keep their records for the same period, and drop them with a
-// sweep of their own.)
+// etcd's space quota is full, and then every commit fails. A record is put
+// with an etcd lease, shared by the records of a 24th of the period, which
+// etcd revokes, deleting the record, when its TTL runs out (requests.go).
+// Expiry deletes no key under state/, so watches see nothing of it.
 package etcd
