@@ -21,7 +21,7 @@ import (
 	repairv1 "github.com/plexusnet/plexus/api/repair/v1"
 	"github.com/plexusnet/plexus/services/repair/decide"
 	"github.com/plexusnet/plexus/services/repair/internal/repairtest"
-	"github.com/plexusnet/plexus/services/repair/owners"
+	"github.com/plexusnet/plexus/services/repair/kube"
 	"github.com/plexusnet/plexus/services/repair/pass"
 )
 
@@ -53,7 +53,7 @@ func BenchmarkFullPass(b *testing.B) {
 	// Many concurrent creates through an unthrottled client.
 	cfg := rest.CopyConfig(e.cfg)
 	cfg.QPS, cfg.Burst = -1, 0
-	kube, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(cfg)
 	require.NoError(b, err)
 	t0 := time.Now()
 	var created atomic.Int64
@@ -63,7 +63,7 @@ func BenchmarkFullPass(b *testing.B) {
 	for range 48 {
 		wg.Go(func() {
 			for i := range work {
-				p, err := kube.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+				p, err := client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%06d", i), Namespace: ns, Labels: map[string]string{"app": "bench"}},
 					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 				}, metav1.CreateOptions{})
@@ -96,7 +96,7 @@ feed:
 	setup := time.Since(t0)
 	b.Logf("%d pods and allocations created in %s (%.0f/s)", n, setup.Round(time.Millisecond), float64(n)/setup.Seconds())
 
-	view, err := owners.New(owners.Config{Cluster: memberCluster, Kube: e.kube, MCS: e.mcs, Workloads: e.workloads})
+	view, err := kube.New(kube.Config{Cluster: memberCluster, Kube: e.kube, MCS: e.mcs, Workloads: e.workloads})
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -59,9 +59,10 @@ import (
 	"github.com/plexusnet/plexus/internal/kubeclient"
 	"github.com/plexusnet/plexus/internal/leader"
 	"github.com/plexusnet/plexus/internal/server"
-	"github.com/plexusnet/plexus/services/repair/owners"
+	"github.com/plexusnet/plexus/services/repair/kube"
 	"github.com/plexusnet/plexus/services/repair/pass"
 	rserver "github.com/plexusnet/plexus/services/repair/server"
+	"github.com/plexusnet/plexus/services/repair/sources"
 )
 
 // service is repair's parts as Setup assembles them.
@@ -83,7 +84,7 @@ type service struct {
 	logger   *slog.Logger
 	recorder record.EventRecorder
 
-	view      *owners.View
+	view      *kube.View
 	inventory fleet.Inventory
 	group     *fleet.Group
 	elector   *leader.Elector
@@ -146,7 +147,7 @@ func (s *service) open(ctx context.Context, c *server.Cleanup) error {
 func (s *service) build(context.Context, *server.Cleanup) error {
 	rt, cfg := s.rt, s.rt.Config
 	var err error
-	if s.view, err = owners.New(owners.Config{
+	if s.view, err = kube.New(kube.Config{
 		Cluster: cfg.ClusterName, Kube: s.clients.Kube, MCS: s.clients.MCS, Workloads: s.clients.Workloads,
 		Logger: rt.Logger.With("component", "owners"),
 	}); err != nil {
@@ -183,7 +184,7 @@ func (s *service) sources() error {
 	s.group, err = fleet.NewGroup(fleet.GroupConfig{
 		Dial: fleet.Dialer(rt.Config),
 		Start: func(m fleet.Member, conn *grpc.ClientConn, _ fleet.Runner) (fleet.Runner, error) {
-			src := owners.NewSource(m.Name, m.Addr, conn, rt.Logger.With("component", "source"))
+			src := sources.NewSource(m.Name, m.Addr, conn, rt.Logger.With("component", "source"))
 			s.view.AddSource(src)
 			return src, nil
 		},

@@ -44,7 +44,7 @@ const (
 	DefaultCallTimeout = 30 * time.Second
 )
 
-// View is the owners' side of a pass; owners.View implements it.
+// View is the owners' side of a pass; kube.View implements it.
 type View interface {
 	decide.OwnerView
 	// Synced reports whether the view is complete, and if not, why.

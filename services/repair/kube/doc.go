@@ -1,10 +1,10 @@
-// Package owners is what the repair pass knows of the owners of
-// allocations: the member cluster's objects, seen through client-go
-// informers, and the services the source clusters export, seen through
-// membership's WatchServices streams. [View] implements decide.OwnerView
-// over them, lists the EndpointSlices the importer manages, deletes an
-// orphaned slice with preconditions, and names the Kubernetes object an
-// Event about an owner belongs on.
+// Package kube is repair's Kubernetes adapter: what the repair pass knows
+// of the owners of allocations, the member cluster's objects seen through
+// client-go informers, and the services the source clusters export, as
+// their membership streams tell (package sources, through [Exporter]).
+// [View] implements decide.OwnerView over them, lists the EndpointSlices
+// the importer manages, deletes an orphaned slice with preconditions, and
+// names the Kubernetes object an Event about an owner belongs on.
 //
 // # Who is resolved
 //
@@ -38,4 +38,4 @@
 // unreachable or in the middle of a snapshot. The pass then acts on
 // nothing. A source's stream is restarted with a fresh snapshot after every
 // disconnect, so its view of what is exported is never a guess.
-package owners
+package kube

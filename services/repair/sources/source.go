@@ -1,4 +1,9 @@
-package owners
+// Package sources follows, for repair, the services each source cluster
+// exports, through its membership's WatchServices stream (exported_only):
+// a ClusterSetService owner is alive while some source exports it. It is
+// repair's membership adapter, as the importer's package sources is the
+// importer's.
+package sources
 
 import (
 	"context"
@@ -75,9 +80,9 @@ func (s *Source) Len() int {
 	return len(s.exported)
 }
 
-// problem says why the source's view is not complete and current, or ""
+// Problem says why the source's view is not complete and current, or ""
 // when it is.
-func (s *Source) problem() string {
+func (s *Source) Problem() string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.synced {

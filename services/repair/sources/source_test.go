@@ -1,4 +1,4 @@
-package owners_test
+package sources_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	membershipv1 "github.com/plexusnet/plexus/api/membership/v1"
 	"github.com/plexusnet/plexus/internal/dial"
-	"github.com/plexusnet/plexus/services/repair/owners"
+	"github.com/plexusnet/plexus/services/repair/sources"
 )
 
 // scripted is a membership whose every WatchServices stream sends what the
@@ -76,20 +76,20 @@ func TestSourceFollowsExports(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 
-	src := owners.NewSource("east", lis.Addr().String(), conn, nil)
+	src := sources.NewSource("east", lis.Addr().String(), conn, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); src.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	synced := func() bool { return owners.SourceProblem(src) == "" }
-	require.Contains(t, owners.SourceProblem(src), "source east")
+	synced := func() bool { return src.Problem() == "" }
+	require.Contains(t, src.Problem(), "source east")
 
 	stream := <-fake.streams
 	stream <- ev(start, "", false)
 	stream <- ev(upsert, "namespaces/shop/services/db", true)
 	stream <- ev(upsert, "namespaces/shop/services/cache", true)
-	require.Eventually(t, func() bool { return strings.Contains(owners.SourceProblem(src), "snapshot in progress") },
+	require.Eventually(t, func() bool { return strings.Contains(src.Problem(), "snapshot in progress") },
 		5*time.Second, 5*time.Millisecond, "synced in the middle of a snapshot")
 	stream <- ev(end, "", false)
 	require.Eventually(t, synced, 5*time.Second, 5*time.Millisecond)
@@ -109,8 +109,8 @@ func TestSourceFollowsExports(t *testing.T) {
 	// The stream breaks: unsynced, the last view kept for reading.
 	close(stream)
 	require.Eventually(t, func() bool { return !synced() }, 5*time.Second, 5*time.Millisecond)
-	require.Contains(t, owners.SourceProblem(src), "not reachable")
-	require.Contains(t, owners.SourceProblem(src), "membership restarting")
+	require.Contains(t, src.Problem(), "not reachable")
+	require.Contains(t, src.Problem(), "membership restarting")
 	require.True(t, src.Exports("shop", "web"))
 
 	// It reconnects with a fresh snapshot, which replaces everything.

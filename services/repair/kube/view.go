@@ -1,4 +1,4 @@
-package owners
+package kube
 
 import (
 	"context"
@@ -68,7 +68,7 @@ type View struct {
 	// sources are the memberships whose exports keep clusterset services
 	// alive, by cluster; they come and go with the fleet.
 	srcMu     sync.RWMutex
-	sources   map[string]*Source
+	sources   map[string]Exporter
 	pods      *informer
 	services  *informer
 	imports   *informer
@@ -80,12 +80,12 @@ type View struct {
 // New builds the informers of the member cluster; Run starts them.
 func New(cfg Config) (*View, error) {
 	if cfg.Cluster == "" {
-		return nil, errors.New("owners: the cluster name is required")
+		return nil, errors.New("repair view: the cluster name is required")
 	}
 	if cfg.Kube == nil || cfg.MCS == nil || cfg.Workloads == nil {
-		return nil, errors.New("owners: Kube, MCS and Workloads clients are required")
+		return nil, errors.New("repair view: Kube, MCS and Workloads clients are required")
 	}
-	v := &View{cluster: cfg.Cluster, kube: cfg.Kube, logger: cfg.Logger, sources: map[string]*Source{}}
+	v := &View{cluster: cfg.Cluster, kube: cfg.Kube, logger: cfg.Logger, sources: map[string]Exporter{}}
 	if v.logger == nil {
 		v.logger = slog.New(slog.DiscardHandler)
 	}
@@ -162,9 +162,18 @@ func (v *View) Run(ctx context.Context) {
 	wg.Wait()
 }
 
+// Exporter is what the view needs of one source cluster's membership
+// stream (sources.Source): the services it exports, and why its view is
+// not complete and current ("" when it is).
+type Exporter interface {
+	Name() string
+	Exports(namespace, name string) bool
+	Problem() string
+}
+
 // AddSource makes s the source of its cluster, replacing the one before
 // (the member's membership moved).
-func (v *View) AddSource(s *Source) {
+func (v *View) AddSource(s Exporter) {
 	v.srcMu.Lock()
 	defer v.srcMu.Unlock()
 	v.sources[s.Name()] = s
@@ -180,14 +189,14 @@ func (v *View) RemoveSource(cluster string) {
 }
 
 // sourceList returns the sources, sorted by cluster.
-func (v *View) sourceList() []*Source {
+func (v *View) sourceList() []Exporter {
 	v.srcMu.RLock()
 	defer v.srcMu.RUnlock()
-	out := make([]*Source, 0, len(v.sources))
+	out := make([]Exporter, 0, len(v.sources))
 	for _, s := range v.sources {
 		out = append(out, s)
 	}
-	slices.SortFunc(out, func(a, b *Source) int { return strings.Compare(a.Name(), b.Name()) })
+	slices.SortFunc(out, func(a, b Exporter) int { return strings.Compare(a.Name(), b.Name()) })
 	return out
 }
 
@@ -222,7 +231,7 @@ func (v *View) InformersSynced() error {
 func (v *View) SourcesSynced() error {
 	var problems []string
 	for _, s := range v.sourceList() {
-		if p := s.problem(); p != "" {
+		if p := s.Problem(); p != "" {
 			problems = append(problems, p)
 		}
 	}
@@ -376,7 +385,7 @@ func (v *View) DeleteSlice(ctx context.Context, ref decide.SliceRef) error {
 	if ref.Namespace == "" || ref.Name == "" || ref.UID == "" || ref.ResourceVersion == "" {
 		// Without both preconditions the delete could hit a slice the
 		// pass never saw.
-		return errors.New("owners: slice reference without namespace, name, uid or resourceVersion")
+		return errors.New("repair view: slice reference without namespace, name, uid or resourceVersion")
 	}
 	uid, rv := types.UID(ref.UID), ref.ResourceVersion
 	err := v.kube.DiscoveryV1().EndpointSlices(ref.Namespace).Delete(ctx, ref.Name, metav1.DeleteOptions{
