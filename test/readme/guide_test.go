@@ -3,6 +3,7 @@ package readme
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -106,6 +107,7 @@ func TestDeployGuideFollowed(t *testing.T) {
 	require.NoError(t, err)
 	sections := guideSections(t, filepath.Join(root, "docs", "deploy.md"))
 	steps := 0
+	var membersChange []example
 	for _, ex := range exs {
 		switch sec := sections(ex.line); {
 		case sec <= 4:
@@ -118,8 +120,11 @@ func TestDeployGuideFollowed(t *testing.T) {
 			for _, c := range guideClusters {
 				f.run(ex, c)
 			}
+		case sec == 8:
+			membersChange = append(membersChange, ex) // once the fleet imports
+			continue
 		default:
-			continue // adding, removing and upgrading; Helm instead of deploy/
+			continue // upgrading; Helm instead of deploy/
 		}
 		steps++
 	}
@@ -133,6 +138,7 @@ func TestDeployGuideFollowed(t *testing.T) {
 	require.True(t, f.onEtcd, "the guide's allocator runs on etcd")
 
 	f.exportAndImport()
+	f.addAndRemoveCluster(membersChange)
 	f.checkCoreDNSRole()
 	require.Empty(t, f.denials(), "no process logged an RBAC denial")
 }
@@ -593,6 +599,69 @@ func (f *guideFleet) exportAndImport() {
 		}
 		return false
 	}, time.Minute, 100*time.Millisecond, "cluster-b's EndpointSlices of shop/web hold %s", podIP)
+}
+
+// addAndRemoveCluster follows section 8 in every member cluster: cluster-c
+// joins (its membership's name stands for a loopback address where
+// nothing listens: c's own install is sections 3 and 5 again) and every
+// importer follows it, as plexusctl clusters list shows with the
+// operator's certificate; then it leaves, and every importer has it as
+// left. The import of shop/web stays Ready throughout.
+func (f *guideFleet) addAndRemoveCluster(exs []example) {
+	t := f.t
+	require.Len(t, exs, 2, "section 8 joins cluster-c and removes it")
+	addr := proctest.FreeAddr(t)
+	f.names[fmt.Sprintf(guideMembershipName, "cluster-c")] = addr
+	for i, ex := range exs {
+		for _, c := range guideClusters {
+			f.run(ex, c)
+		}
+		want := []string{"SOURCE_STATE_CONNECTING", "SOURCE_STATE_DISCONNECTED"}
+		if i == 1 {
+			want = []string{"SOURCE_STATE_LEFT"}
+		}
+		for _, c := range guideClusters {
+			require.EventuallyWithT(t, func(co *assert.CollectT) {
+				src, err := f.source(c, "cluster-c")
+				require.NoError(co, err)
+				require.NotNil(co, src, "%s's importer follows cluster-c", c)
+				require.Equal(co, addr, src["address"])
+				require.Contains(co, want, src["state"])
+			}, time.Minute, 200*time.Millisecond, "docs/deploy.md:%d in %s", ex.line, c)
+			src, err := f.source(c, "cluster-a")
+			require.NoError(t, err)
+			require.Equal(t, "SOURCE_STATE_CONNECTED", src["state"], "%s still follows cluster-a", c)
+		}
+	}
+	si, err := mcsclient.NewForConfigOrDie(f.kube["cluster-b"].Config).MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.True(t, meta.IsStatusConditionTrue(si.Status.Conditions, "Ready"), "cluster-b's import of shop/web: %+v", si.Status.Conditions)
+}
+
+// source is what the importer of cluster c says of its source cluster,
+// through plexusctl clusters list with the operator's certificate of
+// section 2 (nil when it does not follow it). It touches no testing.T: it
+// runs inside EventuallyWithT.
+func (f *guideFleet) source(c, cluster string) (map[string]any, error) {
+	var out bytes.Buffer
+	root := cmd.NewRoot(&out)
+	root.SetArgs([]string{"--importer-addr", f.procs[c+"/plexus-importer"].GRPCAddr, "--tls-ca", ".certs/ca.crt",
+		"--tls-cert", ".certs/fleet/operator/tls.crt", "--tls-key", ".certs/fleet/operator/tls.key", "-o", "json", "clusters", "list"})
+	if err := root.Execute(); err != nil {
+		return nil, fmt.Errorf("plexusctl clusters list in %s: %w: %s", c, err, out.String())
+	}
+	var list struct {
+		Sources []map[string]any `json:"sources"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
+		return nil, fmt.Errorf("plexusctl clusters list in %s: %w: %s", c, err, out.String())
+	}
+	for _, s := range list.Sources {
+		if s["cluster"] == cluster {
+			return s, nil
+		}
+	}
+	return nil, nil
 }
 
 // guidePool is the CIDR of the clusterset VIP pool the guide creates.
