@@ -228,3 +228,24 @@ func TestChartAgainstAPIServer(t *testing.T) {
 		})
 	}
 }
+
+// TestChartRefusesUnknownValues: values.schema.json makes helm refuse a
+// value the chart does not have (a misspelled key would otherwise be
+// ignored without a word) or one of the wrong kind, naming it.
+func TestChartRefusesUnknownValues(t *testing.T) {
+	t.Parallel()
+	bin := kubetest.RequireHelm(t)
+	for _, tc := range []struct{ set, says string }{
+		{`importer.vipPool=["vips"]`, "vipPool"},
+		{`allocator.storage="etcd"`, "storage"},
+		{`members.sources=[{"name":"a","adress":"m:7402"}]`, "adress"},
+		{`allocator.store="etc"`, "store"},
+		{`importer.manageServiceCIDRs="yes"`, "manageServiceCIDRs"},
+		{`membership.replicas=-1`, "replicas"},
+	} {
+		out, err := exec.Command(bin, "template", "plexus", chartDir, "--namespace", Namespace, "--set-json", tc.set).CombinedOutput()
+		require.Error(t, err, "helm template --set-json %s must fail:\n%s", tc.set, out)
+		require.Contains(t, string(out), "schema", tc.set)
+		require.Contains(t, string(out), tc.says, tc.set)
+	}
+}
