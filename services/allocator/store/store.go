@@ -464,7 +464,7 @@ func (t Txn) overlap() (int, error) {
 		id   string // pool or request id
 		addr netip.Addr
 	}
-	seen := make(map[record]bool, len(t.Ops)+1)
+	seen := make(map[record]bool, 2*len(t.Ops)) // an allocation put claims its quarantine record too
 	claim := func(r record) bool {
 		dup := seen[r]
 		seen[r] = true
@@ -496,6 +496,9 @@ func (t Txn) overlap() (int, error) {
 		}
 	}
 	for i, op := range t.Ops {
+		if deleted == nil {
+			break
+		}
 		if pool, _ := op.record(); deleted[pool] && op.Kind != OpDeletePool {
 			return i, fmt.Errorf("names a record of pool %q, which the transaction deletes", pool)
 		}
