@@ -51,8 +51,8 @@ func (a *arena) add(k key, rec string) ref {
 	c := a.chunks[a.cur]
 	off := len(c)
 	c = binary.AppendUvarint(c, uint64(16+len(rec)))
-	c = binary.BigEndian.AppendUint64(c, k.hi)
-	c = binary.BigEndian.AppendUint64(c, k.lo)
+	c = binary.BigEndian.AppendUint64(c, k.Hi)
+	c = binary.BigEndian.AppendUint64(c, k.Lo)
 	c = append(c, rec...)
 	a.chunks[a.cur] = c
 	size := len(c) - off
@@ -92,7 +92,7 @@ func (a *arena) entry(r ref) (size int, k key, rec record) {
 	c := a.chunks[r.chunk()][r.off():]
 	n, w := binary.Uvarint(c)
 	body := c[w : w+int(n)]
-	k = key{binary.BigEndian.Uint64(body[:8]), binary.BigEndian.Uint64(body[8:16])}
+	k = key{Hi: binary.BigEndian.Uint64(body[:8]), Lo: binary.BigEndian.Uint64(body[8:16])}
 	rest := body[16:]
 	if len(rest) > 0 {
 		rec = record(unsafe.String(&rest[0], len(rest)))

@@ -1,5 +1,7 @@
 package held
 
+import "github.com/plexusnet/plexus/services/allocator/internal/addrtree"
+
 // ownerLinks maps the 32-bit hash of an owner key to the address it holds.
 // A table holds one family, so a table of IPv4 addresses keeps them as 32
 // bits: an entry is 8 bytes, where a map to the whole key took 24 (and the
@@ -17,14 +19,10 @@ func newOwnerLinks(is4 bool, sizeHint int) ownerLinks {
 	return ownerLinks{v6: make(map[uint32]key, sizeHint)}
 }
 
-// v4Key is the key of an IPv4 address from its 32 bits (keyOf gives the
-// IPv4-mapped form).
-func v4Key(a uint32) key { return key{lo: 0xffff<<32 | uint64(a)} }
-
 func (l *ownerLinks) get(h uint32) (key, bool) {
 	if l.is4 {
 		a, ok := l.v4[h]
-		return v4Key(a), ok
+		return addrtree.V4Key(a), ok
 	}
 	k, ok := l.v6[h]
 	return k, ok
@@ -32,7 +30,7 @@ func (l *ownerLinks) get(h uint32) (key, bool) {
 
 func (l *ownerLinks) set(h uint32, k key) {
 	if l.is4 {
-		l.v4[h] = uint32(k.lo)
+		l.v4[h] = uint32(k.Lo)
 		return
 	}
 	l.v6[h] = k

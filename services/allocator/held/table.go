@@ -3,9 +3,9 @@
 // index of package ipam.
 //
 // A Table holds each allocation as a packed record in an arena of byte
-// chunks, found through an index of (address, place) ordered by address,
-// in leaves of 127 (so a page of a list costs O(log n + page)); it interns the owners'
-// cluster/kind/namespace prefixes, and finds an owner's address through a
+// chunks, found through a tree of (address, place) ordered by address
+// (package addrtree: a page of a list costs O(log n + page)); it interns
+// the owners' cluster/kind/namespace prefixes, and finds an owner's address through a
 // map of hashes. Neither the records nor the tree's items nor the map
 // hold pointers, so the garbage collector has a few thousand objects to
 // look at for a million allocations, not millions.
@@ -15,7 +15,6 @@
 package held
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"net/netip"
@@ -23,24 +22,18 @@ import (
 	"unsafe"
 
 	"github.com/plexusnet/plexus/services/allocator/decide"
+	"github.com/plexusnet/plexus/services/allocator/internal/addrtree"
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// key is an address as 128 bits; an IPv4 address in its IPv4-mapped
-// IPv6 form (a table holds one family).
-type key struct{ hi, lo uint64 }
+// key is an address as 128 bits (a table holds one family); an item's
+// value is the ref of its record.
+type (
+	key  = addrtree.Key
+	item = addrtree.Item
+)
 
-func keyOf(a netip.Addr) key {
-	b := a.As16()
-	return key{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
-}
-
-func (k key) less(o key) bool { return k.hi < o.hi || (k.hi == o.hi && k.lo < o.lo) }
-
-type item struct {
-	k key
-	r ref
-}
+var keyOf = addrtree.KeyOf
 
 // ownerKey is an owner as the table compares it: its interned prefix and
 // its name (an allocation's uid is not part of the owner's identity).
@@ -53,7 +46,7 @@ type ownerKey struct {
 type Table struct {
 	pool  string
 	is4   bool
-	tree  index
+	tree  addrtree.Tree
 	arena arena
 	// scratch is where a record is packed before it is copied in.
 	scratch []byte
@@ -81,7 +74,7 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 	t := &Table{
 		pool:   pool,
 		is4:    is4,
-		tree:   newIndex(),
+		tree:   addrtree.New(),
 		arena:  newArena(),
 		owners: newOwnerLinks(is4, sizeHint),
 		seed:   maphash.MakeSeed(),
@@ -96,7 +89,7 @@ func New(pool string, is4 bool, sizeHint int) *Table {
 }
 
 // Len returns the number of allocations held.
-func (t *Table) Len() int { return t.tree.len() }
+func (t *Table) Len() int { return t.tree.Len() }
 
 // ClusterLen returns the number of allocations charged to cluster: those
 // of its owners and the clusterset VIPs its callers created.
@@ -107,22 +100,13 @@ func (t *Table) fits(a netip.Addr) bool {
 	return a.IsValid() && a.Zone() == "" && a.Is4() == t.is4
 }
 
-func (t *Table) addr(k key) netip.Addr {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], k.hi)
-	binary.BigEndian.PutUint64(b[8:], k.lo)
-	a := netip.AddrFrom16(b)
-	if t.is4 {
-		a = a.Unmap()
-	}
-	return a
-}
+func (t *Table) addr(k key) netip.Addr { return k.Addr(t.is4) }
 
 func (t *Table) find(a netip.Addr) (item, bool) {
 	if !t.fits(a) {
 		return item{}, false
 	}
-	return t.tree.get(keyOf(a))
+	return t.tree.Get(keyOf(a))
 }
 
 // Has tells whether a is allocated.
@@ -137,7 +121,7 @@ func (t *Table) Revision(a netip.Addr) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return t.arena.record(it.r).revision(), true
+	return t.arena.record(ref(it.Val)).revision(), true
 }
 
 // Get returns the allocation of a.
@@ -151,15 +135,15 @@ func (t *Table) Get(a netip.Addr) (store.Allocation, bool) {
 
 func (t *Table) decode(it item) store.Allocation {
 	// A copy: what is returned outlives the chunk's place in the table.
-	f, err := record(strings.Clone(string(t.arena.record(it.r)))).decode()
+	f, err := record(strings.Clone(string(t.arena.record(ref(it.Val))))).decode()
 	if err != nil {
 		// Records are only ever made by encode.
-		panic(fmt.Sprintf("held: record of %s in pool %s: %v", t.addr(it.k), t.pool, err))
+		panic(fmt.Sprintf("held: record of %s in pool %s: %v", t.addr(it.Key), t.pool, err))
 	}
 	p, _ := t.prefixes.get(f.prefix)
 	return store.Allocation{
 		Pool:       t.pool,
-		Address:    t.addr(it.k),
+		Address:    t.addr(it.Key),
 		Owner:      decide.Owner{Cluster: p.cluster, Kind: p.kind, Namespace: p.namespace, Name: f.name, UID: f.uid},
 		CreateTime: f.create,
 		RequestID:  f.requestID,
@@ -215,11 +199,11 @@ func (t *Table) ownerAt(o ownerKey) (key, bool) {
 
 // holds tells whether the record at k belongs to owner o.
 func (t *Table) holds(k key, o ownerKey) bool {
-	it, ok := t.tree.get(k)
+	it, ok := t.tree.Get(k)
 	if !ok {
 		return false
 	}
-	p, n := t.arena.record(it.r).prefixAndName()
+	p, n := t.arena.record(ref(it.Val)).prefixAndName()
 	return p == o.prefix && n == o.name
 }
 
@@ -238,7 +222,7 @@ func (t *Table) Put(a *store.Allocation) error {
 	f := fields{revision: a.Revision, create: a.CreateTime, prefix: id, name: a.Owner.Name, uid: a.Owner.UID, requestID: a.RequestID}
 	creatorFields(&f, a)
 	t.scratch = appendRecord(t.scratch[:0], f)
-	old, replaced := t.tree.replaceOrInsert(item{k: k, r: t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch)))})
+	old, replaced := t.tree.Put(item{Key: k, Val: uint64(t.arena.add(k, unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))))})
 	if replaced {
 		t.unlink(old)
 	}
@@ -247,7 +231,7 @@ func (t *Table) Put(a *store.Allocation) error {
 		t.clusters[c]++
 	}
 	if replaced {
-		t.arena.drop(old.r)
+		t.arena.drop(ref(old.Val))
 		t.compact()
 	}
 	return nil
@@ -260,8 +244,8 @@ func (t *Table) Delete(a netip.Addr) bool {
 		return false
 	}
 	t.unlink(it)
-	t.tree.delete(it.k)
-	t.arena.drop(it.r)
+	t.tree.Delete(it.Key)
+	t.arena.drop(ref(it.Val))
 	t.compact()
 	return true
 }
@@ -279,11 +263,11 @@ func (t *Table) compact() {
 	}
 	for _, c := range t.arena.victims(compactChunks) {
 		t.arena.each(c, func(r ref, k key, rec record) {
-			it, ok := t.tree.get(k)
-			if !ok || it.r != r {
+			it, ok := t.tree.Get(k)
+			if !ok || ref(it.Val) != r {
 				return // dropped
 			}
-			t.tree.replaceOrInsert(item{k: k, r: t.arena.add(k, string(rec))})
+			t.tree.Put(item{Key: k, Val: uint64(t.arena.add(k, string(rec)))})
 			t.arena.drop(r)
 		})
 		if t.arena.chunks[c] != nil && t.arena.live[c] == 0 {
@@ -320,16 +304,16 @@ func (t *Table) linked(h uint32, k key) bool {
 // unlink drops what its record refers to: its owner's link, if the owner
 // still holds it, and its prefix.
 func (t *Table) unlink(it item) {
-	p, n := t.arena.record(it.r).prefixAndName()
+	p, n := t.arena.record(ref(it.Val)).prefixAndName()
 	o := ownerKey{p, n}
 	if v, ok := t.overflow[o]; ok {
-		if v == it.k {
+		if v == it.Key {
 			delete(t.overflow, o)
 		}
-	} else if h := t.hash(o); t.linked(h, it.k) {
+	} else if h := t.hash(o); t.linked(h, it.Key) {
 		t.owners.delete(h)
 	}
-	t.uncharge(t.prefixes.list[p].cluster, it.r)
+	t.uncharge(t.prefixes.list[p].cluster, ref(it.Val))
 	t.prefixes.unref(p)
 }
 
@@ -359,17 +343,17 @@ func (t *Table) Ascend(from netip.Addr, fn func(store.Allocation) bool) {
 // Addrs calls fn with each allocated address in order, until fn returns
 // false.
 func (t *Table) Addrs(fn func(netip.Addr) bool) {
-	t.ascend(netip.Addr{}, func(it item) bool { return fn(t.addr(it.k)) })
+	t.ascend(netip.Addr{}, func(it item) bool { return fn(t.addr(it.Key)) })
 }
 
 func (t *Table) ascend(from netip.Addr, fn func(item) bool) {
 	switch {
 	case !from.IsValid() || (from.Is4() && !t.is4):
-		t.tree.ascend(key{}, true, fn)
+		t.tree.Ascend(key{}, true, fn)
 	case !from.Is4() && t.is4:
 		// Every IPv4 address comes before from.
 	default:
-		t.tree.ascend(keyOf(from.WithZone("")), false, fn)
+		t.tree.Ascend(keyOf(from.WithZone("")), false, fn)
 	}
 }
 
@@ -384,7 +368,7 @@ type View struct {
 // of the interned prefixes: the leaves are shared, copy-on-write, so the
 // table's later writes copy the leaves they touch, once.
 func (t *Table) Snapshot() *View {
-	v := &View{t: Table{pool: t.pool, is4: t.is4, tree: t.tree.clone(), arena: t.arena.view()}}
+	v := &View{t: Table{pool: t.pool, is4: t.is4, tree: t.tree.Clone(), arena: t.arena.view()}}
 	v.t.prefixes.list = append([]prefix(nil), t.prefixes.list...)
 	v.t.prefixes.refs = append([]uint32(nil), t.prefixes.refs...)
 	return v
