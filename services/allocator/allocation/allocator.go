@@ -123,7 +123,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		return nil, err
 	}
 	// A store that prepares itself for commits in the background (the
-	// bolt store builds its indexes while the snapshot above is read)
+	// bolt store builds its index while the snapshot above is read)
 	// has done so before the allocator counts as started.
 	if err := st.Ready(ctx); err != nil {
 		return nil, fmt.Errorf("store not ready for commits: %w", err)

@@ -391,7 +391,7 @@ type Store interface {
 	// on a store several share (etcd).
 	Revision(ctx context.Context) (int64, error)
 	// Ready returns nil once the store can commit (bolt builds its
-	// indexes in the background after it opens; commits wait for them)
+	// index in the background after it opens; commits wait for it)
 	// and while it answers (etcd may be down), else why not.
 	Ready(ctx context.Context) error
 	// WatchCursor reads every event with a revision greater than fromRev,

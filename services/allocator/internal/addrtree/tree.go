@@ -179,7 +179,13 @@ func (x *Tree) Put(it Item) (old Item, replaced bool) {
 		x.n = 1
 		return Item{}, false
 	}
-	li, pos, found := x.locate(it.Key)
+	var li, pos int
+	var found bool
+	if last := x.leaves[len(x.leaves)-1]; last.items[last.n-1].Key.Less(it.Key) {
+		li, pos = len(x.leaves)-1, last.n // after the last item: no search
+	} else {
+		li, pos, found = x.locate(it.Key)
+	}
 	if found {
 		l := x.writable(li)
 		old = l.items[pos]

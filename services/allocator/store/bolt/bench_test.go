@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -421,4 +422,28 @@ func BenchmarkSortAllocations(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkIndex1M measures the index a file of a million allocations
+// needs in memory: the time from Open until the store can commit (the
+// index is built in the background) and the heap it keeps, per
+// allocation, after a collection.
+func BenchmarkIndex1M(b *testing.B) {
+	path := millionFile(b)
+	var heap uint64
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s, err := Open(path, WithoutWarmUp())
+		require.NoError(b, err)
+		require.NoError(b, s.Ready(b.Context()))
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap = after.HeapAlloc - before.HeapAlloc
+		require.NoError(b, s.Close())
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(heap)/millionAllocs, "heap-B/alloc")
 }

@@ -121,11 +121,10 @@ type Store struct {
 	// Owned by the committer goroutine.
 	rev    int64
 	allocs int64
-	owners *ownerIndex
-	addrs  *addrIndex
+	index  *index
 	// seq is the number the next new allocation record is filed under.
 	seq uint64
-	// indexed is closed once the indexes are built (indexErr: or failed
+	// indexed is closed once the index is built (indexErr: or failed
 	// to be); the committer waits for it.
 	indexed  chan struct{}
 	indexErr error
@@ -180,12 +179,12 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
 	}
-	// The indexes are built beside the reads an allocator makes as it
-	// starts (its snapshot); only the committer needs them.
+	// The index is built beside the reads an allocator makes as it
+	// starts (its snapshot); only the committer needs it.
 	s.indexed = make(chan struct{})
 	go func() {
 		defer close(s.indexed)
-		if err := s.index(); err != nil {
+		if err := s.buildIndex(); err != nil {
 			s.indexErr = fmt.Errorf("store %s: index: %w", path, err)
 		}
 	}()
@@ -219,9 +218,9 @@ func OpenTemp(opts ...Option) (*Store, error) {
 }
 
 // Ready implements store.Store: it waits until the store can commit. Its
-// indexes are built in the background after Open (a second for a million
-// allocations), and a commit made before waits for them. It returns the
-// error that stopped them, if any; every commit fails with it.
+// index is built in the background after Open (half a second for a million
+// allocations), and a commit made before waits for it. It returns the
+// error that stopped it, if any; every commit fails with it.
 func (s *Store) Ready(ctx context.Context) error {
 	select {
 	case <-s.indexed:
@@ -299,13 +298,11 @@ func openFile(path string, o options) (*bbolt.DB, error) {
 	return db, nil
 }
 
-// index builds the owner and address indexes from the records in the
-// file, and finds the next record number.
-func (s *Store) index() error {
-	hint := int(min(s.allocs, 1<<24))
-	s.owners = newOwnerIndex(hint)
+// buildIndex builds the index from the records in the file, and finds
+// the next record number.
+func (s *Store) buildIndex() error {
+	l := newLoader(int(min(s.allocs, 1<<24)))
 	s.seq = 1
-	addrs := newAddrLoader(hint)
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketRecords).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -317,12 +314,9 @@ func (s *Store) index() error {
 			if err != nil {
 				return fmt.Errorf("record %d: %w", seq, err)
 			}
-			h, err := s.owners.hashValue(pool, val)
-			if err != nil {
-				return fmt.Errorf("allocation %s/%s: %w", pool, addr, err)
+			if err := l.add(pool, addr, seq, val); err != nil {
+				return err
 			}
-			s.owners.add(h, addr)
-			addrs.add(pool, addr, seq)
 			s.seq = seq + 1
 		}
 		return nil
@@ -330,7 +324,7 @@ func (s *Store) index() error {
 	if err != nil {
 		return err
 	}
-	s.addrs, err = addrs.build()
+	s.index, err = l.build()
 	return err
 }
 

@@ -181,7 +181,7 @@ func TestBadRecordFailsOnlyItsTransaction(t *testing.T) {
 		rec := record.Encoder(nil).Str("p").Addr(bad)
 		return tx.Bucket(bucketRecords).Put(recordKey(1000), append(rec, record.Version, 0xff))
 	}))
-	s.addrs.set("p", bad, 1000) // the committer is idle
+	s.index.put("p", bad, 1000) // the committer is idle
 	ps := enqueue(t, s, []context.Context{ctx, ctx, ctx}, []store.Txn{
 		{Ops: []store.Op{putAlloc(alloc("p", "10.0.0.1", "a"))}},
 		{Ops: []store.Op{{Kind: store.OpDeleteAllocation, PoolID: "p", Address: netip.MustParseAddr("10.0.0.66")}}},
@@ -286,7 +286,7 @@ func TestOwnerIndexCollision(t *testing.T) {
 	wanted := decide.Owner{Kind: "Pod", Namespace: "ns", Name: "wanted"}
 	// A colliding entry: the hash of the wanted owner, the address of
 	// another's allocation. (Between commits, the committer is idle.)
-	s.owners.add(s.owners.hash("p", wanted.Key()), other.Address)
+	s.index.addOwner(s.index.ownerHash("p", wanted.Key()), other.Address)
 	absent := func(o decide.Owner) bool { return ownerAbsent(t, s, "p", o) }
 	require.True(t, absent(wanted))
 	require.False(t, absent(other.Owner))

@@ -58,7 +58,7 @@ func (s *Store) run() {
 	defer close(s.stopped)
 	<-s.indexed
 	if s.indexErr != nil {
-		s.logger.Error("store cannot commit: its indexes could not be built", "path", s.path, "err", s.indexErr)
+		s.logger.Error("store cannot commit: its index could not be built", "path", s.path, "err", s.indexErr)
 	}
 	var batch []*pending
 	for {
@@ -136,19 +136,16 @@ func (s *Store) write(batch []*pending) error {
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 
-	w := newWriter(tx, s.owners, s.addrs, s.seq)
-	s.owners.begin()
-	s.addrs.begin()
+	w := newWriter(tx, s.index, s.seq)
+	s.index.begin()
 	committed := false
 	defer func() {
 		if committed {
-			s.owners.commit()
-			s.addrs.commit()
+			s.index.commit()
 			s.seq = w.seq
 		} else {
 			// The bbolt transaction is rolled back too.
-			s.owners.rollback()
-			s.addrs.rollback()
+			s.index.rollback()
 		}
 	}()
 	rev := s.rev
@@ -215,8 +212,7 @@ func (s *Store) write(batch []*pending) error {
 // allocated.
 type writer struct {
 	meta, pools, records, quarantine, requests *bbolt.Bucket
-	owners                                     *ownerIndex
-	addrs                                      *addrIndex
+	index                                      *index
 	// seq is the number the next new allocation is filed under.
 	seq        uint64
 	allocDelta int64
@@ -224,13 +220,12 @@ type writer struct {
 	now time.Time
 }
 
-func newWriter(tx *bbolt.Tx, owners *ownerIndex, addrs *addrIndex, seq uint64) *writer {
+func newWriter(tx *bbolt.Tx, x *index, seq uint64) *writer {
 	w := &writer{
 		meta:       tx.Bucket(bucketMeta),
 		pools:      tx.Bucket(bucketPools),
 		records:    tx.Bucket(bucketRecords),
-		owners:     owners,
-		addrs:      addrs,
+		index:      x,
 		seq:        seq,
 		quarantine: tx.Bucket(bucketQuarantine),
 		requests:   tx.Bucket(bucketRequests),
@@ -246,7 +241,7 @@ func newWriter(tx *bbolt.Tx, owners *ownerIndex, addrs *addrIndex, seq uint64) *
 // allocation reads pool's allocation of addr: its record's number and
 // its decoded form.
 func (w *writer) allocation(pool string, addr netip.Addr) (uint64, store.Allocation, bool, error) {
-	seq, ok := w.addrs.get(pool, addr)
+	seq, ok := w.index.seq(pool, addr)
 	if !ok {
 		return 0, store.Allocation{}, false, nil
 	}
@@ -283,7 +278,7 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 		p, err := record.DecodePool(c.Pool, v)
 		return err == nil && p.Revision == c.Revision, err
 	case store.CondAllocationAbsent:
-		_, ok := w.addrs.get(c.Pool, c.Address)
+		_, ok := w.index.seq(c.Pool, c.Address)
 		return !ok, nil
 	case store.CondAllocationRevision:
 		_, a, ok, err := w.allocation(c.Pool, c.Address)
@@ -291,23 +286,23 @@ func (w *writer) holdsOne(c store.Cond) (bool, error) {
 	case store.CondOwnerAbsent:
 		return w.ownerAbsent(c.Pool, c.OwnerKey)
 	case store.CondPoolEmpty:
-		return w.addrs.pool(c.Pool).len() == 0, nil
+		return w.index.len(c.Pool) == 0, nil
 	case store.CondRequestAbsent:
 		return w.requests.Get([]byte(c.RequestID)) == nil, nil
 	case store.CondPoolsUnchangedSince:
 		return int64(getUint64(w.meta, keyPoolsChanged)) <= c.Revision, nil
 	case store.CondRangeFree:
-		return !w.addrs.anyIn(c.Pool, c.Address, c.Last), nil
+		return !w.index.anyIn(c.Pool, c.Address, c.Last), nil
 	}
 	return false, fmt.Errorf("unknown condition kind %d", c.Kind)
 }
 
-// ownerAbsent looks the owner up in the hashed index and confirms each
-// hit against the allocation it points to.
+// ownerAbsent looks the owner up in the index and confirms each hit
+// against its allocation.
 func (w *writer) ownerAbsent(pool, ownerKey string) (bool, error) {
 	absent := true
 	var err error
-	w.owners.each(w.owners.hash(pool, ownerKey), func(addr netip.Addr) bool {
+	w.index.eachOwner(w.index.ownerHash(pool, ownerKey), func(addr netip.Addr) bool {
 		var (
 			a  store.Allocation
 			ok bool
@@ -349,20 +344,20 @@ func (w *writer) apply(op store.Op, rev int64, events []store.Event) ([]store.Ev
 			return events, err
 		}
 		if ok {
-			w.owners.remove(w.owners.hash(a.Pool, prev.Owner.Key()), a.Address)
+			w.index.removeOwner(w.index.ownerHash(a.Pool, prev.Owner.Key()), a.Address)
 		} else {
 			if w.seq > maxSeq {
 				return events, fmt.Errorf("allocation %s/%s: record numbers exhausted", a.Pool, a.Address)
 			}
 			seq = w.seq
 			w.seq++
-			w.addrs.set(a.Pool, a.Address, seq)
+			w.index.put(a.Pool, a.Address, seq)
 			w.allocDelta++
 		}
 		if err := w.records.Put(recordKey(seq), record.EncodeRecord(&a, rev)); err != nil {
 			return events, err
 		}
-		w.owners.add(w.owners.hash(a.Pool, a.Owner.Key()), a.Address)
+		w.index.addOwner(w.index.ownerHash(a.Pool, a.Owner.Key()), a.Address)
 		if err := w.quarantine.Delete(addrKey(a.Pool, a.Address)); err != nil {
 			return events, err
 		}
@@ -398,7 +393,7 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 	prefix := poolPrefix(id)
 
 	// In address order, as the events of a pool's deletion always were.
-	for _, addr := range w.addrs.addrs(id) {
+	for _, addr := range w.index.addrs(id) {
 		seq, a, _, err := w.allocation(id, addr)
 		if err != nil {
 			return events, err
@@ -434,13 +429,13 @@ func (w *writer) deletePool(id string, rev int64, events []store.Event) ([]store
 }
 
 // drop deletes allocation a, filed under seq: its record and its
-// entries in the indexes.
+// entries in the index.
 func (w *writer) drop(seq uint64, a *store.Allocation) error {
 	if err := w.records.Delete(recordKey(seq)); err != nil {
 		return err
 	}
-	w.owners.remove(w.owners.hash(a.Pool, a.Owner.Key()), a.Address)
-	w.addrs.del(a.Pool, a.Address)
+	w.index.removeOwner(w.index.ownerHash(a.Pool, a.Owner.Key()), a.Address)
+	w.index.del(a.Pool, a.Address)
 	w.allocDelta--
 	return nil
 }

@@ -96,8 +96,8 @@ func requireOpensAs(t *testing.T, path string, want *store.Snapshot) *Store {
 		return nil
 	}))
 	require.NoError(t, s.Ready(t.Context()))
-	require.Equal(t, len(want.Allocations), s.addrs.len())
-	require.Equal(t, len(want.Allocations), s.owners.len())
+	require.Equal(t, len(want.Allocations), s.index.size())
+	require.Equal(t, len(want.Allocations), s.index.ownerLen())
 	return s
 }
 

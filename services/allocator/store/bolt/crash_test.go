@@ -265,12 +265,15 @@ func verifyCrashFile(t *testing.T, path string, m *crashModel) {
 	// under its owner, and nothing else.
 	require.NoError(t, s.Ready(t.Context()))
 	for _, a := range snap.Allocations {
+		_, ok := s.index.seq(a.Pool, a.Address)
+		require.True(t, ok, "allocation %s/%s not in the index", a.Pool, a.Address)
 		found := false
-		s.owners.each(s.owners.hash(a.Pool, a.Owner.Key()), func(addr netip.Addr) bool {
+		s.index.eachOwner(s.index.ownerHash(a.Pool, a.Owner.Key()), func(addr netip.Addr) bool {
 			found = addr == a.Address
 			return !found
 		})
 		require.True(t, found, "allocation %s of %s not in the owner index", a.Address, a.Owner.Key())
 	}
-	require.Equal(t, len(snap.Allocations), s.owners.len())
+	require.Equal(t, len(snap.Allocations), s.index.size())
+	require.Equal(t, len(snap.Allocations), s.index.ownerLen())
 }

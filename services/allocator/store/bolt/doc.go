@@ -16,10 +16,9 @@
 // store.ErrCompacted and re-lists, as it would after an etcd compaction.
 //
 // The file holds one bucket per kind of record (see codec.go for the key
-// layout). Allocations are filed under a sequence number; the indexes
-// by pool and address (index.go) and by owner (owners.go) are kept in
-// memory, built in the background as the file opens (Ready; commits
-// wait for them). Values are package record's compact binary encoding:
+// layout). Allocations are filed under a sequence number; the index by
+// pool and address and by owner (index.go) is kept in memory, built in
+// the background as the file opens (Ready; commits wait for it). Values are package record's compact binary encoding:
 // a million allocations are read back in well under a second. Compact
 // rewrites a file without its free pages while no allocator has it open.
 //

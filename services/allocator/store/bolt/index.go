@@ -3,237 +3,291 @@ package bolt
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
+	"hash/maphash"
 	"net/netip"
 	"slices"
+
+	"github.com/plexusnet/plexus/services/allocator/internal/addrtree"
+	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
-// addrIndex finds the record of an allocation by its pool and address.
-// The file keeps allocations under the sequence number of their first
-// write (records bucket), so that a commit appends its new allocations at
-// the end of one tree whatever pools they belong to. Keyed by pool, then
-// address, a commit of 64 allocations into 64 pools dirtied 64 leaves of
-// 4 KiB, where one pool dirtied one or two, which made a load spread over
-// 10,000 pools a third slower than one into a single pool. The index is
-// what that key gave: kept in memory, built from the records when the
-// file is opened.
+// index finds the record of an allocation by its pool and address, and
+// the records of an owner (CondOwnerAbsent). The file keeps allocations
+// under the sequence number of their first write (records bucket), so
+// that a commit appends its new allocations at the end of one tree
+// whatever pools they belong to: keyed by pool and address, a commit of
+// 64 allocations into 64 pools dirtied 64 leaves of 4 KiB, and an owner
+// bucket added a key to a random leaf per allocation (bench/results/
+// allocator-bolt.md). The index is what those keys gave, kept in memory
+// and built from the records as the file opens:
+//   - each pool's addresses, one addrtree.Tree per family (the tree the
+//     allocator's held tables use), valued with their record numbers:
+//     24 bytes an allocation, and a range check or a pool's addresses in
+//     order cost a descent;
+//   - a 32-bit hash of (pool, owner key) to the addresses of such owners
+//     (an IPv4 address in 4 bytes: 19 bytes an allocation with the map's
+//     room to grow, against 27 for a record number). A lookup reads each
+//     record to compare the key, so a collision (a million owners share
+//     about a hundred hashes) costs a read, never a wrong answer.
 //
-// An IPv4 address takes 4 bytes and its sequence number 6 (2^48 writes:
-// centuries at a million a second), about 28 bytes per allocation with
-// the map's own overhead; neither map holds a pointer for the garbage
-// collector.
-//
-// Only the committer changes it. Changes made while a batch is written
-// are logged, and undone if the batch does not commit.
-type addrIndex struct {
-	pools map[string]*poolAddrs
+// Only the committer uses it. Changes made while a batch is written are
+// logged, and undone if the batch does not commit.
+type index struct {
+	pools   map[string]*poolIndex
+	seed    maphash.Seed
+	owners  map[uint32]uint32
+	owners6 map[uint32][16]byte
+	// more holds the second and later addresses of a hash (another owner
+	// with the same hash, or an owner holding two addresses, which only a
+	// transaction without CondOwnerAbsent can make).
+	more map[uint32][]netip.Addr
 
 	logging bool
-	undo    []addrChange
+	undo    []change
 }
 
-type poolAddrs struct {
-	id string
-	v4 map[uint32]seq48
-	v6 map[[16]byte]seq48
+// poolIndex is one pool's addresses: IPv4, then IPv6.
+type poolIndex struct {
+	id  string
+	fam [2]addrtree.Tree
 }
 
-// seq48 is a record's sequence number in six bytes, big-endian.
-type seq48 [6]byte
+// change is one change to the index: of an address in a pool's tree
+// (tree set; prev is the record number it had, if had), or of an owner's
+// entry (addr filed under h, or taken from it unless added).
+type change struct {
+	pool  *poolIndex
+	tree  *addrtree.Tree
+	key   addrtree.Key
+	prev  uint64
+	had   bool
+	h     uint32
+	addr  netip.Addr
+	added bool
+}
 
-// maxSeq is the largest sequence number a seq48 holds.
+// maxSeq is the largest record number: 2^48 writes, centuries at a
+// million a second.
 const maxSeq = 1<<48 - 1
 
-func seqOf(n uint64) seq48 {
-	return seq48{byte(n >> 40), byte(n >> 32), byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
-}
-
-func (s seq48) uint64() uint64 {
-	return uint64(s[0])<<40 | uint64(s[1])<<32 | uint64(s[2])<<24 | uint64(s[3])<<16 | uint64(s[4])<<8 | uint64(s[5])
-}
-
-// addrChange is one change to the index; prev is the sequence number the
-// address had before it (had: it had one).
-type addrChange struct {
-	pool *poolAddrs
-	addr netip.Addr
-	prev uint64
-	had  bool
-}
-
-func newAddrIndex() *addrIndex { return &addrIndex{pools: map[string]*poolAddrs{}} }
-
-func v4Of(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-}
-
-func addrOf4(v uint32) netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-}
-
-// pool returns the addresses of pool, nil if it holds none.
-func (x *addrIndex) pool(pool string) *poolAddrs { return x.pools[pool] }
-
-func (x *addrIndex) ensure(pool string) *poolAddrs {
-	p := x.pools[pool]
-	if p == nil {
-		p = &poolAddrs{id: pool, v4: map[uint32]seq48{}, v6: map[[16]byte]seq48{}}
-		x.pools[pool] = p
+func newIndex(sizeHint int) *index {
+	return &index{
+		pools:   map[string]*poolIndex{},
+		seed:    maphash.MakeSeed(),
+		owners:  make(map[uint32]uint32, sizeHint),
+		owners6: map[uint32][16]byte{},
+		more:    map[uint32][]netip.Addr{},
 	}
-	return p
 }
 
-// get returns the sequence number of pool's record of addr.
-func (x *addrIndex) get(pool string, addr netip.Addr) (uint64, bool) {
-	return x.pools[pool].get(addr)
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return 0
+	}
+	return 1
 }
 
-func (p *poolAddrs) get(addr netip.Addr) (uint64, bool) {
+func (p *poolIndex) len() int { return p.fam[0].Len() + p.fam[1].Len() }
+
+// seq returns the record number of pool's allocation of addr.
+func (x *index) seq(pool string, addr netip.Addr) (uint64, bool) {
+	p := x.pools[pool]
 	if p == nil {
 		return 0, false
 	}
-	var s seq48
-	var ok bool
-	if addr.Is4() {
-		s, ok = p.v4[v4Of(addr)]
-	} else {
-		s, ok = p.v6[addr.As16()]
-	}
-	return s.uint64(), ok
+	it, ok := p.fam[family(addr)].Get(addrtree.KeyOf(addr))
+	return it.Val, ok
 }
 
-func (p *poolAddrs) len() int {
-	if p == nil {
-		return 0
+// len returns the number of addresses pool holds.
+func (x *index) len(pool string) int {
+	if p := x.pools[pool]; p != nil {
+		return p.len()
 	}
-	return len(p.v4) + len(p.v6)
+	return 0
 }
 
-// set files addr of pool under seq.
-func (x *addrIndex) set(pool string, addr netip.Addr, seq uint64) {
-	p := x.ensure(pool)
-	if x.logging {
-		prev, had := p.get(addr)
-		x.undo = append(x.undo, addrChange{pool: p, addr: addr, prev: prev, had: had})
-	}
-	p.set(addr, seq)
-}
-
-func (p *poolAddrs) set(addr netip.Addr, seq uint64) {
-	if addr.Is4() {
-		p.v4[v4Of(addr)] = seqOf(seq)
-	} else {
-		p.v6[addr.As16()] = seqOf(seq)
-	}
-}
-
-// del removes addr of pool; the pool is forgotten with its last address.
-func (x *addrIndex) del(pool string, addr netip.Addr) {
+// put files addr of pool under record seq.
+func (x *index) put(pool string, addr netip.Addr, seq uint64) {
 	p := x.pools[pool]
-	prev, had := p.get(addr)
+	if p == nil {
+		p = &poolIndex{id: pool, fam: [2]addrtree.Tree{addrtree.New(), addrtree.New()}}
+		x.pools[pool] = p
+	}
+	t := &p.fam[family(addr)]
+	old, had := t.Put(addrtree.Item{Key: addrtree.KeyOf(addr), Val: seq})
+	x.log(change{pool: p, tree: t, key: addrtree.KeyOf(addr), prev: old.Val, had: had})
+}
+
+// del removes addr of pool; the pool is forgotten with its last address
+// (when the batch commits).
+func (x *index) del(pool string, addr netip.Addr) {
+	p := x.pools[pool]
+	if p == nil {
+		return
+	}
+	t, k := &p.fam[family(addr)], addrtree.KeyOf(addr)
+	old, had := t.Get(k)
 	if !had {
 		return
 	}
-	if x.logging {
-		x.undo = append(x.undo, addrChange{pool: p, addr: addr, prev: prev, had: true})
-	}
-	p.del(addr)
-	if p.len() == 0 && !x.logging {
-		delete(x.pools, p.id)
+	t.Delete(k)
+	x.log(change{pool: p, tree: t, key: k, prev: old.Val, had: true})
+	if !x.logging && p.len() == 0 {
+		delete(x.pools, pool)
 	}
 }
 
-func (p *poolAddrs) del(addr netip.Addr) {
-	if addr.Is4() {
-		delete(p.v4, v4Of(addr))
-	} else {
-		delete(p.v6, addr.As16())
+// anyIn reports whether pool holds an address in [first, last] (both of
+// one family, first <= last).
+func (x *index) anyIn(pool string, first, last netip.Addr) bool {
+	p := x.pools[pool]
+	if p == nil {
+		return false
 	}
+	in := false
+	p.fam[family(first)].Ascend(addrtree.KeyOf(first), false, func(it addrtree.Item) bool {
+		in = !addrtree.KeyOf(last).Less(it.Key)
+		return false
+	})
+	return in
 }
 
 // addrs returns pool's addresses in address order, IPv4 first.
-func (x *addrIndex) addrs(pool string) []netip.Addr {
+func (x *index) addrs(pool string) []netip.Addr {
 	p := x.pools[pool]
 	if p == nil {
 		return nil
 	}
-	v4 := make([]uint32, 0, len(p.v4))
-	for a := range p.v4 {
-		v4 = append(v4, a)
-	}
-	slices.Sort(v4)
 	out := make([]netip.Addr, 0, p.len())
-	for _, a := range v4 {
-		out = append(out, addrOf4(a))
+	for f := range p.fam {
+		p.fam[f].Ascend(addrtree.Key{}, true, func(it addrtree.Item) bool {
+			out = append(out, it.Key.Addr(f == 0))
+			return true
+		})
 	}
-	start := len(out)
-	for a := range p.v6 {
-		out = append(out, netip.AddrFrom16(a))
-	}
-	slices.SortFunc(out[start:], netip.Addr.Compare)
 	return out
 }
 
-// anyIn reports whether pool holds an address in [first, last] (both of
-// one family, first <= last). It probes the addresses of the range when
-// there are no more of them than the pool holds, and otherwise looks at
-// each address the pool holds: O(min(range, pool)).
-func (x *addrIndex) anyIn(pool string, first, last netip.Addr) bool {
-	p := x.pools[pool]
-	n := p.len()
-	if n == 0 {
-		return false
-	}
-	if rangeLen(first, last) <= uint64(n) {
-		for a := first; ; a = a.Next() {
-			if _, ok := p.get(a); ok {
-				return true
-			}
-			if a == last {
-				return false
-			}
-		}
-	}
-	in := func(a netip.Addr) bool { return first.Compare(a) <= 0 && a.Compare(last) <= 0 }
-	if first.Is4() {
-		for v := range p.v4 {
-			if in(addrOf4(v)) {
-				return true
-			}
-		}
-		return false
-	}
-	for v := range p.v6 {
-		if in(netip.AddrFrom16(v)) {
-			return true
-		}
-	}
-	return false
+// ownerHash is the index's hash of an owner of pool.
+func (x *index) ownerHash(pool, ownerKey string) uint32 {
+	var h maphash.Hash
+	h.SetSeed(x.seed)
+	h.WriteString(pool)
+	h.WriteByte(0)
+	h.WriteString(ownerKey)
+	return fold(h.Sum64())
 }
 
-// rangeLen is the number of addresses in [first, last] (one family,
-// first <= last), saturated at 2^64-1.
-func rangeLen(first, last netip.Addr) uint64 {
-	f, l := first.As16(), last.As16()
-	fhi, flo := binary.BigEndian.Uint64(f[:8]), binary.BigEndian.Uint64(f[8:])
-	lhi, llo := binary.BigEndian.Uint64(l[:8]), binary.BigEndian.Uint64(l[8:])
-	if lhi != fhi || llo-flo == math.MaxUint64 {
-		return math.MaxUint64
+// hashValue is ownerHash(pool, owner key) of the allocation whose value
+// (as record.AppendAllocation writes it) is v, read from v's owner fields
+// without copying them: the index of a million allocations is built at
+// every start.
+func (x *index) hashValue(pool, v []byte) (uint32, error) {
+	var h maphash.Hash
+	h.SetSeed(x.seed)
+	h.Write(pool)
+	h.WriteByte(0)
+	version, n := binary.Uvarint(v)
+	if n <= 0 || (version != record.Version && version != record.VersionFlagged) {
+		return 0, fmt.Errorf("unknown or damaged value version")
 	}
-	return llo - flo + 1
+	v = v[n:]
+	for i := range 4 { // cluster, kind, namespace, name: as decide.Owner.Key joins them
+		size, n := binary.Uvarint(v)
+		if n <= 0 || size > uint64(len(v)-n) {
+			return 0, record.ErrTruncated
+		}
+		if i > 0 {
+			h.WriteByte('/')
+		}
+		h.Write(v[n : n+int(size)])
+		v = v[n+int(size):]
+	}
+	return fold(h.Sum64()), nil
+}
+
+func fold(h uint64) uint32 { return uint32(h>>32) ^ uint32(h) }
+
+// eachOwner calls fn with every address filed under h, until fn returns
+// false.
+func (x *index) eachOwner(h uint32, fn func(netip.Addr) bool) {
+	if a, ok := x.firstOwner(h); ok && fn(a) {
+		for _, a := range x.more[h] {
+			if !fn(a) {
+				return
+			}
+		}
+	}
+}
+
+func (x *index) firstOwner(h uint32) (netip.Addr, bool) {
+	if v, ok := x.owners[h]; ok {
+		return addrtree.V4Key(v).Addr(true), true
+	}
+	v, ok := x.owners6[h]
+	return netip.AddrFrom16(v), ok
+}
+
+// addOwner files addr under h.
+func (x *index) addOwner(h uint32, addr netip.Addr) {
+	if _, ok := x.firstOwner(h); ok {
+		x.more[h] = append(x.more[h], addr)
+	} else {
+		x.setFirstOwner(h, addr)
+	}
+	x.log(change{h: h, addr: addr, added: true})
+}
+
+func (x *index) setFirstOwner(h uint32, addr netip.Addr) {
+	if addr.Is4() {
+		x.owners[h] = uint32(addrtree.KeyOf(addr).Lo)
+	} else {
+		x.owners6[h] = addr.As16()
+	}
+}
+
+// removeOwner takes addr from under h, if it is there.
+func (x *index) removeOwner(h uint32, addr netip.Addr) {
+	first, ok := x.firstOwner(h)
+	more := x.more[h]
+	i := slices.Index(more, addr)
+	switch {
+	case !ok || (first != addr && i < 0):
+		return
+	case first == addr:
+		delete(x.owners, h)
+		delete(x.owners6, h)
+		if len(more) > 0 {
+			x.setFirstOwner(h, more[0])
+			more = more[1:]
+		}
+	default:
+		more = append(more[:i:i], more[i+1:]...)
+	}
+	if len(more) == 0 {
+		delete(x.more, h)
+	} else {
+		x.more[h] = more
+	}
+	x.log(change{h: h, addr: addr})
+}
+
+func (x *index) log(c change) {
+	if x.logging {
+		x.undo = append(x.undo, c)
+	}
 }
 
 // begin starts logging the changes of a batch.
-func (x *addrIndex) begin() { x.logging, x.undo = true, x.undo[:0] }
+func (x *index) begin() { x.logging, x.undo = true, x.undo[:0] }
 
-// commit keeps the batch's changes (forgetting pools left empty);
-// rollback undoes them, newest first, and then forgets them as commit
-// does.
-func (x *addrIndex) commit() {
+// commit keeps the batch's changes, forgetting pools left empty; rollback
+// undoes them, newest first, and then forgets them as commit does.
+func (x *index) commit() {
 	x.logging = false
 	for _, c := range x.undo {
-		if c.pool.len() == 0 {
+		if c.pool != nil && c.pool.len() == 0 {
 			delete(x.pools, c.pool.id)
 		}
 	}
@@ -241,111 +295,83 @@ func (x *addrIndex) commit() {
 	x.undo = x.undo[:0]
 }
 
-func (x *addrIndex) rollback() {
+func (x *index) rollback() {
+	x.logging = false
 	for i := len(x.undo) - 1; i >= 0; i-- {
-		c := x.undo[i]
-		if c.had {
-			c.pool.set(c.addr, c.prev)
-		} else {
-			c.pool.del(c.addr)
+		switch c := x.undo[i]; {
+		case c.tree != nil && c.had:
+			c.tree.Put(addrtree.Item{Key: c.key, Val: c.prev})
+		case c.tree != nil:
+			c.tree.Delete(c.key)
+		case c.added:
+			x.removeOwner(c.h, c.addr)
+		default:
+			x.addOwner(c.h, c.addr)
 		}
 	}
 	x.commit()
 }
 
-// addrLoader gathers the pool, address and number of each record as the
-// file is read when it opens, and then builds the index: each pool's
-// maps made once at their final size, and filled pool by pool. Grown an
-// entry at a time, and filled in the order of the records (the pools
-// interleaved as their calls were), the maps took twice as long.
-type addrLoader struct {
-	ids    map[string]int32
-	pools  []string
-	last   int32
-	v4     []load4
-	v6     []load6
-	counts []int
+// loader gathers the pool, address and number of each record as the file
+// is read when it opens, and then builds the index: each pool's tree
+// filled in address order, so its leaves are full.
+type loader struct {
+	x     *index
+	pools map[string]*[2][]addrtree.Item
+	last  *[2][]addrtree.Item
+	lastP []byte
 }
 
-type load4 struct {
-	pool int32
-	addr uint32
-	seq  uint64
+func newLoader(sizeHint int) *loader {
+	return &loader{x: newIndex(sizeHint), pools: map[string]*[2][]addrtree.Item{}}
 }
 
-type load6 struct {
-	pool int32
-	addr [16]byte
-	seq  uint64
-}
-
-func newAddrLoader(sizeHint int) *addrLoader {
-	return &addrLoader{ids: map[string]int32{}, last: -1, v4: make([]load4, 0, sizeHint)}
-}
-
-// add notes the record numbered seq, of addr in pool.
-func (l *addrLoader) add(pool []byte, addr netip.Addr, seq uint64) {
-	if l.last < 0 || l.pools[l.last] != string(pool) {
-		id, ok := l.ids[string(pool)]
-		if !ok {
-			id = int32(len(l.pools))
-			l.pools = append(l.pools, string(pool))
-			l.ids[l.pools[id]] = id
-			l.counts = append(l.counts, 0)
+// add notes record seq, of addr in pool, whose value is v.
+func (l *loader) add(pool []byte, addr netip.Addr, seq uint64, v []byte) error {
+	h, err := l.x.hashValue(pool, v)
+	if err != nil {
+		return fmt.Errorf("allocation %s/%s: %w", pool, addr, err)
+	}
+	l.x.addOwner(h, addr)
+	if l.last == nil || string(l.lastP) != string(pool) {
+		if l.last = l.pools[string(pool)]; l.last == nil {
+			l.last = &[2][]addrtree.Item{}
+			l.pools[string(pool)] = l.last
 		}
-		l.last = id
+		l.lastP = pool
 	}
-	l.counts[l.last]++
-	if addr.Is4() {
-		l.v4 = append(l.v4, load4{pool: l.last, addr: v4Of(addr), seq: seq})
-	} else {
-		l.v6 = append(l.v6, load6{pool: l.last, addr: addr.As16(), seq: seq})
-	}
+	f := family(addr)
+	l.last[f] = append(l.last[f], addrtree.Item{Key: addrtree.KeyOf(addr), Val: seq})
+	return nil
 }
 
 // build returns the index of what was added; two records of one address
 // are an error.
-func (l *addrLoader) build() (*addrIndex, error) {
-	x := newAddrIndex()
-	pools := make([]*poolAddrs, len(l.pools))
-	n4 := make([]int, len(l.pools)+1)
-	for _, e := range l.v4 {
-		n4[e.pool+1]++
-	}
-	for i, id := range l.pools {
-		pools[i] = &poolAddrs{
-			id: id,
-			v4: make(map[uint32]seq48, n4[i+1]),
-			v6: make(map[[16]byte]seq48, l.counts[i]-n4[i+1]),
+func (l *loader) build() (*index, error) {
+	byKey := func(a, b addrtree.Item) int {
+		switch {
+		case a.Key.Less(b.Key):
+			return -1
+		case b.Key.Less(a.Key):
+			return 1
 		}
-		x.pools[id] = pools[i]
+		return 0
 	}
-	// Group the IPv4 records by pool (a stable counting sort).
-	for i := range l.pools {
-		n4[i+1] += n4[i]
-	}
-	grouped := make([]load4, len(l.v4))
-	for _, e := range l.v4 {
-		grouped[n4[e.pool]] = e
-		n4[e.pool]++
-	}
-	l.v4 = nil
-	dup := func(pool int32, addr netip.Addr, seq uint64) error {
-		return fmt.Errorf("allocation %s/%s: two records (the later is %d)", l.pools[pool], addr, seq)
-	}
-	for _, e := range grouped {
-		p := pools[e.pool]
-		n := len(p.v4)
-		if p.v4[e.addr] = seqOf(e.seq); len(p.v4) == n {
-			return nil, dup(e.pool, addrOf4(e.addr), e.seq) // grouping kept the records' order
+	for id, items := range l.pools {
+		p := &poolIndex{id: id, fam: [2]addrtree.Tree{addrtree.New(), addrtree.New()}}
+		for f, its := range items {
+			if !slices.IsSortedFunc(its, byKey) {
+				slices.SortStableFunc(its, byKey) // two records of an address stay in file order
+			}
+			for i, it := range its {
+				if i > 0 && its[i-1].Key == it.Key {
+					return nil, fmt.Errorf("allocation %s/%s: two records (the later is %d)", id, it.Key.Addr(f == 0), it.Val)
+				}
+				p.fam[f].Put(it)
+			}
+			items[f] = nil
 		}
+		l.x.pools[id] = p
 	}
-	for _, e := range l.v6 {
-		p := pools[e.pool]
-		n := len(p.v6)
-		if p.v6[e.addr] = seqOf(e.seq); len(p.v6) == n {
-			return nil, dup(e.pool, netip.AddrFrom16(e.addr), e.seq)
-		}
-	}
-	return x, nil
+	return l.x, nil
 }

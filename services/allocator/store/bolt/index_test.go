@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
@@ -11,19 +10,20 @@ import (
 	"github.com/stretchr/testify/require"
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/plexusnet/plexus/services/allocator/decide"
 	"github.com/plexusnet/plexus/services/allocator/store"
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
-// TestAddrIndexAgainstModel: random sets, deletes, commits and rollbacks
-// leave the index as a plain map says, and its range check and ordered
-// list agree with the map.
-func TestAddrIndexAgainstModel(t *testing.T) {
+// TestIndexAgainstModel: random puts, deletes, commits and rollbacks
+// leave the index's addresses as a plain map says, and its range check
+// and ordered list agree with the map.
+func TestIndexAgainstModel(t *testing.T) {
 	type pk struct {
 		pool string
 		addr netip.Addr
 	}
-	x := newAddrIndex()
+	x := newIndex(0)
 	model := map[pk]uint64{}
 	pools := []string{"a", "b"}
 	var addrs []netip.Addr
@@ -32,9 +32,9 @@ func TestAddrIndexAgainstModel(t *testing.T) {
 	}
 	check := func(round int) {
 		t.Helper()
-		require.Equal(t, len(model), x.len(), "round %d", round)
+		require.Equal(t, len(model), x.size(), "round %d", round)
 		for k, seq := range model {
-			got, ok := x.get(k.pool, k.addr)
+			got, ok := x.seq(k.pool, k.addr)
 			require.True(t, ok, "round %d: %v", round, k)
 			require.Equal(t, seq, got)
 		}
@@ -52,7 +52,7 @@ func TestAddrIndexAgainstModel(t *testing.T) {
 				require.Equal(t, want[i], got[i])
 			}
 			if len(want) == 0 {
-				require.Nil(t, x.pool(pool), "an empty pool is forgotten")
+				require.Nil(t, x.pools[pool], "an empty pool is forgotten")
 			}
 			for i := range 4 {
 				first, last := addrs[2*i], addrs[2*(i+rng(round, i))]
@@ -78,7 +78,7 @@ func TestAddrIndexAgainstModel(t *testing.T) {
 		for range r.IntN(8) {
 			k := pk{pools[r.IntN(2)], addrs[r.IntN(len(addrs))]}
 			if r.IntN(3) > 0 {
-				x.set(k.pool, k.addr, next)
+				x.put(k.pool, k.addr, next)
 				staged[k] = next
 				next++
 			} else {
@@ -111,24 +111,17 @@ func sortedAddrs(as []netip.Addr) []netip.Addr {
 	return out
 }
 
-// TestAnyInLongRange: a range longer than the pool is checked against
-// the pool's addresses instead of address by address.
+// TestAnyInLongRange: ranges of either family, up to the whole space.
 func TestAnyInLongRange(t *testing.T) {
-	x := newAddrIndex()
-	x.set("p", netip.MustParseAddr("10.200.0.1"), 1)
-	x.set("p", netip.MustParseAddr("fd00::1"), 2)
+	x := newIndex(0)
+	x.put("p", netip.MustParseAddr("10.200.0.1"), 1)
+	x.put("p", netip.MustParseAddr("fd00::1"), 2)
 	require.True(t, x.anyIn("p", netip.MustParseAddr("10.0.0.0"), netip.MustParseAddr("10.255.255.255")))
 	require.False(t, x.anyIn("p", netip.MustParseAddr("10.0.0.0"), netip.MustParseAddr("10.199.255.255")))
 	require.False(t, x.anyIn("p", netip.MustParseAddr("10.200.0.2"), netip.MustParseAddr("255.255.255.255")))
 	require.True(t, x.anyIn("p", netip.MustParseAddr("::"), netip.MustParseAddr("ffff::")))
 	require.False(t, x.anyIn("p", netip.MustParseAddr("fd00::2"), netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")))
 	require.False(t, x.anyIn("q", netip.MustParseAddr("0.0.0.0"), netip.MustParseAddr("255.255.255.255")))
-}
-
-func TestSeq48(t *testing.T) {
-	for _, n := range []uint64{0, 1, 255, 256, 1 << 40, maxSeq} {
-		require.Equal(t, n, seqOf(n).uint64())
-	}
 }
 
 // TestIndexErrorStopsCommits: a record the index cannot read (here, two
@@ -160,14 +153,15 @@ func TestIndexErrorStopsCommits(t *testing.T) {
 	require.Equal(t, rev, snap.Revision)
 }
 
-// TestAddrLoader: records of interleaved pools and both families load
-// into the index they would have made one by one, and two records of one
-// address are an error naming the later one.
-func TestAddrLoader(t *testing.T) {
+// TestLoader: records of interleaved pools and both families, out of
+// address order, load into the index they would have made one by one,
+// and two records of one address are an error naming the later one.
+func TestLoader(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
-	l := newAddrLoader(0)
-	want := newAddrIndex()
+	l := newLoader(0)
+	want := newIndex(0)
 	seen := map[string]bool{}
+	v := record.AppendAllocation(nil, &store.Allocation{}, 1)
 	for seq := uint64(1); seq < 2000; seq++ {
 		pool := fmt.Sprintf("pool-%d", r.IntN(20))
 		addr := netip.AddrFrom4([4]byte{10, 0, byte(r.IntN(4)), byte(r.IntN(256))})
@@ -178,48 +172,134 @@ func TestAddrLoader(t *testing.T) {
 			continue
 		}
 		seen[pool+addr.String()] = true
-		l.add([]byte(pool), addr, seq)
-		want.set(pool, addr, seq)
+		require.NoError(t, l.add([]byte(pool), addr, seq, v))
+		want.put(pool, addr, seq)
 	}
 	got, err := l.build()
 	require.NoError(t, err)
-	require.Equal(t, want.len(), got.len())
-	for id, p := range want.pools {
-		require.Equal(t, p.v4, got.pools[id].v4, id)
-		require.Equal(t, p.v6, got.pools[id].v6, id)
+	require.Equal(t, want.size(), got.size())
+	for id := range want.pools {
+		require.Equal(t, want.addrs(id), got.addrs(id), id)
+		for _, a := range want.addrs(id) {
+			seq, _ := want.seq(id, a)
+			gotSeq, ok := got.seq(id, a)
+			require.True(t, ok)
+			require.Equal(t, seq, gotSeq)
+		}
 	}
 
 	for _, addr := range []string{"10.0.0.1", "fd00::1"} {
-		l := newAddrLoader(0)
-		l.add([]byte("a"), netip.MustParseAddr(addr), 1)
-		l.add([]byte("b"), netip.MustParseAddr(addr), 2)
-		l.add([]byte("a"), netip.MustParseAddr(addr), 3)
+		l := newLoader(0)
+		require.NoError(t, l.add([]byte("a"), netip.MustParseAddr(addr), 1, v))
+		require.NoError(t, l.add([]byte("b"), netip.MustParseAddr(addr), 2, v))
+		require.NoError(t, l.add([]byte("a"), netip.MustParseAddr("10.9.9.9"), 3, v))
+		require.NoError(t, l.add([]byte("a"), netip.MustParseAddr(addr), 4, v))
 		_, err := l.build()
-		require.ErrorContains(t, err, "allocation a/"+addr+": two records (the later is 3)")
+		require.ErrorContains(t, err, "allocation a/"+addr+": two records (the later is 4)")
 	}
 }
 
-func TestRangeLen(t *testing.T) {
-	for _, c := range []struct {
-		first, last string
-		want        uint64
-	}{
-		{"10.0.0.0", "10.0.0.255", 256},
-		{"10.0.0.7", "10.0.0.7", 1},
-		{"0.0.0.0", "255.255.255.255", 1 << 32},
-		{"::", "::ffff:ffff:ffff:fffe", math.MaxUint64},
-		{"::", "::ffff:ffff:ffff:ffff", math.MaxUint64}, // 2^64: saturated
-		{"0:0:0:1::", "0:0:0:2::", math.MaxUint64},      // across the upper half: saturated
-	} {
-		require.Equal(t, c.want, rangeLen(netip.MustParseAddr(c.first), netip.MustParseAddr(c.last)), "%s-%s", c.first, c.last)
-	}
-}
-
-// len counts the addresses filed.
-func (x *addrIndex) len() int {
+// size counts the addresses filed.
+func (x *index) size() int {
 	n := 0
 	for _, p := range x.pools {
 		n += p.len()
 	}
 	return n
+}
+
+// ownerLen counts the owner entries.
+func (x *index) ownerLen() int {
+	n := len(x.owners) + len(x.owners6)
+	for _, m := range x.more {
+		n += len(m)
+	}
+	return n
+}
+
+// TestOwnerIndexRollback: whatever a batch adds and removes, rollback
+// leaves the index as the batch found it; commit keeps it. Few hashes, so
+// that several addresses share one.
+func TestOwnerIndexRollback(t *testing.T) {
+	x := newIndex(0)
+	model := map[uint32]map[netip.Addr]int{}
+	snapshot := func() map[uint32]map[netip.Addr]int {
+		out := map[uint32]map[netip.Addr]int{}
+		for h := range uint32(8) {
+			x.eachOwner(h, func(a netip.Addr) bool {
+				if out[h] == nil {
+					out[h] = map[netip.Addr]int{}
+				}
+				out[h][a]++
+				return true
+			})
+		}
+		return out
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	addrs := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")}
+	for round := range 500 {
+		before := snapshot()
+		require.Equal(t, model, before, "round %d", round)
+		x.begin()
+		staged := clone(model)
+		for range rng.IntN(6) {
+			h, a := uint32(rng.IntN(8)), addrs[rng.IntN(len(addrs))]
+			if rng.IntN(2) == 0 {
+				x.addOwner(h, a)
+				if staged[h] == nil {
+					staged[h] = map[netip.Addr]int{}
+				}
+				staged[h][a]++
+			} else if staged[h][a] > 0 {
+				x.removeOwner(h, a)
+				if staged[h][a]--; staged[h][a] == 0 {
+					delete(staged[h], a)
+				}
+				if len(staged[h]) == 0 {
+					delete(staged, h)
+				}
+			}
+		}
+		if rng.IntN(2) == 0 {
+			x.rollback()
+			require.Equal(t, before, snapshot(), "round %d: rolled back", round)
+		} else {
+			x.commit()
+			model = staged
+		}
+	}
+}
+
+func clone(m map[uint32]map[netip.Addr]int) map[uint32]map[netip.Addr]int {
+	out := map[uint32]map[netip.Addr]int{}
+	for h, as := range m {
+		out[h] = map[netip.Addr]int{}
+		for a, n := range as {
+			out[h][a] = n
+		}
+	}
+	return out
+}
+
+// TestHashValue: the hash read from a stored value is the hash of the
+// owner's key, and a damaged value is an error.
+func TestHashValue(t *testing.T) {
+	x := newIndex(0)
+	for _, o := range []decide.Owner{
+		{Kind: "Pod", Namespace: "ns", Name: "a", UID: "u"},
+		{Cluster: "east", Kind: "Service", Namespace: "", Name: "a/b"},
+		{},
+	} {
+		v := record.AppendAllocation(nil, &store.Allocation{Owner: o}, 3)
+		h, err := x.hashValue([]byte("pool"), v)
+		require.NoError(t, err)
+		require.Equal(t, x.ownerHash("pool", o.Key()), h, "%+v", o)
+		for i := range v[:len(v)-1] {
+			if _, err := x.hashValue([]byte("pool"), v[:i]); err == nil {
+				// Cut after the name, the owner is whole.
+				require.Greater(t, i, len(o.Cluster)+len(o.Kind)+len(o.Namespace)+len(o.Name)+4)
+			}
+		}
+	}
 }
