@@ -68,6 +68,7 @@ func TestDeployGuideHelmInstall(t *testing.T) {
 			waitCRDsEstablished(t, f, root)
 			want := h.rendered()
 			h.requireExist(c, want)
+			h.requireEtcdEndpoints(want)
 			h.requireListed("1")
 			h.run("upgrade")
 			h.requireListed("2")
@@ -185,6 +186,33 @@ func (h *helmRun) requireExist(c *kubetest.Cluster, want []deploy.Object) {
 		require.NoError(t, err, "docs/deploy.md:%d: %s %s/%s, rendered, is in the cluster", h.ex.line, gvk.Kind, o.GetNamespace(), o.GetName())
 		require.Equal(t, releaseName(h.ex), got.GetAnnotations()["meta.helm.sh/release-name"], "%s %s belongs to the release", gvk.Kind, o.GetName())
 	}
+}
+
+// requireEtcdEndpoints checks that a line which sets
+// allocator.etcd.endpoints renders the allocator's store with those
+// endpoints, in their order: the shell must not have split the list.
+func (h *helmRun) requireEtcdEndpoints(objs []deploy.Object) {
+	t := h.t
+	t.Helper()
+	const key = "allocator.etcd.endpoints={"
+	i := strings.Index(h.ex.command, key)
+	if i < 0 {
+		return
+	}
+	list, _, ok := strings.Cut(h.ex.command[i+len(key):], "}")
+	require.True(t, ok, "docs/deploy.md:%d: the endpoints' list is closed", h.ex.line)
+	store := `"etcd:` + list + `"`
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" && o.GetKind() != "StatefulSet" {
+			continue
+		}
+		b, err := json.Marshal(o.Object)
+		require.NoError(t, err)
+		if strings.Contains(string(b), store) {
+			return
+		}
+	}
+	t.Fatalf("docs/deploy.md:%d: no allocator rendered with the store %s", h.ex.line, store)
 }
 
 // namespace is the --namespace of the line.
