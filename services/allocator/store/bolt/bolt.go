@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -485,54 +486,43 @@ func (s *Store) Revision(context.Context) (int64, error) {
 }
 
 // PageAllocations implements store.Store. The file keeps its current
-// revision only: an older rev is store.ErrCompacted. Records are filed by
-// sequence number, so each page reads every record of the transaction
-// and keeps the next limit in (pool, address) order.
+// revision only: an older rev is store.ErrCompacted. A page is cut from
+// a snapshot, so each page reads the whole file: alone on a bolt file,
+// the allocator serves its lists and watches from memory, and pages are
+// for the contract's other readers.
 func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, after store.AllocationKey, limit int) (store.Page, error) {
 	if err := after.CheckAfter(pool); err != nil {
 		return store.Page{}, err
 	}
-	page := store.Page{}
-	var all []store.Allocation
-	err := s.view(func(tx *bbolt.Tx) error {
-		page.Revision = int64(getUint64(tx.Bucket(bucketMeta), keyRevision))
-		if rev != 0 && rev != page.Revision {
-			return store.ErrCompacted
-		}
-		return tx.Bucket(bucketRecords).ForEach(func(_, v []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			p, addr, val, err := record.SplitRecord(v)
-			if err != nil || (pool != "" && string(p) != pool) || !keyAfter(string(p), addr, after) {
-				return err
-			}
-			a, err := record.DecodeAllocation(string(p), addr, val)
-			all = append(all, a)
-			return err
-		})
-	})
+	snap, err := s.Snapshot(ctx)
 	if err != nil {
 		return store.Page{}, err
 	}
-	sortAllocations(all)
+	if rev != 0 && rev != snap.Revision {
+		return store.Page{}, store.ErrCompacted
+	}
+	byKey := func(a store.Allocation, k store.AllocationKey) int {
+		return cmp.Or(strings.Compare(a.Pool, k.Pool), a.Address.Compare(k.Address))
+	}
+	all := snap.Allocations
+	if pool != "" { // pool ids hold no NUL: pool+"\x00" sorts after pool and before every other
+		lo, _ := slices.BinarySearchFunc(all, store.AllocationKey{Pool: pool}, byKey)
+		hi, _ := slices.BinarySearchFunc(all, store.AllocationKey{Pool: pool + "\x00"}, byKey)
+		all = all[lo:hi]
+	}
+	if after != (store.AllocationKey{}) {
+		i, found := slices.BinarySearchFunc(all, after, byKey)
+		if found {
+			i++
+		}
+		all = all[i:]
+	}
+	page := store.Page{Revision: snap.Revision}
 	if limit > 0 && len(all) > limit {
 		all, page.More = all[:limit], true
 	}
-	page.Allocations = all
+	page.Allocations = slices.Clone(all) // not the whole snapshot behind it
 	return page, nil
-}
-
-// keyAfter reports whether (pool, addr) sorts after after; everything
-// does after the zero key.
-func keyAfter(pool string, addr netip.Addr, after store.AllocationKey) bool {
-	switch {
-	case after.Pool == "":
-		return true
-	case pool != after.Pool:
-		return pool > after.Pool
-	}
-	return after.Address.Less(addr)
 }
 
 // order puts the allocations of a snapshot, read in the order of their
@@ -617,16 +607,6 @@ func (o *order) apply(allocs []store.Allocation) {
 			slices.SortFunc(pool, byAddress)
 		}
 	}
-}
-
-// sortAllocations sorts allocations by pool, then address, as a snapshot
-// puts them.
-func sortAllocations(allocs []store.Allocation) {
-	var o order
-	for i := range allocs {
-		allocs[i].Pool = o.add([]byte(allocs[i].Pool), allocs[i].Address)
-	}
-	o.apply(allocs)
 }
 
 // permute moves allocs[i] to allocs[to[i]] for every i, in place, one

@@ -312,6 +312,16 @@ func ownerAbsent(t *testing.T, s *Store, pool string, o decide.Owner) bool {
 	return true
 }
 
+// sortAllocations puts allocs in a snapshot's order with the snapshot's
+// order type: by pool, then address.
+func sortAllocations(allocs []store.Allocation) {
+	var o order
+	for i := range allocs {
+		allocs[i].Pool = o.add([]byte(allocs[i].Pool), allocs[i].Address)
+	}
+	o.apply(allocs)
+}
+
 // TestSortAllocations: whatever order the records come in, a snapshot's
 // allocations end up by pool, then address, as a comparison sort puts
 // them.
