@@ -505,7 +505,7 @@ func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, aft
 		return cmp.Or(strings.Compare(a.Pool, k.Pool), a.Address.Compare(k.Address))
 	}
 	all := snap.Allocations
-	if pool != "" { // pool ids hold no NUL: pool+"\x00" sorts after pool and before every other
+	if pool != "" { // pool+"\x00" sorts after pool and before every id after it (ids hold no NUL)
 		lo, _ := slices.BinarySearchFunc(all, store.AllocationKey{Pool: pool}, byKey)
 		hi, _ := slices.BinarySearchFunc(all, store.AllocationKey{Pool: pool + "\x00"}, byKey)
 		all = all[lo:hi]
