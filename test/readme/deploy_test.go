@@ -33,7 +33,7 @@ func TestDeployGuide(t *testing.T) {
 	require.GreaterOrEqual(t, len(exs), 6)
 	for _, ex := range exs {
 		for _, part := range strings.Split(ex.command, "|") {
-			args := strings.Fields(part)
+			args := shellWords(part)
 			switch args[0] {
 			case "plexusctl":
 				checkPlexusctl(t, ex.line, args[1:])
@@ -246,6 +246,33 @@ func checkKubectl(t *testing.T, line int, args []string) {
 	require.True(t, checked > 0 || strings.Contains(joined, "-f -"), "docs/deploy.md:%d: kubectl %s reads nothing checked", line, joined)
 }
 
+// shellWords splits a command of the guide into words as the shell does
+// for what the guide writes: at blanks, a '...' string one word without
+// its quotes.
+func shellWords(s string) []string {
+	var out []string
+	var w strings.Builder
+	quoted, inWord := false, false
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			quoted, inWord = !quoted, true
+		case !quoted && (r == ' ' || r == '\t' || r == '\n'):
+			if inWord {
+				out, inWord = append(out, w.String()), false
+				w.Reset()
+			}
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		out = append(out, w.String())
+	}
+	return out
+}
+
 // checkHelm: helm install renders with the guide's values (as helm
 // template, which needs no cluster), and what it renders is what the
 // guide says the values set.
@@ -289,4 +316,11 @@ func configKeys(t *testing.T, name string) []string {
 		}
 	}
 	return keys
+}
+
+func TestShellWords(t *testing.T) {
+	require.Equal(t, []string{"helm", "install", "x", "--set", "a={b,c}", "--set", "d=e f"},
+		shellWords("helm install  x --set 'a={b,c}' --set 'd=e f'"))
+	require.Equal(t, []string{"kubectl", "get", "ns"}, shellWords("kubectl get ns\n"))
+	require.Empty(t, shellWords(" "))
 }

@@ -211,7 +211,7 @@ func (f *guideFleet) run(ex example, c string) {
 	for _, part := range strings.Split(command, "|") {
 		require.NotContains(t, part, "\\", "docs/deploy.md:%d: one command a line", ex.line)
 	}
-	args := strings.Fields(command)
+	args := shellWords(command)
 	switch {
 	case args[0] == "make" && args[1] == "images":
 		// The images: the test runs the binaries instead.
