@@ -5,9 +5,16 @@
 package upgrade
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -66,4 +73,62 @@ func TestExportTreeMissingCommit(t *testing.T) {
 	require.NoError(t, err)
 	err = exportTree(root, strings.Repeat("0", 40), t.TempDir())
 	require.ErrorContains(t, err, "is not in this clone")
+}
+
+// TestUnderLockOneBuilds: of two callers of underLock on one lock file
+// (each opens it, as two processes do), the first builds; the second
+// waits on the lock while it does, then finds the build done and builds
+// nothing.
+func TestUnderLockOneBuilds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "release.lock")
+	var done atomic.Bool
+	built := func() error {
+		if done.Load() {
+			return nil
+		}
+		return errors.New("not built")
+	}
+	building, finish := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- underLock(path, built, func() error {
+			close(building)
+			<-finish
+			done.Store(true)
+			return nil
+		})
+	}()
+	<-building
+
+	var builds atomic.Int32
+	second := make(chan error, 1)
+	go func() {
+		second <- underLock(path, built, func() error { builds.Add(1); return nil })
+	}()
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	inode := fi.Sys().(*syscall.Stat_t).Ino
+	require.Eventually(t, func() bool { return lockWaiters(t, inode) == 1 }, 10*time.Second, time.Millisecond,
+		"the second caller waits on the lock while the first builds")
+	close(finish)
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	require.Zero(t, builds.Load(), "the second caller found the first one's build")
+}
+
+// lockWaiters counts the requests blocked on a flock of the file with
+// inode, from /proc/locks (a blocked request is listed with "->").
+func lockWaiters(t *testing.T, inode uint64) int {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/locks")
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		// "2: -> FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"
+		if len(f) >= 7 && f[1] == "->" && f[2] == "FLOCK" && strings.HasSuffix(f[6], fmt.Sprintf(":%d", inode)) {
+			n++
+		}
+	}
+	return n
 }

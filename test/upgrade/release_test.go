@@ -186,36 +186,47 @@ func buildRelease() (*Build, error) {
 	}
 	dir := filepath.Join(cache, "release-"+commit)
 	b := releaseBinaries(version, dir)
-	if b.works(commit) == nil {
-		return b, nil
-	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return nil, err
 	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	err = underLock(dir+".lock", func() error { return b.works(commit) }, func() error {
+		if err := exportTree(root, commit, filepath.Join(dir, "src")); err != nil {
+			return err
+		}
+		if err := compile(filepath.Join(dir, "src"), filepath.Join(dir, "bin"), commit); err != nil {
+			return err
+		}
+		if err := b.works(commit); err != nil {
+			return fmt.Errorf("the build of %s %s does not work: %w", version, commit, err)
+		}
+		// The binaries are what is kept; the tree is exported again if
+		// they are ever missing.
+		return os.RemoveAll(filepath.Join(dir, "src"))
+	})
+	return b, err
+}
+
+// underLock runs build unless built says its result is there already:
+// under the lock file at path, and after checking built again once the
+// lock is taken, so that of several processes one builds and the others
+// wait for it and find its result.
+func underLock(path string, built, build func() error) error {
+	if built() == nil {
+		return nil
+	}
+	lock, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", lock.Name(), err)
+		return fmt.Errorf("lock %s: %w", path, err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closed right after
-	if b.works(commit) == nil {
-		return b, nil // another process built it while this one waited
+	if built() == nil {
+		return nil // another process built it while this one waited
 	}
-	if err := exportTree(root, commit, filepath.Join(dir, "src")); err != nil {
-		return nil, err
-	}
-	if err := compile(filepath.Join(dir, "src"), filepath.Join(dir, "bin"), commit); err != nil {
-		return nil, err
-	}
-	if err := b.works(commit); err != nil {
-		return nil, fmt.Errorf("the build of %s %s does not work: %w", version, commit, err)
-	}
-	// The binaries are what is kept; the tree is exported again if they
-	// are ever missing.
-	return b, os.RemoveAll(filepath.Join(dir, "src"))
+	return build()
 }
 
 // releaseBinaries names the binaries of the build in dir.
