@@ -235,11 +235,18 @@ func (f *guideFleet) plexusctl(ex example, c string, args ...string) []byte {
 	if c != "" {
 		f.t.Setenv("KUBECONFIG", f.kube[c].Kubeconfig)
 	}
+	out, err := plexusctlOutput(args...)
+	require.NoError(f.t, err, "docs/deploy.md:%d: plexusctl %s\n%s", ex.line, strings.Join(args, " "), out)
+	return out
+}
+
+// plexusctlOutput runs plexusctl with args and returns what it printed.
+func plexusctlOutput(args ...string) ([]byte, error) {
 	var out bytes.Buffer
 	root := cmd.NewRoot(&out)
 	root.SetArgs(args)
-	require.NoError(f.t, root.Execute(), "docs/deploy.md:%d: plexusctl %s\n%s", ex.line, strings.Join(args, " "), out.String())
-	return out.Bytes()
+	err := root.Execute()
+	return out.Bytes(), err
 }
 
 // kubectl runs the kubectl commands the guide uses, in cluster c.
@@ -643,18 +650,16 @@ func (f *guideFleet) addAndRemoveCluster(exs []example) {
 // section 2 (nil when it does not follow it). It touches no testing.T: it
 // runs inside EventuallyWithT.
 func (f *guideFleet) source(c, cluster string) (map[string]any, error) {
-	var out bytes.Buffer
-	root := cmd.NewRoot(&out)
-	root.SetArgs([]string{"--importer-addr", f.procs[c+"/plexus-importer"].GRPCAddr, "--tls-ca", ".certs/ca.crt",
-		"--tls-cert", ".certs/fleet/operator/tls.crt", "--tls-key", ".certs/fleet/operator/tls.key", "-o", "json", "clusters", "list"})
-	if err := root.Execute(); err != nil {
-		return nil, fmt.Errorf("plexusctl clusters list in %s: %w: %s", c, err, out.String())
-	}
+	out, err := plexusctlOutput("--importer-addr", f.procs[c+"/plexus-importer"].GRPCAddr, "--tls-ca", ".certs/ca.crt",
+		"--tls-cert", ".certs/fleet/operator/tls.crt", "--tls-key", ".certs/fleet/operator/tls.key", "-o", "json", "clusters", "list")
 	var list struct {
 		Sources []map[string]any `json:"sources"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
-		return nil, fmt.Errorf("plexusctl clusters list in %s: %w: %s", c, err, out.String())
+	if err == nil {
+		err = json.Unmarshal(out, &list)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plexusctl clusters list in %s: %w: %s", c, err, out)
 	}
 	for _, s := range list.Sources {
 		if s["cluster"] == cluster {

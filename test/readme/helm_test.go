@@ -1,6 +1,7 @@
 package readme
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -61,7 +61,7 @@ func TestDeployGuideHelmInstall(t *testing.T) {
 			f := &guideFleet{t: t, ctx: t.Context(), root: root, work: t.TempDir(),
 				kube: map[string]*kubetest.Cluster{"cluster-a": c}, procs: map[string]*proctest.Proc{}, names: map[string]string{}}
 			for _, pre := range helmPrerequisites(t, ex, kubectls) {
-				f.kubectl(pre, "cluster-a", strings.Fields(pre.command)[1:])
+				f.kubectl(pre, "cluster-a", shellWords(pre.command)[1:])
 			}
 			h := &helmRun{t: t, ex: ex, root: root, helm: helm, env: helmEnv(t, bin, c.Kubeconfig)}
 			h.run("install")
@@ -79,7 +79,7 @@ func TestDeployGuideHelmInstall(t *testing.T) {
 
 // releaseName is the release a `helm install` line names.
 func releaseName(ex example) string {
-	return strings.Fields(ex.command)[2]
+	return shellWords(ex.command)[2]
 }
 
 // helmPrerequisites are the guide's kubectl lines that make what a helm
@@ -88,7 +88,7 @@ func releaseName(ex example) string {
 func helmPrerequisites(t *testing.T, ex example, kubectls []example) []example {
 	t.Helper()
 	want := []string{"kubectl apply -f deploy/00-namespace.yaml"}
-	for _, a := range strings.Fields(ex.command) {
+	for _, a := range shellWords(ex.command) {
 		if ns, ok := strings.CutPrefix(a, "members.inventoryNamespace="); ok {
 			want = append(want, "kubectl create namespace "+ns)
 		}
@@ -217,7 +217,7 @@ func (h *helmRun) requireEtcdEndpoints(objs []deploy.Object) {
 
 // namespace is the --namespace of the line.
 func (h *helmRun) namespace() string {
-	args := strings.Fields(h.ex.command)
+	args := shellWords(h.ex.command)
 	for i, a := range args {
 		if a == "--namespace" || a == "-n" {
 			require.Less(h.t, i+1, len(args))
@@ -268,23 +268,7 @@ func waitCRDsEstablished(t *testing.T, f *guideFleet, root string) {
 		}
 	}
 	require.NotEmpty(t, names)
-	dyn, err := dynamic.NewForConfig(f.kube["cluster-a"].Config)
-	require.NoError(t, err)
-	crds := dyn.Resource(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
-	for _, name := range names {
-		require.Eventually(t, func() bool {
-			u, err := crds.Get(t.Context(), name, metav1.GetOptions{})
-			if err != nil {
-				return false
-			}
-			conds, _, _ := unstructuredSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == string(apiextensionsv1.Established) && m["status"] == "True" {
-					return true
-				}
-			}
-			return false
-		}, 20*time.Second, 50*time.Millisecond, "CRD %s of the chart's crds/ is established", name)
-	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	require.NoError(t, kubetest.WaitCRDsEstablished(ctx, f.kube["cluster-a"].Config, names...), "the chart's crds/")
 }

@@ -17,12 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexusnet/plexus/internal/testing/kubetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -226,17 +225,7 @@ func applyCRDs(ctx context.Context, t *testing.T, b *Build, c *cluster) {
 		names = append(names, obj.GetName())
 	}
 	require.NotEmpty(t, names, "plexusctl crds printed no CRD")
-	for _, name := range names {
-		require.EventuallyWithT(t, func(co *assert.CollectT) {
-			u, err := crds.Get(ctx, name, metav1.GetOptions{})
-			require.NoError(co, err)
-			var crd apiextensionsv1.CustomResourceDefinition
-			require.NoError(co, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &crd))
-			established := false
-			for _, cond := range crd.Status.Conditions {
-				established = established || (cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue)
-			}
-			require.True(co, established, "%s is not established", name)
-		}, time.Minute, 20*time.Millisecond)
-	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, kubetest.WaitCRDsEstablished(wctx, c.Config, names...))
 }

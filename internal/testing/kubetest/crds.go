@@ -82,6 +82,36 @@ func ApplyCRDs(ctx context.Context, cfg *rest.Config) error {
 	}
 }
 
+// WaitCRDsEstablished waits until each CRD named, made by another hand
+// (kubectl, helm, plexusctl crds), exists in the cluster of cfg, is
+// established, and every served version of it can be listed.
+func WaitCRDsEstablished(ctx context.Context, cfg *rest.Config, names ...string) error {
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("build apiextensions client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("build dynamic client: %w", err)
+	}
+	crdClient := client.ApiextensionsV1().CustomResourceDefinitions()
+	for _, name := range names {
+		var crd *apiextensionsv1.CustomResourceDefinition
+		err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var err error
+			crd, err = crdClient.Get(ctx, name, metav1.GetOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("wait for CRD %s to exist: %w", name, err)
+		}
+		if _, err := waitCRDServed(ctx, crdClient, dyn, crd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // crdCreateDelayWindow is the API server's window (measured from the
 // Established condition's transition time) in which creates of a new CRD's
 // objects are delayed, plus a margin.

@@ -27,7 +27,8 @@ type CompactResult struct {
 const compactTxnBytes = 2 << 20
 
 // Compact rewrites the store file at path with only what the store
-// uses, packed: free pages are left behind. bbolt never gives free pages back to the file system.
+// uses, packed, leaving its free pages behind: bbolt never gives them
+// back to the file system.
 //
 // The allocator must not be running: Compact takes the file's lock (and
 // waits lockTimeout for it). The copy goes to PATH.compact, which is

@@ -193,7 +193,7 @@ func (pl *planner) apply(ops []store.Op) {
 // transaction whose commits all failed writes nothing and takes no
 // revision.
 func (pl *planner) ops(slot int) []*pb.RequestOp {
-	ops := make([]*pb.RequestOp, len(pl.writes), pl.nops())
+	ops := make([]*pb.RequestOp, len(pl.writes), len(pl.writes)+3) // and at most the three below
 	for i, w := range pl.writes {
 		if w.del {
 			ops[i] = deleteOp(w.key, w.end)
