@@ -46,15 +46,10 @@ func ApplyCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	client, err := apiextensionsclient.NewForConfig(cfg)
+	crdClient, dyn, err := crdClients(cfg)
 	if err != nil {
-		return fmt.Errorf("build apiextensions client: %w", err)
+		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("build dynamic client: %w", err)
-	}
-	crdClient := client.ApiextensionsV1().CustomResourceDefinitions()
 	for _, crd := range want {
 		if err := applyCRD(ctx, crdClient, crd); err != nil {
 			return err
@@ -86,15 +81,10 @@ func ApplyCRDs(ctx context.Context, cfg *rest.Config) error {
 // (kubectl, helm, plexusctl crds), exists in the cluster of cfg, is
 // established, and every served version of it can be listed.
 func WaitCRDsEstablished(ctx context.Context, cfg *rest.Config, names ...string) error {
-	client, err := apiextensionsclient.NewForConfig(cfg)
+	crdClient, dyn, err := crdClients(cfg)
 	if err != nil {
-		return fmt.Errorf("build apiextensions client: %w", err)
+		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("build dynamic client: %w", err)
-	}
-	crdClient := client.ApiextensionsV1().CustomResourceDefinitions()
 	for _, name := range names {
 		var crd *apiextensionsv1.CustomResourceDefinition
 		err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -110,6 +100,20 @@ func WaitCRDsEstablished(ctx context.Context, cfg *rest.Config, names ...string)
 		}
 	}
 	return nil
+}
+
+// crdClients are the clients of cfg's cluster that apply and wait for
+// CRDs.
+func crdClients(cfg *rest.Config) (crdInterface, dynamic.Interface, error) {
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build apiextensions client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build dynamic client: %w", err)
+	}
+	return client.ApiextensionsV1().CustomResourceDefinitions(), dyn, nil
 }
 
 // crdCreateDelayWindow is the API server's window (measured from the
