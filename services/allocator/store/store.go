@@ -529,15 +529,9 @@ func (c Cond) validate() error {
 	case CondPoolAbsent, CondPoolRevision, CondPoolEmpty:
 		return validID("pool", c.Pool)
 	case CondAllocationAbsent, CondAllocationRevision:
-		if err := validID("pool", c.Pool); err != nil {
-			return err
-		}
-		return validAddr(c.Address)
+		return errors.Join(validID("pool", c.Pool), validAddr(c.Address))
 	case CondOwnerAbsent:
-		if err := validID("pool", c.Pool); err != nil {
-			return err
-		}
-		return validOwnerKey(c.OwnerKey)
+		return errors.Join(validID("pool", c.Pool), validOwnerKey(c.OwnerKey))
 	case CondRequestAbsent:
 		return validID("request id", c.RequestID)
 	case CondPoolsUnchangedSince:
@@ -546,22 +540,15 @@ func (c Cond) validate() error {
 		}
 		return nil
 	case CondRangeFree:
-		if err := validID("pool", c.Pool); err != nil {
-			return err
-		}
-		if err := validAddr(c.Address); err != nil {
-			return err
-		}
-		if err := validAddr(c.Last); err != nil {
+		if err := errors.Join(validID("pool", c.Pool), validAddr(c.Address), validAddr(c.Last)); err != nil {
 			return err
 		}
 		if c.Address.Is4() != c.Last.Is4() || c.Last.Less(c.Address) {
 			return fmt.Errorf("range %s-%s is not in order or mixes families", c.Address, c.Last)
 		}
 		return nil
-	default:
-		return fmt.Errorf("unknown condition kind %d", c.Kind)
 	}
+	return fmt.Errorf("unknown condition kind %d", c.Kind)
 }
 
 func (op Op) validate() error {
@@ -574,39 +561,24 @@ func (op Op) validate() error {
 	case OpDeletePool:
 		return validID("pool", op.PoolID)
 	case OpPutAllocation:
-		a := op.Allocation
-		if a == nil {
-			return errors.New("put allocation without an allocation")
+		if a := op.Allocation; a != nil {
+			return errors.Join(validID("pool", a.Pool), validAddr(a.Address), validOwnerKey(a.Owner.Key()))
 		}
-		if err := validID("pool", a.Pool); err != nil {
-			return err
-		}
-		if err := validAddr(a.Address); err != nil {
-			return err
-		}
-		return validOwnerKey(a.Owner.Key())
+		return errors.New("put allocation without an allocation")
 	case OpDeleteAllocation:
-		if err := validID("pool", op.PoolID); err != nil {
-			return err
-		}
-		return validAddr(op.Address)
+		return errors.Join(validID("pool", op.PoolID), validAddr(op.Address))
 	case OpPutQuarantine:
-		q := op.Quarantine
-		if q == nil {
-			return errors.New("put quarantine without a record")
+		if q := op.Quarantine; q != nil {
+			return errors.Join(validID("pool", q.Pool), validAddr(q.Address))
 		}
-		if err := validID("pool", q.Pool); err != nil {
-			return err
-		}
-		return validAddr(q.Address)
+		return errors.New("put quarantine without a record")
 	case OpPutRequest:
 		if op.Request == nil {
 			return errors.New("put request without a request")
 		}
 		return validID("request id", op.Request.ID)
-	default:
-		return fmt.Errorf("unknown op kind %d", op.Kind)
 	}
+	return fmt.Errorf("unknown op kind %d", op.Kind)
 }
 
 func validID(what, id string) error {

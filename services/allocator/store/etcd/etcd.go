@@ -197,17 +197,16 @@ func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []i
 		return 0, nil, store.ErrClosed
 	}
 	var ps []store.Pool
-	// The first page fixes the revision; the rest are read at it.
-	rev, err := s.scan(ctx, s.k.prefix+keyPools, 0, func(kv *mvccpb.KeyValue) error {
+	// The first read fixes the revision; the rest are read at it.
+	r := s.ranger(s.k.pools(), 0)
+	if _, _, err := r.read(ctx, s.k.pools(), rangeEnd(s.k.pools()), 0, keyed(func(kv *mvccpb.KeyValue) error {
 		p, err := s.k.decodePool(kv)
-		if err == nil {
-			ps = append(ps, p)
-		}
+		ps = append(ps, p)
 		return err
-	})
-	if err != nil {
+	})); err != nil {
 		return 0, nil, s.readError(ctx, "snapshot pools", err)
 	}
+	rev := r.rev
 	if err := pools(ps, make([]int, len(ps))); err != nil {
 		return 0, nil, err
 	}
@@ -254,30 +253,6 @@ func keyed(fn func(*mvccpb.KeyValue) error) func(*mvccpb.KeyValue) error {
 			return fmt.Errorf("%q: %w", kv.Key, err)
 		}
 		return nil
-	}
-}
-
-// scan calls fn for every key under prefix, in key order, at revision rev
-// (the current one when 0), and returns the revision it read at.
-func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
-	from, end := prefix, rangeEnd(prefix)
-	for {
-		resp, err := s.page(ctx, from, end, rev, snapshotPage)
-		if err != nil {
-			return 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			if err := fn(kv); err != nil {
-				return 0, fmt.Errorf("%q: %w", kv.Key, err)
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return rev, nil
-		}
-		from = after(resp.Kvs[len(resp.Kvs)-1].Key)
 	}
 }
 

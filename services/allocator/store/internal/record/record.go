@@ -48,18 +48,15 @@ func AppendAddr(k []byte, addr netip.Addr) []byte {
 
 // ParseAddr reads an address as AppendAddr wrote it.
 func ParseAddr(b []byte) (netip.Addr, bool) {
-	switch {
-	case len(b) == 5 && b[0] == famV4:
-		return netip.AddrFrom4([4]byte(b[1:])), true
-	case len(b) == 17 && b[0] == famV6:
-		return netip.AddrFrom16([16]byte(b[1:])), true
+	if n := addrSize(b); n == len(b) && n > 0 {
+		return netip.AddrFromSlice(b[1:])
 	}
 	return netip.Addr{}, false
 }
 
 // addrSize is the length of the address AppendAddr wrote at the start of
 // b, or 0.
-func addrSize(b []byte) int {
+func addrSize[T string | []byte](b T) int {
 	switch {
 	case len(b) >= 5 && b[0] == famV4:
 		return 5
@@ -362,21 +359,19 @@ func (d *Decoder) Time() time.Time {
 
 // Addr reads an address as AppendAddr wrote it.
 func (d *Decoder) Addr() netip.Addr {
-	s := d.s
-	switch {
-	case len(s) >= 5 && s[0] == famV4:
-		var a [4]byte
-		copy(a[:], s[1:5])
-		d.s = s[5:]
-		return netip.AddrFrom4(a)
-	case len(s) >= 17 && s[0] == famV6:
-		var a [16]byte
-		copy(a[:], s[1:17])
-		d.s = s[17:]
-		return netip.AddrFrom16(a)
+	n := addrSize(d.s)
+	if n == 0 {
+		d.Fail(errors.New("malformed address"))
+		return netip.Addr{}
 	}
-	d.Fail(errors.New("malformed address"))
-	return netip.Addr{}
+	var a [16]byte
+	copy(a[:], d.s[1:n])
+	addr := netip.AddrFrom16(a)
+	if n == 5 {
+		addr = netip.AddrFrom4([4]byte(a[:4]))
+	}
+	d.s = d.s[n:]
+	return addr
 }
 
 // Finish reports what went wrong, if anything; callers add the record's
