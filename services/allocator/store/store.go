@@ -1,18 +1,15 @@
 // Package store defines how the allocator persists pools and allocations.
 //
 // A Store is a small transactional key space with a global revision, in the
-// shape of etcd's: a transaction is a list of conditions and a list of
-// operations, applied atomically when every condition holds. Every commit
-// gets a revision above those of the commits before it, and every change
-// can be watched from a revision. A store may give commits made at once
-// one revision (etcd combines concurrent allocations into one
-// transaction); a failed commit takes none.
-// The allocator keeps its free-space index in memory and uses the store only
-// as the durable record, so a store never has to find a free address.
+// shape of etcd's: a transaction is conditions and operations, applied
+// atomically when every condition holds. Every commit gets a revision above
+// those before it (commits made at once may share one; a failed commit
+// takes none), and every change can be watched from a revision. The
+// allocator keeps its free-space index in memory, so a store never has to
+// find a free address.
 //
-// Implementations: bolt (embedded default, group commit; package memory
-// is a bolt store in a file without a name, for tests and demos) and etcd
-// (several replicas). Both pass the suite in internal/storetest.
+// Implementations: bolt (the default; package memory is bolt in a file
+// without a name) and etcd (several replicas). Both pass internal/storetest.
 package store
 
 import (
@@ -105,15 +102,10 @@ type Quarantine struct {
 }
 
 // Request records the answer to an idempotent request, so a retry with the
-// same request id gets the first answer even after a restart.
-//
-// A store keeps a request record for DefaultRequestRetention (stores let
-// tests set a shorter period) after the commit that put it, or put it
-// again, and drops it some time after that: every store sweeps or expires
-// its records on its own, bounded so it never holds commits up for long.
-// Dropping a record is not a commit: it makes no event and changes no
-// other record. From then on GetRequest does not find it and
-// CondRequestAbsent holds: a retry counts as a new request.
+// same request id gets the first answer even after a restart. A store
+// keeps it for DefaultRequestRetention after the commit that last put it,
+// then drops it on its own, without a commit or an event; from then on a
+// retry counts as a new request.
 type Request struct {
 	ID string
 	// Allocations are "pool/address" keys of what the request allocated,
@@ -147,12 +139,9 @@ const (
 	// the pool exists).
 	CondPoolEmpty
 	// CondPoolsUnchangedSince holds when no commit after Revision (0 or
-	// more) put or deleted a pool (OpPutPool, OpDeletePool). A replica
-	// that checked a new pool against the others as of Revision commits
-	// it with this condition, so no pool created meanwhile through
-	// another replica can overlap it. Deletions count so that a store
-	// can check it as one record of the latest pool change, whatever the
-	// number of pools.
+	// more) put or deleted a pool: a replica that checked a new pool
+	// against the others as of Revision commits it with this condition,
+	// so no pool made meanwhile elsewhere can overlap it.
 	CondPoolsUnchangedSince
 	// CondRangeFree holds when Pool holds no allocation of an address
 	// from Address to Last, both included (one family, Address <= Last).
@@ -207,16 +196,13 @@ type Op struct {
 	Request    *Request
 }
 
-// Txn is applied atomically: all Ops when every Cond holds, nothing
-// otherwise (ErrConflict). Conditions are evaluated against the state
-// before the transaction. Ops apply in order, and no two name the same
-// record (Validate): a pool is put or deleted by one op, an address's
-// allocation put or deleted by one and its quarantine record put by one
-// (OpPutAllocation counts for both), a request put by one, and nothing
-// else of a pool the txn deletes. An op that finds nothing to delete is a
-// no-op and emits no event. OpPutAllocation over an existing allocation
-// of the same address replaces it (and its owner index entry); guard it
-// with CondAllocationAbsent or CondAllocationRevision.
+// Txn is applied atomically: all Ops when every Cond holds (evaluated
+// against the state before it), nothing otherwise (ErrConflict). Ops apply
+// in order and no two name the same record (Validate; OpPutAllocation names
+// the address's quarantine record too, and OpDeletePool everything of its
+// pool). A delete that finds nothing emits no event; OpPutAllocation over
+// an allocation replaces it (guard it with CondAllocationAbsent or
+// CondAllocationRevision).
 type Txn struct {
 	Conds []Cond
 	Ops   []Op
@@ -245,12 +231,10 @@ const (
 	EventPutQuarantine
 )
 
-// Event is one change, at the revision of the commit that made it; the
-// events of one commit share its revision and come in the order of its
-// ops. A DeleteAllocation event carries the allocation as it was; a
-// DeletePool event carries the pool as it was (the allocations it held
-// produce their own DeleteAllocation events first). The records an event
-// points to may be shared between watchers and must not be modified.
+// Event is one change, at the revision of the commit that made it, in the
+// order of its ops. Delete events carry the record as it was (a pool's
+// allocations have their own DeleteAllocation events first). The records
+// an event points to may be shared between watchers: do not modify them.
 type Event struct {
 	Type       EventType
 	Revision   int64
@@ -258,33 +242,24 @@ type Event struct {
 	Allocation *Allocation
 	Quarantine *Quarantine
 	// Last is set on the last event of its revision: a watcher that has
-	// applied it has applied the whole commit. (A commit whose changes
-	// make no event, such as one that only records a request, sends
-	// none.)
+	// applied it has applied the whole commit.
 	Last bool
-	// Err is set on the last event of a watch channel (ChanCursor) that
-	// ended for a reason other than its context: the store closed, the
-	// watcher fell too far behind, or history was compacted
-	// (ErrCompacted). Type is zero then.
+	// Err, with Type zero, ends a watch channel (ChanCursor) for a reason
+	// other than its context (ErrClosed, ErrTooSlow, ErrCompacted).
 	Err error
 }
 
 // A Cursor reads a watch's events (Store.WatchCursor) from where the store
-// keeps them, with no goroutine or buffer of its own where it can: such a
-// watch costs its reader's goroutine and the cursor, where a channel costs
-// a goroutine and a buffer per watch.
+// keeps them, with no goroutine or buffer of its own where it can.
 type Cursor interface {
-	// Next appends the events ready after the last one read to buf, at
-	// most cap(buf)-len(buf) of them (at least one), waiting until there
-	// is one. It returns ctx's error when ctx ends first, and the error
-	// that ends the watch (ErrTooSlow, ErrCompacted, ErrClosed), with the
-	// last events before it if any are left; the cursor is done after an
-	// error.
+	// Next appends up to cap(buf)-len(buf) (at least one) of the events
+	// after the last one read, waiting for one. It returns ctx's error, or
+	// the one that ends the watch (ErrTooSlow, ErrCompacted, ErrClosed)
+	// with the events before it; the cursor is done after an error.
 	Next(ctx context.Context, buf []Event) ([]Event, error)
-	// Close lets go of what the store keeps for the cursor (a cursor of
-	// one pool that caught up keeps the pool's wait) and ends a Next
-	// that waits with ErrClosed. It may be called while another
-	// goroutine is in Next, and more than once.
+	// Close lets go of what the store keeps for the cursor and ends a
+	// waiting Next with ErrClosed; it may be called during Next, and
+	// more than once.
 	Close()
 }
 
@@ -359,15 +334,12 @@ func (c chanCursor) Next(ctx context.Context, buf []Event) ([]Event, error) {
 type Store interface {
 	// Snapshot returns the whole state at the current revision.
 	Snapshot(ctx context.Context) (*Snapshot, error)
-	// StreamSnapshot reads what Snapshot returns, at one revision, for a
-	// reader that rebuilds its state from it and should not hold the
-	// whole of it beside what it builds: it calls pools once, with every
-	// pool and how many allocations each holds where the store knows it
-	// before it hands them over (bolt; 0 on etcd), so the reader sizes its
-	// tables once; then alloc with each allocation, in Snapshot's order
-	// (alloc must not keep the pointer); and returns the revision and the
-	// quarantine records. An error from pools or alloc ends it and is
-	// returned.
+	// StreamSnapshot hands over what Snapshot returns, for a reader that
+	// should not hold it whole beside what it builds: pools once, with
+	// each pool's count of allocations where the store knows it (bolt; 0
+	// on etcd), then alloc with each allocation in Snapshot's order (it
+	// must not keep the pointer). It returns the revision and the
+	// quarantine records, or the first error of pools or alloc.
 	StreamSnapshot(ctx context.Context, pools func(pools []Pool, held []int) error, alloc func(*Allocation) error) (rev int64, quarantine []Quarantine, err error)
 	// Commit applies txn atomically and returns its revision, or
 	// ErrConflict when a condition failed.
@@ -377,52 +349,37 @@ type Store interface {
 	// Request).
 	GetRequest(ctx context.Context, id string) (Request, bool, error)
 	// PageAllocations returns up to limit allocations of pool (of every
-	// pool when pool is ""), in (pool, address) order, that sort after
-	// `after` (from the first when after is the zero key; otherwise it
-	// names an allocation's pool, which is pool when pool is set, and
-	// address), as they were at revision rev, or at the current revision
-	// when rev is 0: a reader of a million holds a page, not the million.
-	// It returns ErrCompacted once rev is gone. etcd keeps the revisions
-	// before its current one until it compacts them; bolt keeps only its
-	// current one, and reads its whole file for each page (alone on a
-	// bolt file, the allocator serves its watches from memory instead).
+	// pool when pool is ""), in (pool, address) order, after `after` (the
+	// zero key: from the first), as they were at revision rev (0: the
+	// current one); ErrCompacted once rev is gone. etcd keeps past
+	// revisions until it compacts them; bolt keeps only its current one.
 	PageAllocations(ctx context.Context, rev int64, pool string, after AllocationKey, limit int) (Page, error)
 	// Revision returns the revision of the latest commit: of any replica
 	// on a store several share (etcd).
 	Revision(ctx context.Context) (int64, error)
-	// Ready returns nil once the store can commit (bolt builds its
-	// index in the background after it opens; commits wait for it)
-	// and while it answers (etcd may be down), else why not.
+	// Ready returns nil while the store can commit, else why not.
 	Ready(ctx context.Context) error
-	// WatchCursor reads every event with a revision greater than fromRev,
-	// in order, until ctx is done or an error ends it (see Cursor);
-	// with a pool, the cursor may leave out every event but that pool's
-	// allocation events, and a cursor that caught up then waits for the
-	// pool's next event only. fromRev older than the history kept returns
-	// ErrCompacted. A watcher that falls far behind ends with an error
-	// that wraps ErrTooSlow while the events it needs are still kept (it
-	// resumes from its last revision), or ErrCompacted once they are gone
-	// (it takes a new snapshot). A slow watcher never delays commits. ctx
-	// bounds the watch where the store needs a goroutine for it after all
-	// (an etcd watch from before the history it keeps in memory).
+	// WatchCursor reads every event after fromRev, in order (see Cursor);
+	// with a pool, the cursor may leave out all but that pool's
+	// allocation events. fromRev older than the history kept returns
+	// ErrCompacted. A watcher far behind ends with ErrTooSlow while the
+	// events it needs are kept (it resumes from its last revision), with
+	// ErrCompacted once they are gone (it takes a new snapshot); it never
+	// delays commits. ctx bounds a watch the store runs a goroutine for.
 	WatchCursor(ctx context.Context, fromRev int64, pool string) (Cursor, error)
 	// Close releases the store. Watchers get an Err event (ErrClosed);
 	// later calls return ErrClosed. Closing twice is not an error.
 	Close() error
 }
 
-// DefaultRequestRetention is how long every store keeps a request record:
-// a retry with the same request id within it gets the first answer. The
-// API promises no period, and a client retries a lost reply within
-// seconds or minutes; a day covers that with room, while records of every
-// request kept for good would grow without bound (the bolt file) or fill
-// a space quota (etcd, whose commits then all fail). Once a record is gone
-// its id counts as new; Allocate stays idempotent per owner all the same.
+// DefaultRequestRetention is how long every store keeps a request record.
+// A client retries a lost reply within seconds or minutes; records kept
+// for good would grow the bolt file without bound or fill etcd's space
+// quota. Allocate stays idempotent per owner after a record is gone.
 const DefaultRequestRetention = 24 * time.Hour
 
-// Limits on the identifiers a store keys by. They are far above what the
-// allocator's API admits and only keep keys within what every store can
-// hold.
+// Limits on the identifiers a store keys by, far above what the API
+// admits.
 const (
 	MaxIDLen       = 1024
 	MaxOwnerKeyLen = 4096
@@ -430,9 +387,8 @@ const (
 
 // Validate reports (wrapping ErrInvalid) what makes txn impossible to
 // apply: no ops, an unknown kind, a missing record, an empty or oversized
-// identifier, a NUL byte in a pool id or owner key (stores use NUL as a
-// key separator), or an invalid or zoned address. Stores call it before
-// anything else, so a malformed txn never reaches disk.
+// identifier, a NUL byte (the stores' key separator), an invalid or zoned
+// address, or two ops naming one record. Stores call it first.
 func (t Txn) Validate() error {
 	if len(t.Ops) == 0 {
 		return fmt.Errorf("%w: no operations", ErrInvalid)

@@ -46,21 +46,16 @@ var (
 // refuses a file of another version rather than misread it.
 const fileFormat = 4
 
-// Defaults.
 const (
-	// maxBatch caps how many transactions are committed together.
-	maxBatch = 4096
+	maxBatch    = 4096    // transactions committed together at most
+	maxBatchOps = 1 << 16 // ops of one batch, once it holds one transaction
 	// DefaultLockTimeout is how long Open waits for another process to
 	// release the file.
 	DefaultLockTimeout = 5 * time.Second
-	// maxBatchOps bounds the size of one write transaction when callers
-	// send large transactions (bulk allocation).
-	maxBatchOps = 1 << 16
 	// mmapSize is reserved address space, not memory: with it, reads
 	// (snapshots) never stall a commit that grows the file below it.
-	mmapSize = 1 << 30
-	// allocFill is the page fill of the allocations bucket (see newWriter).
-	allocFill = 0.9
+	mmapSize  = 1 << 30
+	allocFill = 0.9 // the page fill of the records bucket (newWriter)
 )
 
 // Option configures Open.
@@ -113,20 +108,17 @@ type Store struct {
 	stopped chan struct{}
 	closed  atomic.Bool
 
-	// The sweeper drops request records older than retention
-	// (requests.go); stopSweep ends it, and it closes swept.
+	// The sweeper of request records (requests.go).
 	retention, span  time.Duration
 	stopSweep, swept chan struct{}
 	observeExpired   func(records int) // nil: not observed
 
-	// Owned by the committer goroutine.
+	// Owned by the committer goroutine; seq numbers the next new record.
 	rev    int64
 	allocs int64
 	index  *index
-	// seq is the number the next new allocation record is filed under.
-	seq uint64
-	// indexed is closed once the index is built (indexErr: or failed
-	// to be); the committer waits for it.
+	seq    uint64
+	// indexed is closed once the index is built, or failed to be.
 	indexed  chan struct{}
 	indexErr error
 
@@ -180,8 +172,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
 	}
-	// The index is built beside the reads an allocator makes as it
-	// starts (its snapshot); only the committer needs it.
+	// Only the committer needs the index: it is built beside the
+	// allocator's snapshot.
 	s.indexed = make(chan struct{})
 	go func() {
 		defer close(s.indexed)
@@ -198,10 +190,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// OpenTemp opens a store in a new file of the temporary directory that
-// has no name: it is unlinked once open, so what the store holds is gone
-// when it closes or the process ends. Commits skip fsync (WithNoSync).
-// It is the memory store of tests and demos (package memory).
+// OpenTemp opens a store without fsync in a new temporary file, unlinked
+// once open: the memory store of tests and demos (package memory).
 func OpenTemp(opts ...Option) (*Store, error) {
 	f, err := os.CreateTemp("", "plexus-store-*.db")
 	if err != nil {
@@ -218,10 +208,9 @@ func OpenTemp(opts ...Option) (*Store, error) {
 	return s, err
 }
 
-// Ready implements store.Store: it waits until the store can commit. Its
-// index is built in the background after Open (half a second for a million
-// allocations), and a commit made before waits for it. It returns the
-// error that stopped it, if any; every commit fails with it.
+// Ready implements store.Store: it waits until the index is built (half a
+// second for a million allocations; commits wait for it too), and returns
+// the error that stopped it, which every commit fails with.
 func (s *Store) Ready(ctx context.Context) error {
 	select {
 	case <-s.indexed:
@@ -231,13 +220,9 @@ func (s *Store) Ready(ctx context.Context) error {
 	}
 }
 
-// warm reads the file once, sequentially, to fill the page cache. The
-// snapshot an allocator takes right after it starts walks the
-// allocations in key order, which after a cold boot is a random read per
-// page: seconds for a million allocations, where one sequential read
-// takes a fraction of that. (posix_fadvise WILLNEED does not do this:
-// Linux reads only one read-ahead window for it.) When the file is
-// already cached this costs a memory copy of it.
+// warm reads the file once, sequentially, to fill the page cache: after a
+// cold boot, the allocator's first snapshot would read a page at random at
+// a time (posix_fadvise WILLNEED reads one read-ahead window only).
 func (s *Store) warm() {
 	f, err := os.Open(s.path)
 	if err != nil {
@@ -426,11 +411,8 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return snap, nil
 }
 
-// StreamSnapshot implements store.Store: Snapshot, each allocation handed
-// over in its order. The file's records are read whole first, as Snapshot
-// reads them: their order (pool by pool) keeps one pool's tables in the
-// reader's cache while it files them, which a file written across many
-// pools in turn would not.
+// StreamSnapshot implements store.Store on a Snapshot, whose order (pool
+// by pool) keeps one pool's tables in the reader's cache.
 func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []int) error, alloc func(*store.Allocation) error) (int64, []store.Quarantine, error) {
 	snap, err := s.Snapshot(ctx)
 	if err != nil {
@@ -485,11 +467,9 @@ func (s *Store) Revision(context.Context) (int64, error) {
 	return rev, err
 }
 
-// PageAllocations implements store.Store. The file keeps its current
-// revision only: an older rev is store.ErrCompacted. A page is cut from
-// a snapshot, so each page reads the whole file: alone on a bolt file,
-// the allocator serves its lists and watches from memory, and pages are
-// for the contract's other readers.
+// PageAllocations implements store.Store, cut from a snapshot: each page
+// reads the whole file (the allocator serves its lists from memory), and
+// a rev but the current one is store.ErrCompacted.
 func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, after store.AllocationKey, limit int) (store.Page, error) {
 	if err := after.CheckAfter(pool); err != nil {
 		return store.Page{}, err
@@ -525,16 +505,11 @@ func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, aft
 	return page, nil
 }
 
-// order puts the allocations of a snapshot, read in the order of their
-// records, in the order of store.Snapshot: by pool, then address.
-// Records come in the order they were first written: each pool's mostly
-// in address order already (the allocator hands out the next free
-// address), but the pools interleaved as their calls were. So order
-// notes each record's pool as it is read (and whether they are in order
-// already), groups the pools with a stable counting sort, and sorts only
-// a pool whose allocations are out of order: for a million allocations
-// over 10,000 pools in random order this takes an eighth of a comparison
-// sort's time, and nothing when they are in order.
+// order puts a snapshot's allocations, read in the order their records
+// were first written (each pool's mostly by address, the pools
+// interleaved), in store.Snapshot's: it groups the pools with a stable
+// counting sort and sorts only a pool out of order. Over 10,000 pools in
+// random order this takes an eighth of a comparison sort's time.
 type order struct {
 	ids   map[string]int32
 	pools []string // by id, in the order first read
@@ -672,24 +647,15 @@ func (s *Store) WatchCursor(_ context.Context, fromRev int64, pool string) (stor
 	return c, nil
 }
 
-// Compact drops the in-memory event history up to rev. The file keeps no
-// history, so this is what a restart does to watchers, on demand.
+// Compact drops the in-memory event history up to rev (tests).
 func (s *Store) Compact(_ context.Context, rev int64) error {
 	s.log.Compact(rev)
 	return nil
 }
 
-// Stats counts the committer's work since Open.
-type Stats struct {
-	// Txns is the number of transactions the committer took, committed
-	// or not.
-	Txns uint64
-	// Conflicts is the number that failed a condition.
-	Conflicts uint64
-	// Batches is the number of bbolt write transactions, each one disk
-	// sync: Txns/Batches is the mean group-commit batch.
-	Batches uint64
-}
+// Stats counts the committer's work since Open: transactions taken,
+// those that failed a condition, and bbolt write transactions (fsyncs).
+type Stats struct{ Txns, Conflicts, Batches uint64 }
 
 // Stats returns the committer's counters.
 func (s *Store) Stats() Stats {

@@ -9,16 +9,10 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
-// Keys. Pool ids and owner keys never contain NUL (store.Txn.Validate), so
-// NUL ends them and a pool's records form one contiguous, prefix-free key
-// range sorted by pool id. Addresses follow as a family byte and their
-// bytes (record.AppendAddr), so a pool's quarantine records are sorted by
-// address.
-//
-// Allocations are filed under a sequence number, given when an
-// allocation is first written and kept while it lives; the record starts
-// with its pool and address, which an index in memory maps back to the
-// number (index.go).
+// Keys. NUL ends a pool id (ids hold none), so a pool's quarantine records
+// form one key range, sorted by address (record.AppendAddr). Allocations
+// are filed under the sequence number of their first write; the record
+// starts with its pool and address (index.go maps them back).
 //
 //	pools       pool id
 //	records     sequence number (8 bytes, big-endian)

@@ -25,9 +25,8 @@ type pending struct {
 }
 
 // Commit implements store.Store: it queues txn for the committer and waits
-// until the batch holding it is on disk. A txn whose ctx ends while it is
-// still queued is dropped; once its batch is being written, Commit waits
-// for the outcome so the caller never has to guess.
+// until its batch is on disk. A txn whose ctx ends while queued is dropped;
+// once its batch is being written, Commit waits for the outcome.
 func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 	if err := txn.Validate(); err != nil {
 		return 0, err
@@ -125,10 +124,8 @@ func (s *Store) commitBatch(batch []*pending) {
 	}
 }
 
-// write applies the live transactions of batch in one bbolt transaction.
-// On success it sets each one's revision or ErrConflict, appends the
-// events and returns nil; on failure nothing is written, no result is set
-// and the error is returned.
+// write applies the live transactions of batch in one bbolt transaction,
+// and sets each one's revision or ErrConflict; on an error, nothing.
 func (s *Store) write(batch []*pending) error {
 	tx, err := s.db.Begin(true)
 	if err != nil {
@@ -206,10 +203,8 @@ func (s *Store) write(batch []*pending) error {
 	return nil
 }
 
-// writer evaluates conditions and applies ops inside one bbolt write
-// transaction. bbolt requires keys and values passed to Put to stay
-// unchanged until the transaction commits, so every key is freshly
-// allocated.
+// writer evaluates conditions and applies ops in one bbolt write
+// transaction. Keys and values put stay unchanged until it commits.
 type writer struct {
 	meta, pools, records, quarantine, requests *bbolt.Bucket
 	index                                      *index
@@ -231,9 +226,8 @@ func newWriter(tx *bbolt.Tx, x *index, seq uint64) *writer {
 		requests:   tx.Bucket(bucketRequests),
 		now:        time.Now(),
 	}
-	// New records go to the end of the tree, so pages split by an append
-	// would stay half empty at bbolt's default fill; fuller pages mean a
-	// smaller file and a faster snapshot.
+	// New records go to the end of the tree: fill pages split by an
+	// append more than bbolt's default half.
 	w.records.FillPercent = allocFill
 	return w
 }

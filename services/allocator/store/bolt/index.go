@@ -12,14 +12,10 @@ import (
 )
 
 // index finds the record of an allocation by its pool and address, and
-// the records of an owner (CondOwnerAbsent). The file keeps allocations
-// under the sequence number of their first write (records bucket), so
-// that a commit appends its new allocations at the end of one tree
-// whatever pools they belong to: keyed by pool and address, a commit of
-// 64 allocations into 64 pools dirtied 64 leaves of 4 KiB, and an owner
-// bucket added a key to a random leaf per allocation (bench/results/
-// allocator-bolt.md). The index is what those keys gave, kept in memory
-// and built from the records as the file opens:
+// the records of an owner (CondOwnerAbsent). Records are filed by sequence
+// number so that a commit appends to one tree whatever pools it touches
+// (bench/results/allocator-bolt.md); the index, built as the file opens,
+// is what keys by pool and address gave:
 //   - each pool's addresses, one addrtree.Tree per family (the tree the
 //     allocator's held tables use), valued with their record numbers:
 //     24 bytes an allocation, and a range check or a pool's addresses in

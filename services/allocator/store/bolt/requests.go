@@ -11,33 +11,23 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store/internal/record"
 )
 
-// Request records expire (see store.Request and the package doc), and
-// commits pay nothing for it but a clock read per batch: a record, keyed
-// by request id, holds the time its commit put it. Once a span (a 24th
-// of the retention period) the sweeper walks the requests bucket and
-// deletes every record put a retention period ago or earlier. A record
-// thus lives the period and at most a span more, plus the time a sweep
-// takes.
-//
-// Why not find expired records without a walk? An index of put times
-// costs a page write per commit (+15-25% on BenchmarkCommitRequests), and
-// a bucket per span costs a lookup per live span for every new request id
-// (some 13µs a commit, on the committer, at 25 spans). The walk costs
-// some 100 ns a record once a span (BenchmarkSweep: 10 ms for 100,000),
-// in read transactions that hold no commit up; only its deletes take the
-// write lock, maxSweep at a time.
+// Request records expire at the cost of a clock read per batch: a record
+// holds the time its commit put it, and once a span (a requestSpans-th of
+// the retention period) the sweeper walks the bucket and deletes every
+// record put a period ago or earlier. The walk (BenchmarkSweep: 10 ms for
+// 100,000) runs in read transactions; only its deletes take the write
+// lock, maxSweep at a time. An index of put times cost a page write per
+// commit (+15-25% on BenchmarkCommitRequests).
 
 // requestSpans is how many sweeps one retention period holds.
 const requestSpans = 24
 
 const (
-	// maxSweep bounds the records one write transaction of the sweeper
-	// deletes: expired records are spread over the bucket, so each delete
-	// dirties a page of its own, and the commits queued meanwhile wait
-	// for all of them (BenchmarkSweep: about 1 ms for 256, 2 for 1,024).
+	// maxSweep bounds the deletes of one write transaction, which the
+	// commits queued meanwhile wait for (about 1 ms for 256).
 	maxSweep = 256
-	// maxScan bounds the records one read transaction of the sweeper
-	// looks at, so none keeps freed pages from reuse for long.
+	// maxScan bounds the records one read transaction looks at, so none
+	// keeps freed pages from reuse for long.
 	maxScan = 10_000
 )
 

@@ -14,57 +14,35 @@ import (
 )
 
 // Concurrent commits that need no read first (an allocation guarded by
-// "address absent" and "owner absent", the hot path) are combined: the
-// commits waiting when a sender is free go to etcd as one transaction,
-// each as a nested transaction with its own compares and writes (its own
-// commit marker among them), so each succeeds or fails alone. etcd's
-// work per transaction (the gRPC call, the raft entry, the fsync) is
-// shared by the commits of a transaction. A lone commit is sent as it is,
-// at once when no transaction of this store is in flight.
+// "address absent" and "owner absent", the hot path) are combined: those
+// waiting when the sender is free go to etcd as one transaction, each
+// nested with its own compares and writes (its own commit marker among
+// them), so each succeeds or fails alone while they share etcd's call,
+// raft entry and fsync, and their revision.
 //
 // etcd decides every compare of a transaction, nested ones included,
-// against the state before any of its writes: two nested transactions that
-// both find an address absent would both write it. So a transaction never
-// holds a commit that writes a key (or into an owner's index range) that
-// another of its commits compares or writes; such a commit waits for the
-// next transaction. Keys that are only compared are shared freely: every
-// allocation compares its pool's revision.
+// against the state before any of its writes, so a transaction never holds
+// a commit that writes a key (or into an owner's index range) another of
+// its commits compares or writes; that one waits for the next. Keys only
+// compared are shared: every allocation compares its pool's revision.
 //
-// The commits of one transaction share its revision, which store.Store
-// allows; a transaction whose commits all failed writes nothing and takes
-// no revision.
-//
-// etcd's --max-txn-ops bounds a transaction by the larger of its compares
-// and its writes, and each nested transaction by what the outer one left:
-// the limit minus the outer's own count (checkTxnRequest in etcd's
-// v3rpc/key.go). A combined transaction of n commits therefore needs n
-// plus the size of its largest commit within the limit, and when it is not,
-// etcd refuses the whole transaction, every commit in it, before it
-// proposes anything. So take admits a commit only while that sum stays
-// within the budget, and a commit that alone is too large for a shared
-// transaction goes alone, where it fits or fails on its own.
+// etcd's --max-txn-ops bounds each nested transaction by the limit minus
+// the outer one's count (checkTxnRequest in etcd's v3rpc/key.go), so n
+// commits need n plus the largest one's size within it, or etcd refuses
+// them all: take admits a commit only within that budget.
 const (
 	// combineSenders bounds the combined transactions in flight per
-	// store. One is best measured (bench/results/scaleout.md, fifth
-	// round): the commits that arrive while a transaction is in flight
-	// all go in the next one, and the replicas' transactions still reach
-	// etcd concurrently. Four in flight split the same commits into
-	// smaller transactions and cost etcd more CPU per allocation. The
-	// price: under light load a commit that arrives while one is out
-	// waits for it, up to one more round trip.
+	// store: one cost etcd the least CPU per allocation
+	// (bench/results/scaleout.md, fifth round).
 	combineSenders = 1
-	// combineMax bounds the commits of one transaction. Small commits
-	// reach it well before the op budget (defaultMaxTxnOps).
+	// combineMax bounds the commits of one transaction.
 	combineMax = 64
-	// defaultMaxTxnOps is etcd's default --max-txn-ops, the op budget a
-	// combiner starts with: etcd does not tell its clients the limit.
-	// Installations raise it for large batches (see doc.go), which costs
-	// nothing here but the chance to combine a large commit; one set
-	// lower is learned from etcd's refusals (see sendBatch).
+	// defaultMaxTxnOps is etcd's default --max-txn-ops, the budget a
+	// combiner starts with (etcd does not tell its clients); a lower
+	// limit is learned from etcd's refusals (sendBatch).
 	defaultMaxTxnOps = 128
-	// combineTimeout bounds one combined transaction. Its callers wait
-	// for it only as long as their own contexts allow; the bound keeps a
-	// sender from waiting forever on an etcd that is gone.
+	// combineTimeout keeps a sender from waiting forever on an etcd that
+	// is gone; callers wait only as long as their contexts allow.
 	combineTimeout = 10 * time.Second
 )
 
@@ -144,12 +122,9 @@ func (c *combiner) send() {
 }
 
 // take removes from the queue, in order, up to combineMax commits none of
-// which writes what another compares or writes, and whose number plus the
-// largest one's size stays within the op budget; the others keep their
-// places. The first commit is always taken: alone it goes to etcd as a
-// transaction of its own. Commits whose callers stopped waiting are
-// dropped unsent: their callers were told the outcome is unknown, and an
-// allocation nobody waits for should not land later. c.mu is held.
+// which writes what another compares or writes, within the op budget; the
+// first is always taken (alone, it goes as it is). Commits whose callers
+// stopped waiting are dropped unsent. c.mu is held.
 func (c *combiner) take() []*combinedCommit {
 	var batch []*combinedCommit
 	if c.read == nil {
@@ -210,11 +185,9 @@ func (c *combiner) sendBatch(batch []*combinedCommit) {
 	}
 	resp, err := c.s.txn(ctx, nil, ops)
 	if errors.Is(err, rpctypes.ErrTooManyOps) {
-		// etcd's limit is below the budget. It refused the transaction
-		// before proposing it, so nothing was written: lower the budget
-		// below this transaction's count and send the commits again,
-		// first. Each refusal lowers it, and a lone commit always goes,
-		// so this ends.
+		// etcd's limit is below the budget and nothing was written:
+		// lower the budget and send the commits again, first. A lone
+		// commit always goes, so this ends.
 		largest := 0
 		for _, cc := range batch {
 			largest = max(largest, cc.size)

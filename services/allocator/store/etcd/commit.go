@@ -16,30 +16,23 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// maxGuardRetries bounds how often a commit that had to read allocations
-// first is tried again because one of them changed in between. Each retry
-// means another writer changed the same address meanwhile, so a few
-// always suffice unless something is badly wrong.
-const maxGuardRetries = 16
+const (
+	// maxGuardRetries bounds the tries of a commit that read allocations
+	// first and found one changed in between.
+	maxGuardRetries = 16
+	// maxLeaseRetries bounds the tries of a commit whose lease of request
+	// records etcd no longer knew (revoked, or a restore from backup).
+	maxLeaseRetries = 3
+	// readChunk bounds the reads of one etcd transaction, below etcd's
+	// default --max-txn-ops of 128.
+	readChunk = 100
+)
 
-// maxLeaseRetries bounds how often a commit is sent again because etcd
-// no longer knew a lease of request records in its transaction. A lease
-// is lost only when revoked or when etcd is restored from an older
-// backup; the commits that held it take a new one at their first retry.
-const maxLeaseRetries = 3
-
-// readChunk bounds the reads sent in one etcd transaction, below etcd's
-// default --max-txn-ops of 128.
-const readChunk = 100
-
-// Commit implements store.Store. The txn is one etcd transaction: If(the
-// conditions) Then(the writes). When the writes depend on allocations the
-// txn does not describe (a delete or replace must unindex the owner it
-// finds), they are read first and the transaction is nested in an outer
-// one that checks they did not change: If(mod revisions as read)
-// Then(Txn(If(conditions) Then(writes))). A failed outer compare is a
-// race with another writer and is retried; a failed inner one is
-// store.ErrConflict.
+// Commit implements store.Store as one etcd transaction, If(conditions)
+// Then(writes). When the writes depend on allocations the txn does not
+// describe, they are read first and the transaction nested in one that
+// checks they did not change: a failed outer compare is retried, a failed
+// inner one is store.ErrConflict.
 func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 	if err := txn.Validate(); err != nil {
 		return 0, err
@@ -59,10 +52,8 @@ func (s *Store) Commit(ctx context.Context, txn store.Txn) (int64, error) {
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) || try == maxLeaseRetries {
 			return rev, err
 		}
-		// A lease of request records is gone before its time: this
-		// commit's, or that of a commit it was combined with. etcd
-		// refused the whole transaction before writing anything, so it
-		// goes again, with a new lease if it was its own.
+		// A lease of request records (its own, or a combined commit's)
+		// is gone: etcd wrote nothing, so it goes again.
 		s.requestLeaseLost(lease)
 	}
 }
@@ -76,9 +67,7 @@ func (s *Store) commit(ctx context.Context, txn store.Txn, lease clientv3.LeaseI
 	}
 	first.apply(txn.Ops)
 	if len(first.reads) == 0 && first.putsUnder(s.k.state()) {
-		// Such a commit puts no tick: it can go to etcd with others that
-		// do not write what it compares or writes, nor compare what it
-		// writes (the marker, which all of them put, aside).
+		// Such a commit can go to etcd with others (combine.go).
 		if reads, writes, ok := first.touched(cmps); ok {
 			return s.commitCombined(ctx, cmps, first, reads, writes)
 		}
@@ -137,9 +126,8 @@ type readAlloc struct {
 	modRev int64
 }
 
-// readAllocs reads allocation keys, a chunk per etcd transaction. The
-// chunks need not be consistent with each other: the commit checks each
-// key's mod revision again.
+// readAllocs reads allocation keys, a chunk per etcd transaction (the
+// commit checks each key's mod revision again).
 func (s *Store) readAllocs(ctx context.Context, keys []string) (map[string]readAlloc, error) {
 	if len(keys) > readChunk {
 		if out, ok, err := s.readAllocRange(ctx, keys); err != nil || ok {
@@ -174,11 +162,9 @@ func (s *Store) readAllocs(ctx context.Context, keys []string) (map[string]readA
 	return out, nil
 }
 
-// readAllocRange reads keys as one range, from the least to the greatest,
-// when that range holds no more than twice as many keys: the allocations
-// of a chunk of a pool's deletion lie side by side, and one request reads
-// them where a key per read would take one per readChunk keys.
-// ok=false when the range holds more.
+// readAllocRange reads keys as one range when it holds at most twice as
+// many (a chunk of a pool's deletion lies side by side); ok=false when it
+// holds more.
 func (s *Store) readAllocRange(ctx context.Context, keys []string) (map[string]readAlloc, bool, error) {
 	lo, hi := slices.Min(keys), slices.Max(keys)
 	resp, err := s.cli.Get(ctx, lo, clientv3.WithRange(hi+"\x00"), clientv3.WithLimit(int64(2*len(keys))))
@@ -237,10 +223,8 @@ func unconfirmed(err error) bool {
 }
 
 // tooLarge reports whether err refuses a request for its size: etcd's
-// own check of --max-request-bytes, or gRPC's of the message size on
-// either side (which etcd sets from that flag). Other RESOURCE_EXHAUSTED
-// errors of etcd (its space quota, too many requests) are not about the
-// request.
+// --max-request-bytes, or gRPC's message size on either side (not etcd's
+// other RESOURCE_EXHAUSTED errors).
 func tooLarge(err error) bool {
 	if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 		return true

@@ -28,30 +28,25 @@ const DefaultPrefix = "/plexus/"
 // DefaultDialTimeout bounds the connection to etcd at Open.
 const DefaultDialTimeout = 5 * time.Second
 
-// maxSendBytes is the largest request the client sends: above the 10 MiB
-// etcd advises as its --max-request-bytes at most, so etcd's own limit is
-// the one a commit meets.
-const maxSendBytes = 16 << 20
-
-// snapshotPage is how many keys a Snapshot reads per request; big stores
-// are read in pages, all at the revision of the first.
-const snapshotPage = 5000
+const (
+	// maxSendBytes is the largest request the client sends, above the 10
+	// MiB etcd advises as --max-request-bytes: etcd's limit is the one a
+	// commit meets.
+	maxSendBytes = 16 << 20
+	// snapshotPage is how many keys a read returns at most.
+	snapshotPage = 5000
+	// closeDrain bounds how long Close lets watchers deliver what was
+	// committed before they end.
+	closeDrain = 2 * time.Second
+)
 
 // DefaultHistory is how many events a store keeps in memory for its
-// watches when Config.History is zero. etcd keeps the history itself, so
-// this only has to cover watchers a little behind: one that falls half of
-// it behind is cut off and resumes from its last revision, from memory
-// while the events are still there and from an etcd watch of its own
-// after. At a few hundred bytes an event (the decoded records), it holds
-// a few MB at most.
+// watches when Config.History is zero: etcd keeps the history itself, so
+// this covers watchers a little behind, in a few MB.
 const DefaultHistory = 10_000
 
 // MaxHistory bounds --etcd-watch-history: ten million events are a few GB.
 const MaxHistory = 10_000_000
-
-// closeDrain bounds how long Close lets watchers deliver what was
-// committed before they end.
-const closeDrain = 2 * time.Second
 
 // Config says how to reach etcd and where the installation's keys live.
 type Config struct {
@@ -69,36 +64,31 @@ type Config struct {
 	// Logger is the store's logger (slog.Default when nil).
 	Logger *slog.Logger
 	// History is how many events the store keeps in memory for the
-	// watches that share its etcd watch (see feed.go): DefaultHistory
-	// when zero; negative gives every watch an etcd watch of its own.
+	// watches that share its etcd watch (feed.go): DefaultHistory when
+	// zero; negative gives every watch an etcd watch of its own.
 	History int
-	// ObserveCombined, when set, is called with the number of commits of
-	// every transaction that combined allocations (see combine.go), for
-	// a metric.
+	// ObserveCombined, when set, is told the number of commits of every
+	// combined transaction (combine.go), for a metric.
 	ObserveCombined func(commits int)
 }
 
 // Store is a store.Store kept in etcd. Several allocator replicas open a
 // Store on the same endpoints and prefix and share its data.
 type Store struct {
-	cli     *clientv3.Client
-	kv      pb.KVClient // the client's, for commits (txn.go)
-	k       keys
-	logger  *slog.Logger
-	combine *combiner
-	// requests hands out the leases request records are put with
-	// (requests.go).
-	requests requestLeases
+	cli      *clientv3.Client
+	kv       pb.KVClient // the client's, for commits (txn.go)
+	k        keys
+	logger   *slog.Logger
+	combine  *combiner
+	requests requestLeases // of request records (requests.go)
 
 	lastCommit atomic.Int64 // the latest revision this store committed
 
-	// pageSize is how many keys a read of a snapshot returns at most
-	// (snapshotPage; tests set less); observeRead, when set, is told of
-	// every such read's range (tests).
+	// pageSize is snapshotPage (tests set less); observeRead, when set,
+	// is told of every windowed read (tests).
 	pageSize    int
 	observeRead func(from, end string, rev int64)
-	// widths are the pools' latest windows (window.go).
-	widths widths
+	widths      widths // the pools' latest windows (window.go)
 
 	// history is Config.History; feed is the shared etcd watch, started
 	// by the first watch (feed.go).
@@ -190,8 +180,8 @@ func (s *Store) Snapshot(ctx context.Context) (*store.Snapshot, error) {
 	return snap, nil
 }
 
-// StreamSnapshot implements store.Streamer: Snapshot's pages, each
-// allocation handed over as it is decoded.
+// StreamSnapshot implements store.Store: each allocation handed over as
+// it is decoded.
 func (s *Store) StreamSnapshot(ctx context.Context, pools func([]store.Pool, []int) error, alloc func(*store.Allocation) error) (int64, []store.Quarantine, error) {
 	if s.isClosed() {
 		return 0, nil, store.ErrClosed
@@ -269,8 +259,7 @@ func (s *Store) page(ctx context.Context, from, end string, rev int64, limit int
 // after is the first key that sorts after key.
 func after(key []byte) string { return string(key) + "\x00" }
 
-// PageAllocations implements store.Pager: at most limit allocation keys,
-// read in windows at rev.
+// PageAllocations implements store.Store, read in windows at rev.
 func (s *Store) PageAllocations(ctx context.Context, rev int64, pool string, from store.AllocationKey, limit int) (store.Page, error) {
 	if s.isClosed() {
 		return store.Page{}, store.ErrClosed
@@ -393,9 +382,7 @@ func (s *Store) GetRequest(ctx context.Context, id string) (store.Request, bool,
 }
 
 // Revision returns the revision of the latest commit to the store by
-// any replica (0 before the first). A replica that lost a transaction
-// waits until its watch has reached it, so it decides again on what the
-// winner wrote.
+// any replica (0 before the first).
 func (s *Store) Revision(ctx context.Context) (int64, error) {
 	if s.isClosed() {
 		return 0, store.ErrClosed
@@ -411,20 +398,11 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	return last, nil
 }
 
-// Ready reports whether the store can commit: etcd has a leader, and a
-// quorum answers through the client's own balancer.
-//
-// It is one linearizable read of a single key, counted rather than
-// returned: etcd answers it only once its leader has confirmed with a
-// quorum that it still leads, which a commit needs too. It takes the path
-// of the store's own requests, so it goes to whichever member answers, and
-// it costs no write and no new connection. Status, asked of each endpoint
-// in turn, did not do: it dials the endpoint it names and waits for it,
-// so a first-listed member that was down used up the deadline and every
-// replica reported not ready while etcd had quorum; and a member that
-// answers Status may be cut off from its leader. Alarms (NOSPACE) are not
-// asked for: listing them is a raft proposal, they stop writes on every
-// replica alike, and the commits they refuse say so.
+// Ready reports whether the store can commit: one linearizable count of a
+// key, which etcd answers only once its leader has confirmed with a quorum
+// that it still leads, sent the way the store's own requests go. (Status
+// per endpoint waits for the endpoint it names, so one member down made
+// every replica unready while etcd had quorum.)
 func (s *Store) Ready(ctx context.Context) error {
 	if s.isClosed() {
 		return store.ErrClosed
@@ -438,12 +416,9 @@ func (s *Store) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Compact drops etcd's history before rev, so that a watch from rev still
-// works (with the previous values its deletes carry) and one from before it
-// gets
-// store.ErrCompacted, as storetest.Compactor describes. Compaction is
-// global: it drops the history of every prefix of the etcd cluster.
-// Production etcd compacts itself (--auto-compaction-retention).
+// Compact drops etcd's history before rev, for every prefix of the
+// cluster (tests; production etcd compacts itself): a watch from rev
+// still works, one from before gets store.ErrCompacted.
 func (s *Store) Compact(ctx context.Context, rev int64) error {
 	resp, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {

@@ -11,20 +11,14 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store/internal/eventlog"
 )
 
-// A feed is the one etcd watch that a Store's watches share. It decodes
-// each event once into an in-memory history (package eventlog, as the bolt
-// store keeps its own), and every watch from a revision that history holds
-// reads it at its own cursor: a replica's follower and its clients'
-// WatchAllocations streams cost etcd one watch and the replica one decode
-// per event, however many there are. A watcher that falls half the
-// history behind is cut off with store.ErrTooSlow and resumes from its
-// last revision, where etcd's client would have buffered for it without
-// bound.
+// A feed is the one etcd watch a Store's watches share, decoded once into
+// a history (package eventlog, as bolt keeps its own) that each watch
+// reads at its own cursor: a replica's follower and its WatchAllocations
+// streams cost etcd one watch and the replica one decode per event.
 //
 // The first watch starts the feed, from its revision or the current one,
-// whichever is older. When the feed ends (the store closes, etcd
-// compacts past a feed that fell behind, etcd ends the watch) its history
-// ends its watches with the reason, and the next watch starts a new feed.
+// whichever is older. When the feed ends, its history ends its watches
+// with the reason, and the next watch starts a new feed.
 type feed struct {
 	log *eventlog.Log
 	// done is closed when the feed's etcd watch has ended and its

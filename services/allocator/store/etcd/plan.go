@@ -20,16 +20,13 @@ type write struct {
 }
 
 // planner turns a store.Txn into compares and writes. etcd refuses a
-// transaction that writes a key twice; store.Txn.Validate lets no two
-// ops of a txn name the same record, so the writes of the ops are
-// distinct keys, save the key every pool op puts (written once, by ops)
-// and an owner index entry that a put replacing an allocation with the
-// same owner would delete and put again (left alone).
+// transaction that writes a key twice; no two ops of a valid txn name one
+// record, so their writes are distinct keys.
 //
-// Deleting or replacing an allocation must also delete its owner index
-// entry, whose key holds the owner: when the txn does not tell what the
-// allocation holds, the planner asks read, and the caller guards the
-// commit with the mod revision it read.
+// Deleting or replacing an allocation also deletes its owner index entry,
+// whose key holds the owner: when the txn does not say what the address
+// holds, the planner asks read, and the caller guards the commit with the
+// mod revision it read.
 type planner struct {
 	k keys
 	// read returns the allocation stored under key (nil when absent). It
@@ -45,9 +42,8 @@ type planner struct {
 
 	writes       []write
 	poolsChanged bool
-	// comparedRanges and writtenRanges are the owner index ranges the txn
-	// compares or writes into, for touched; comparesRange is set when it
-	// compares a range of pools or allocations.
+	// The owner index ranges compared or written into, and whether a
+	// range of allocations is compared, for touched.
 	comparedRanges, writtenRanges []string
 	comparesRange                 bool
 }
@@ -114,9 +110,7 @@ func (pl *planner) compares(conds []store.Cond) (cmps []clientv3.Cmp, ok bool) {
 			pl.comparesRange = true
 		case store.CondPoolsUnchangedSince:
 			// Every commit that puts or deletes a pool puts this key
-			// (a compare over the pool keys has etcd read every one of
-			// them: 11 ms beside 10,000 pools); absent, its mod revision
-			// is 0.
+			// (bench/results/allocator-pools.md); absent, it is 0.
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pl.k.poolsChanged()), "<", c.Revision+1))
 		case store.CondRangeFree:
 			// Address keys of one family sort as the addresses do.
@@ -183,15 +177,9 @@ func (pl *planner) apply(ops []store.Op) {
 	}
 }
 
-// ops are the etcd writes of the txn, the key every pool op puts, and the
-// commit marker of slot (see keys.marker), so every commit takes a
-// revision even when its ops change nothing, and the latest mod revision
-// of the markers is the latest commit. A watcher follows the state range
-// only; a commit that puts nothing there puts the tick too, so the
-// watcher still sees it. Each combined commit puts its own marker in its
-// own nested transaction (etcd refuses one key put by two of them): a
-// transaction whose commits all failed writes nothing and takes no
-// revision.
+// ops are the etcd writes of the txn, pools-changed for a pool op, the
+// commit marker of slot (keys.marker), and the tick when nothing else is
+// put under state/, so every commit takes a revision a watcher sees.
 func (pl *planner) ops(slot int) []*pb.RequestOp {
 	ops := make([]*pb.RequestOp, len(pl.writes), len(pl.writes)+3) // and at most the three below
 	for i, w := range pl.writes {

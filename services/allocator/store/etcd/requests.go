@@ -13,19 +13,15 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// leaseSpans is how many leases, one after the other, hold the records
-// of one retention period. A store puts its records with its current
-// lease for at most a span after its grant (the next one is granted a
-// little ahead), so records cost a lease grant per span, not a write per
-// request, and every replica has some leaseSpans+2 leases alive. Each
-// lease lives for the retention period plus a span: a record put with it
-// within a span of the grant outlives the retention period.
+// Request records are put with an etcd lease, which deletes them when its
+// TTL runs out. A store uses its current lease for a span (a leaseSpans-th
+// of the retention period) after its grant and grants the next a little
+// ahead, so records cost a grant per span, not a write per request. A
+// lease lives the period plus a span, so every record outlives the period.
 const leaseSpans = 24
 
-// leaseGrantTimeout bounds one lease grant. A grant does not end with
-// the commit that asked for it: a commit whose caller stops waiting
-// still leaves the lease to the commits after it, so a slow link to
-// etcd does not make every commit wait for a grant of its own.
+// leaseGrantTimeout bounds one grant, which outlives the commit that
+// asked for it: the commits after it use the lease.
 const leaseGrantTimeout = 10 * time.Second
 
 // requestLeases hands out the lease request records are put with.
@@ -48,9 +44,7 @@ type requestLease struct {
 }
 
 // requestLease returns the lease to put txn's request record with, or 0
-// when txn records no request. On the commit hot path it costs an atomic
-// load and a look at the clock; a grant is one etcd round trip per lease
-// span, made ahead of need.
+// when txn records none: an atomic load and a look at the clock.
 func (s *Store) requestLease(ctx context.Context, txn store.Txn) (clientv3.LeaseID, error) {
 	for _, op := range txn.Ops {
 		if op.Kind == store.OpPutRequest {

@@ -9,15 +9,11 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Commits go to etcd as protobuf transactions built here, not through
-// clientv3.Op: an Op is a struct of some 240 bytes that clientv3 turns
-// into the same protobuf again before marshalling it, and on a replica's
-// hot path those copies were over a third of what the store allocated per
-// commit (BenchmarkCommit). Reads keep using clientv3.
+// Commits go to etcd as protobuf built here, not through clientv3.Op,
+// which clientv3 copies into the same protobuf again: over a third of what
+// a commit allocated (BenchmarkCommit). Reads keep using clientv3.
 
-// txnCallOpts are clientv3's own defaults for a KV call (wait for a
-// connection instead of failing at once, no limit on what comes back),
-// and the send limit the client is configured with (maxSendBytes).
+// txnCallOpts are clientv3's defaults for a KV call, and maxSendBytes.
 var txnCallOpts = []grpc.CallOption{
 	grpc.WaitForReady(true),
 	grpc.MaxCallSendMsgSize(maxSendBytes),

@@ -13,24 +13,15 @@ import (
 	"github.com/plexusnet/plexus/services/allocator/store"
 )
 
-// watchBuffer is the channel capacity of a direct watch; etcd's client
-// buffers beyond it, so a watcher that does not read never holds up
-// commits.
+// watchBuffer is the channel capacity of a direct watch (etcd's client
+// buffers beyond it).
 const watchBuffer = 256
 
-// WatchCursor implements store.Store with an etcd watch on the state range
-// (pools, allocations, quarantine records and the tick), with the previous
-// values of changed keys, so a delete event carries the record as it was.
-// The owner index, the request records and the commit marker are outside
-// that range, so etcd sends a watcher nothing it would drop; the tick
-// makes no event. fromRev 0 means the store's whole history: from its first
-// commit, whatever else the etcd cluster holds before it.
-//
-// Watches share that etcd watch (see feed.go): a watch from a revision the
-// store's in-memory history still holds reads it there, like a watch of
-// the bolt store, and costs no goroutine, etcd watch or decoding of its
-// own. A watch from before it (or from 0) gets an etcd watch of its own,
-// read through a channel.
+// WatchCursor implements store.Store with an etcd watch on the state range,
+// with previous values, so a delete carries the record as it was. fromRev
+// 0 is the store's whole history, from its first commit. A watch from a
+// revision the shared watch's history holds reads it there (feed.go); one
+// from before it, or from 0, gets an etcd watch of its own.
 func (s *Store) WatchCursor(ctx context.Context, fromRev int64, pool string) (store.Cursor, error) {
 	l, err := s.feedFor(ctx, fromRev)
 	if err != nil {
@@ -52,13 +43,9 @@ func (s *Store) WatchCursor(ctx context.Context, fromRev int64, pool string) (st
 	return store.ChanCursor(ch), nil
 }
 
-// watchDirect is a watch with an etcd watch of its own.
-//
-// The etcd watch starts at fromRev itself, not fromRev+1, and the events
-// of fromRev are dropped: a compaction at fromRev then still lets the
-// watch start (etcd keeps the compaction revision), with the previous
-// values that the deletes after it need, while a start before the
-// compaction fails with store.ErrCompacted.
+// watchDirect is a watch with an etcd watch of its own. It starts at
+// fromRev, not fromRev+1, and drops fromRev's events: a compaction at
+// fromRev still lets it start with the previous values its deletes need.
 func (s *Store) watchDirect(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
 	if s.isClosed() {
 		return nil, store.ErrClosed
@@ -90,9 +77,8 @@ func (s *Store) watchDirect(ctx context.Context, fromRev int64) (<-chan store.Ev
 	return out, nil
 }
 
-// checkWatchable tells whether etcd still has the history after fromRev:
-// etcd reports a compacted start revision only after the watch was
-// created, a read at that revision tells now.
+// checkWatchable tells whether etcd still has the history after fromRev,
+// by a read at it (a watch reports compaction only once created).
 func (s *Store) checkWatchable(ctx context.Context, fromRev int64) error {
 	_, err := s.cli.Get(ctx, s.k.markers(), clientv3.WithPrefix(), clientv3.WithRev(max(fromRev, 1)), clientv3.WithCountOnly())
 	switch {
@@ -153,18 +139,14 @@ type watcher struct {
 	ctx  context.Context
 	emit func([]store.Event) bool
 	end  func(error)
-	// from is the revision the watch is from: events at it or before are
-	// not delivered.
-	from int64
-	// seen is the revision of the last etcd event read, ticks included,
-	// so Close knows when a watcher has every commit it made (each puts
-	// into the state range).
+	from int64 // events at it or before are not delivered
+	// seen is the revision of the last etcd event read, ticks included:
+	// Close waits until it reaches the store's last commit.
 	seen int64
-	// drain is set once the store is closing, and closed at the deadline
-	// by which the watcher gives up delivering.
+	// drain is set once the store is closing, and closed when the
+	// watcher gives up delivering (closeDrain).
 	drain chan struct{}
-	// dec decodes the allocations of its events, in turn.
-	dec allocDecoder
+	dec   allocDecoder
 }
 
 func (w *watcher) run(wch clientv3.WatchChan) {
@@ -244,9 +226,8 @@ func (w *watcher) send(out chan<- store.Event, e store.Event) bool {
 	}
 }
 
-// deliver converts and emits the events of one etcd response (which holds
-// whole revisions: the watch does not ask etcd to fragment them); false
-// means the watcher must stop.
+// deliver converts and emits the events of one etcd response (whole
+// revisions: the watch is not fragmented); false stops the watcher.
 func (w *watcher) deliver(evs []*clientv3.Event) bool {
 	out := make([]store.Event, 0, len(evs))
 	for _, ev := range evs {

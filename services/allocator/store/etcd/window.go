@@ -15,26 +15,19 @@ import (
 )
 
 // A range read with a limit costs etcd a walk of the whole rest of the
-// range in its index, to count it for the response, and it walks under
-// the index's read lock, which holds up every commit meanwhile. A million
-// allocations read 5,000 at a time cost etcd 20 s of CPU that way (a
-// replica's start), where reads that end near their last key cost it
-// 0.3 s. A ranger bounds each read by an end key instead of by its limit
-// alone, so that etcd walks about the keys it returns.
+// range, under the lock its commits wait for: a million allocations read
+// 5,000 at a time cost etcd 20 s of CPU, where reads that end near their
+// last key cost 0.3 s. A ranger bounds each read by an end key too.
 //
-// Allocation and quarantine keys sort by pool, then address (keys.go):
-// a pool's keys are a segment of the range. Within a segment, once a read
-// has shown how densely its addresses are held, the next read spans as
-// many addresses as should hold a page: a window. Where the density is
-// not known yet (a segment's start, past an empty window), a read runs to
-// the end of the segment of the next pool the ranger knows of, or to the
-// end of the range; it walks the rest of that segment once.
+// A pool's keys are a segment of the range (keys.go). Once a read has
+// shown how densely a segment's addresses are held, the next spans as many
+// addresses as should hold a page: a window. Where the density is not
+// known (a segment's start, past an empty window), a read runs to the end
+// of the next pool's segment the ranger knows of, or of the range.
 
-// maxGrowth bounds, in powers of two, how much wider a window is than the
-// one before when that one held few keys; emptyGrowth is how much wider
-// it is after an empty one, and maxEmpty how many empty ones in a row a
-// ranger reads before it looks for the next keys without a window. A
-// window too wide costs a walk of what it holds; one too narrow, a read.
+// Window widths, in powers of two: at most maxGrowth wider than the one
+// before, emptyGrowth wider after an empty one, and after maxEmpty empty
+// ones in a row the next read has none; minSample keys tell a density.
 const (
 	maxGrowth   = 8
 	emptyGrowth = 4
@@ -50,13 +43,11 @@ type ranger struct {
 	rev  int64 // 0 until the first read fixes it
 	page int   // keys a read returns at most
 	// bound, when set, gives where a read from pos without a window may
-	// end: the end of the segment of the first pool known to hold keys
-	// at or after pos, or "" when it knows of none.
+	// end (the end of the next known pool's segment; "": none).
 	bound func(ctx context.Context, pos string) (string, error)
 
-	// The window: its pool ("" when there is none: the next read runs to
-	// a bound), the address its keys start at, and log2 of how many
-	// addresses it spans.
+	// The window: its pool ("": none), first address, and log2 of how
+	// many addresses it spans.
 	pool  string
 	addr  netip.Addr
 	shift int
@@ -97,9 +88,8 @@ func (r *ranger) read(ctx context.Context, from, end string, want int, fn func(*
 	return pos, false, nil
 }
 
-// readAll is read of every key: each read is sent as soon as the one
-// before is in, while fn takes that one's keys, so that etcd's work and
-// the caller's overlap.
+// readAll is read of every key, each read sent while fn takes the keys of
+// the one before.
 func (r *ranger) readAll(ctx context.Context, from, end string, fn func(*mvccpb.KeyValue) error) (string, bool, error) {
 	if from >= end {
 		return from, false, nil
@@ -199,12 +189,9 @@ func (r *ranger) windowEnd(end string, limit int) (string, bool) {
 }
 
 // passed moves the window past a read that reached its end, which held n
-// keys: the next window starts where this one ended, as wide as should
-// hold a page at the density this one held them, and no more than
-// maxGrowth wider; after an empty one, emptyGrowth wider. After a few
-// empty ones in a row (the pool's addresses are further on, or its
-// segment is done), or at the end of the pool's segment, the next read
-// finds the next keys without a window.
+// keys: the next starts where it ended, as wide as should hold a page at
+// that density (see maxGrowth), or none after maxEmpty empty ones or at
+// the segment's end.
 func (r *ranger) passed(n int, windowed bool) {
 	if !windowed {
 		r.pool = ""
@@ -233,12 +220,10 @@ func (r *ranger) passed(n int, windowed bool) {
 	r.shift = clampShift(shift)
 }
 
-// follow sets the window after a read that stopped at its limit, from the
-// keys it read of the last one's pool: the next window starts after the
-// last of them and spans as many addresses as should hold a page at the
-// density they are held at. Fewer than minSample keys are too few to
-// tell: a window keeps its width, and a read without one leaves it to the
-// pool's latest width, or to a page of addresses.
+// follow sets the window after a read that stopped at its limit: after
+// its last key, as wide as should hold a page at the density of the keys
+// read of that pool; with fewer than minSample, the window's width, the
+// pool's latest, or a page of addresses.
 func (r *ranger) follow(kvs []*mvccpb.KeyValue, windowed bool) {
 	pool, last, ok := r.parse(kvs[len(kvs)-1].Key)
 	if !ok {
@@ -279,10 +264,7 @@ func (r *ranger) at(pool string, a netip.Addr, shift int) {
 }
 
 // widths remembers the latest width of each pool's windows (per family),
-// for the first window of a read that starts within it: a page of a
-// watch's snapshot, which the next page follows. Without it, a page of a
-// sparse pool would start from a window that assumes every address held,
-// and find it empty.
+// for the first window of the next page of a sparse pool.
 type widths struct {
 	mu    sync.Mutex
 	shift map[widthKey]int

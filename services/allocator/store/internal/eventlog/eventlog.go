@@ -1,20 +1,16 @@
 // Package eventlog keeps the recent history of a store's events in a ring
 // and serves watchers from it.
 //
-// Appending never waits for a watcher: each watcher reads the ring at its
-// own cursor (Cursor), with no goroutine or buffer of its own. A watcher that reads so slowly that it falls more than half the log's
-// capacity behind (or, starting far back, a quarter of it further than
-// where it started) ends with an error that wraps store.ErrTooSlow: what it
-// missed is still in the ring, so it resumes from its last revision. One
-// whose cursor falls out of the ring (history was compacted past it) ends
-// with store.ErrCompacted. The ring grows to its capacity as events come.
+// Appending never waits for a watcher: each reads the ring at its own
+// Cursor, with no goroutine or buffer of its own. One that falls more than
+// half the capacity behind (or, starting far back, a quarter further than
+// where it started) ends with store.ErrTooSlow and resumes from its last
+// revision; one whose place left the ring ends with store.ErrCompacted.
 //
-// The history is kept encoded (package record): a few bytes per event, in
-// blocks with no pointers, which cost the collector nothing to scan. The
-// last events, which watchers that keep up read, are also kept as they
-// came, so that only a watcher reading further back decodes, outside the
-// log's lock. The history is bounded by a number of events and by the
-// bytes they take, whichever binds first.
+// The history is kept encoded (package record) in blocks with no pointers,
+// bounded by a number of events and by bytes. The last events are also
+// kept as they came; a watcher reading further back decodes, outside the
+// log's lock, into segments other cursors share.
 package eventlog
 
 import (
@@ -35,25 +31,15 @@ import (
 const DefaultCapacity = 100_000
 
 // DefaultBytes bounds the encoded size of the events kept: about 150,000
-// allocation events of owners with names of common lengths, or 12,000 of
-// owners whose every field is as long as allowed.
+// allocation events of common owners, 12,000 of the longest allowed.
 const DefaultBytes = 24 << 20
 
-// initialRing is the ring's length before it grows: a store that watchers
-// barely use holds little history.
-const initialRing = 1024
-
-// hotEvents is how many of the last events are also kept as they came
-// (an eighth of a smaller capacity): watchers within that many of the
-// head read them without decoding.
-const hotEvents = 4096
-
-// blockSize is the size of the blocks the encoded events are written in.
-const blockSize = 64 << 10
-
-// segEvents is how many consecutive events a segment of decoded events
-// spans.
-const segEvents = 256
+const (
+	initialRing = 1024     // the ring's length before it grows
+	hotEvents   = 4096     // the last events kept as they came (at most an eighth of the capacity)
+	blockSize   = 64 << 10 // of the blocks encoded events are written in
+	segEvents   = 256      // the consecutive events a segment of decoded events spans
+)
 
 // Log is the event history of one store. It is safe for concurrent use.
 type Log struct {
@@ -65,21 +51,18 @@ type Log struct {
 	// hot holds the last events as they came: sequence i, if at least
 	// head-len(hot), is at hot[i%len(hot)].
 	hot []store.Event
-	// blocks hold the encoded events of the ring, oldest first; the last
-	// is being written. A block's bytes are never written again once an
-	// event is in them, so readers decode them after letting go of mu.
+	// blocks hold the encoded events of the ring, oldest first. Bytes in
+	// a block are never written again, so readers decode them after
+	// letting go of mu.
 	blocks   []block
 	bytes    int // the blocks' capacities
 	maxBytes int
 	// end is the stream position after the last encoded event.
-	end uint64
-	// scratch is where an event is encoded before it is copied into a
-	// block.
-	scratch []byte
-	// seed hashes pool names into slots.
-	seed maphash.Seed
+	end     uint64
+	scratch []byte       // an event encoded before it is copied into a block
+	seed    maphash.Seed // hashes pool names into slots
 	// segs holds weakly the segments of decoded events that cursors
-	// reading behind the hot events hold, by sequence / segEvents.
+	// hold, by sequence / segEvents.
 	segs map[uint64]weak.Pointer[segment]
 	// Events are numbered by sequence; the ring holds [tail, head).
 	head, tail uint64
@@ -89,12 +72,9 @@ type Log struct {
 	// notify is closed and replaced on every append and on close, waking
 	// watchers that caught up.
 	notify chan struct{}
-	// waiting holds, for each pool that cursors of one pool wait on, what
-	// wakes them: the pool's next allocation event, its deletion, or
-	// Close. Appends of other pools' events do not wake them. One entry
-	// per pool, however many cursors; the last of them closed takes it
-	// out (a cursor dropped unclosed leaves it until the pool's next
-	// event or its deletion).
+	// waiting holds what wakes the cursors of a pool that caught up: the
+	// pool's next allocation event, its deletion, or Close. One entry per
+	// pool; the last of its cursors closed takes it out.
 	waiting  map[string]*poolWait
 	closed   bool
 	closeErr error
@@ -120,10 +100,9 @@ type block struct {
 }
 
 // A segment holds the events of segEvents consecutive sequences once
-// decoded, for every cursor reading them: a hundred watches that replay
-// the same history decode each event once, not a hundred times. The
-// cursors reading a segment hold it; the log holds it weakly, so the
-// decoded events go once no cursor is in their segment.
+// decoded, for every cursor reading them (a hundred watches replaying the
+// same history decode each event once). The log holds it weakly, so it
+// goes once no cursor is in it.
 type segment struct {
 	key uint64
 	evs [segEvents]atomic.Pointer[store.Event]
@@ -131,14 +110,10 @@ type segment struct {
 
 // A poolWait is what the cursors of one pool that caught up wait on.
 type poolWait struct {
-	// ch is closed at the pool's next allocation event, its deletion, on
-	// Close, or when the last cursor waiting on it is closed.
-	ch chan struct{}
-	// n counts the cursors waiting on it.
-	n int
-	// upto is set when ch is closed: the sequence before which no event of
-	// the pool was appended since the wait began (the event's, or the
-	// head at Close).
+	ch chan struct{} // closed by what wakes them, or by the last closed
+	n  int           // cursors waiting
+	// upto is set when ch is closed: no event of the pool was appended
+	// since the wait began before this sequence.
 	upto uint64
 }
 
@@ -173,10 +148,9 @@ func (l *Log) poolHash(pool string) uint32 {
 	return uint32(h>>32) ^ uint32(h)
 }
 
-// Append adds the events of one or more commits, in revision order. The
-// caller must append commits in the order of their revisions and before
-// it acknowledges them, so a watch started after a commit returned sees
-// it.
+// Append adds the events of one or more commits, in revision order,
+// before the caller acknowledges them: a watch started after a commit
+// returned sees it.
 func (l *Log) Append(events []store.Event) {
 	if len(events) == 0 {
 		return
@@ -225,9 +199,7 @@ func (l *Log) wake(pool string) {
 }
 
 // encode writes ev's records at the end of the stream, in the last block
-// or a new one (making room within maxBytes), and returns where. Bytes
-// written to a block are never written again, so readers decode them
-// after letting go of l.mu.
+// or a new one (making room within maxBytes), and returns where.
 func (l *Log) encode(ev *store.Event) (pos uint64, n uint32) {
 	l.scratch = record.AppendEvent(l.scratch[:0], ev)
 	enc := l.scratch
@@ -321,16 +293,10 @@ func (l *Log) Close(err error) {
 	}
 }
 
-// Cursor implements store.Store.WatchCursor on the history: the
-// events after fromRev, read from the ring by the caller; with a pool,
-// only the allocation events of that pool.
-//
-// A cursor of one pool that has read everything waits for that pool's
-// next event, not for the next append: a thousand watches of quiet pools
-// cost a commit nothing. Events of other pools it did not read do not
-// count as falling behind, whether it waited or was busy sending: it is
-// cut off as too slow only with more of its own pool's events to read
-// than one read takes.
+// Cursor implements store.Store.WatchCursor on the history. A cursor of
+// one pool that has read everything waits for that pool's next event, not
+// for the next append (a thousand watches of quiet pools cost a commit
+// nothing), and other pools' events do not count as falling behind.
 func (l *Log) Cursor(fromRev int64, pool string) (*Cursor, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -368,22 +334,15 @@ type Cursor struct {
 	// wait is what the cursor of a pool waits on once it has read
 	// everything.
 	wait *poolWait
-	// after filters out events of revisions the caller already has: a
-	// commit may be visible in the store before its events are appended.
-	after int64
-	// allowance is how far behind the head the cursor may fall before it
-	// is cut off as too slow.
-	allowance uint64
-	// last is the revision of the last event read.
-	last int64
-	// err ends the cursor once returned.
-	err error
-	// cold are the events of the last read to decode, outside the lock.
-	cold []coldEvent
-	// seg is the segment of the last event read behind the hot ones.
-	seg *segment
-	// closed is set by Close (under the log's lock, as wait is).
-	closed bool
+	// after filters out revisions the caller has: a commit may be
+	// visible in the store before its events are appended.
+	after     int64
+	allowance uint64      // how far behind the head it may fall
+	last      int64       // the revision of the last event read
+	err       error       // ends the cursor once returned
+	cold      []coldEvent // of the last read, to decode outside the lock
+	seg       *segment    // of the last event read behind the hot ones
+	closed    bool        // set by Close, under the log's lock
 }
 
 // Close implements store.Cursor: a cursor of a pool that waits leaves
@@ -514,10 +473,8 @@ func (c *Cursor) read(buf []store.Event) ([]store.Event, <-chan struct{}, error)
 }
 
 // catchesUp tells whether the cursor of a pool has at most room events of
-// its pool left to read: it is behind on other pools' events only, which
-// it skips, so it is not too slow however many there are. (The log's
-// lock is held; the scan is as long as the cursor is behind, which is
-// more than the allowance only this once.)
+// its pool left to read: behind on other pools' events only, it is not too
+// slow. The log's lock is held.
 func (c *Cursor) catchesUp(room int) bool {
 	if c.pool == "" {
 		return false

@@ -19,11 +19,9 @@ const (
 // famNone is the family byte of the zero netip.Addr in an event.
 const famNone = 0
 
-// AppendEvent appends the records an event carries (its pool, allocation
-// or quarantine record), for a history that keeps events in memory in
-// this form rather than as objects: a few bytes with no pointers each.
-// Its type, revision and Last are the history's to keep; Err is not
-// encoded.
+// AppendEvent appends the records an event carries (pool, allocation,
+// quarantine record), for a history kept as bytes; its type, revision and
+// Last are the history's to keep, and Err is not encoded.
 func AppendEvent(e Encoder, ev *store.Event) Encoder {
 	var has uint64
 	if ev.Pool != nil {

@@ -4,9 +4,8 @@
 //
 // Values are a version byte and fields in a fixed order: strings as a
 // uvarint length and bytes, integers as varints, times as seconds and
-// nanoseconds. A million allocations take about 60 bytes each, and decode
-// with one allocation each (all string fields share one copy of the
-// value).
+// nanoseconds. An allocation takes about 60 bytes and decodes with one
+// allocation (its strings share one copy of the value).
 package record
 
 import (
@@ -138,9 +137,8 @@ func poolFlags(p *store.Pool) uint64 {
 	return f
 }
 
-// AppendAllocation appends an allocation's value: its fields without its
-// pool and address, then, only when it has any, flags and the optional
-// fields they announce (so a value without them is as it always was).
+// AppendAllocation appends an allocation's value without its pool and
+// address; only one with a creator cluster has flags (VersionFlagged).
 func AppendAllocation(e Encoder, a *store.Allocation, rev int64) Encoder {
 	if a.CreatorCluster == "" {
 		return appendAllocationBase(e, Version, a, rev)
@@ -245,10 +243,9 @@ func DecodeRequest(id string, v []byte) (store.Request, time.Time, error) {
 	return r, put, nil
 }
 
-// Sharer makes the pool, cluster, kind and namespace of consecutive
-// allocations that are equal the same strings, not equal copies: the
-// allocator, which interns them, then finds them equal by their pointers,
-// without reading (often from far in memory) the bytes of each.
+// Sharer makes equal pool, cluster, kind and namespace strings of
+// consecutive allocations one string, which the allocator's interning
+// then finds equal by pointer.
 type Sharer struct{ pool, cluster, kind, namespace string }
 
 // Share shares a's strings with those of the allocation before it.
@@ -266,16 +263,15 @@ func (p *Sharer) Share(a *store.Allocation) {
 	same(&p.namespace, &a.Owner.Namespace)
 }
 
-// A Decoder reads a value copied into one string, so every string field is
-// a substring of it rather than an allocation of its own. It remembers
-// the first error; reads after it return zero values.
+// A Decoder reads a value copied into one string, whose substrings its
+// string fields are. It remembers the first error; later reads return
+// zero values.
 type Decoder struct {
 	s   string
 	err error
 }
 
-// NewDecoder returns a decoder of v, which starts with Version. It is
-// returned by value, so it lives on the caller's stack.
+// NewDecoder returns a decoder of v, which starts with Version.
 func NewDecoder(v []byte) Decoder {
 	d := Decoder{s: string(v)}
 	d.version()
@@ -329,8 +325,7 @@ func (d *Decoder) Str() string {
 	return s
 }
 
-// Strs reads a list of strings; nil for none, as an empty list was most
-// likely nil when encoded.
+// Strs reads a list of strings; nil for none.
 func (d *Decoder) Strs() []string {
 	n := d.Uint()
 	if n == 0 || n > uint64(len(d.s)) { // each string takes at least a byte
@@ -374,8 +369,7 @@ func (d *Decoder) Addr() netip.Addr {
 	return addr
 }
 
-// Finish reports what went wrong, if anything; callers add the record's
-// name only then, which keeps decoding free of allocations.
+// Finish reports what went wrong, if anything.
 func (d *Decoder) Finish() error {
 	if d.err == nil && d.s != "" {
 		d.err = fmt.Errorf("%d trailing bytes", len(d.s))
