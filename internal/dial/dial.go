@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -41,14 +40,13 @@ import (
 type Option func(*options) error
 
 type options struct {
-	tlsConfig      *tls.Config
-	serverName     string
-	insecure       bool
-	token          string
-	retry          *RetryPolicy
-	keepalive      keepalive.ClientParameters
-	tracerProvider trace.TracerProvider
-	dialOptions    []grpc.DialOption
+	tlsConfig   *tls.Config
+	serverName  string
+	insecure    bool
+	token       string
+	retry       *RetryPolicy
+	keepalive   keepalive.ClientParameters
+	dialOptions []grpc.DialOption
 }
 
 // RetryPolicy is the retry part of the gRPC service config.
@@ -71,11 +69,6 @@ var DefaultRetry = RetryPolicy{MaxAttempts: 5, InitialBackoff: 100 * time.Millis
 // DefaultKeepalive pings an idle connection every 30s and drops it when a
 // ping is not answered within 10s. The Plexus server allows this rate.
 var DefaultKeepalive = keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}
-
-// WithTLSConfig uses TLS with cfg.
-func WithTLSConfig(cfg *tls.Config) Option {
-	return func(o *options) error { o.tlsConfig = cfg; return nil }
-}
 
 // WithTLSFiles uses TLS verifying the server against caFile (system roots
 // when empty) and presenting certFile/keyFile when given (mutual TLS).
@@ -134,12 +127,6 @@ func WithoutRetry() Option {
 	return func(o *options) error { o.retry = nil; return nil }
 }
 
-// WithTracerProvider sets the tracer provider of the client stats handler;
-// without it the global one is used.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) error { o.tracerProvider = tp; return nil }
-}
-
 // WithDialOptions adds raw gRPC dial options after New's own.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) error { o.dialOptions = append(o.dialOptions, opts...); return nil }
@@ -186,13 +173,9 @@ func New(target string, opts ...Option) (*grpc.ClientConn, error) {
 	}
 	creds := o.transportCredentials(local)
 
-	otelOpts := []otelgrpc.Option{}
-	if o.tracerProvider != nil {
-		otelOpts = append(otelOpts, otelgrpc.WithTracerProvider(o.tracerProvider))
-	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelOpts...)),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithKeepaliveParams(o.keepalive),
 	}
 	sc, err := serviceConfig(o.retry)

@@ -59,9 +59,6 @@ func (f *Flags) Validate() []error {
 	return errs
 }
 
-// Dynamic reports whether the members can change at run time.
-func (f *Flags) Dynamic() bool { return f.SourcesFile != "" || f.InventoryNamespace != "" }
-
 // Inventory returns the inventory the flags name. local is the client of
 // the member cluster, the inventory cluster without
 // --inventory-kubeconfig; userAgent names the service to the inventory

@@ -355,14 +355,6 @@ func WithServiceClusterIPRange(cidr string) Option {
 // server over the same objects.
 func WithEtcdPrefix(prefix string) Option { return func(c *APIServerConfig) { c.EtcdPrefix = prefix } }
 
-// WithArgs appends kube-apiserver flags, for example feature gates.
-func WithArgs(args ...string) Option {
-	return func(c *APIServerConfig) { c.ExtraArgs = append(c.ExtraArgs, args...) }
-}
-
-// WithStartTimeout bounds start-up.
-func WithStartTimeout(d time.Duration) Option { return func(c *APIServerConfig) { c.StartTimeout = d } }
-
 var clusterSeq atomic.Int64
 
 // StartAPIServer starts a kube-apiserver for the test against etcd and

@@ -38,12 +38,6 @@ type ControllerManagerProcess struct{ proc *process }
 // Stop terminates it and returns once it is gone.
 func (m *ControllerManagerProcess) Stop() error { return m.proc.stop(DefaultStopGrace) }
 
-// Exited is closed when the process has exited.
-func (m *ControllerManagerProcess) Exited() <-chan struct{} { return m.proc.done }
-
-// LogPath is the file its output goes to.
-func (m *ControllerManagerProcess) LogPath() string { return m.proc.logPath }
-
 // LaunchControllerManager runs kube-controller-manager against c with the
 // Controllers, logging to dir. It serves nothing (--secure-port=0) and
 // elects no leader, so several clusters' managers run side by side.

@@ -41,7 +41,6 @@ type EtcdConfig struct {
 // Etcd is a running single-member etcd on the loopback interface.
 type Etcd struct {
 	endpoint string
-	dataDir  string
 	bin      string
 	args     []string
 	logPath  string
@@ -54,9 +53,6 @@ func (e *Etcd) Endpoint() string { return e.endpoint }
 
 // Endpoints is Endpoint as a list, the form etcd clients take.
 func (e *Etcd) Endpoints() []string { return []string{e.endpoint} }
-
-// DataDir is the member's data folder.
-func (e *Etcd) DataDir() string { return e.dataDir }
 
 // LogPath is the file that holds etcd's output.
 func (e *Etcd) LogPath() string { return e.proc.logPath }
@@ -155,7 +151,7 @@ func launchEtcdOnce(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Etcd{endpoint: clientURL, dataDir: dataDir, bin: cfg.Binaries.Etcd(), args: args, logPath: logPath, timeout: cfg.StartTimeout, proc: proc}
+	e := &Etcd{endpoint: clientURL, bin: cfg.Binaries.Etcd(), args: args, logPath: logPath, timeout: cfg.StartTimeout, proc: proc}
 	client := &http.Client{Timeout: 2 * time.Second}
 	if err := proc.waitReady(ctx, func(ctx context.Context) error { return etcdHealthy(ctx, client, clientURL) }); err != nil {
 		_ = proc.stop(DefaultStopGrace)

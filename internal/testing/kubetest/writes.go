@@ -245,9 +245,6 @@ func (w *Writes) Settle(t testing.TB) []Write {
 	}
 }
 
-// Key is the write's object as Versions names it.
-func (w Write) Key() string { return w.Resource + " " + w.Namespace + "/" + w.Name }
-
 // Churn renders the writes that are not the normal life of leader
 // election: updates of the Leases named in leases ("namespace/name"), and
 // any write of the API server's own Leases in kube-system.

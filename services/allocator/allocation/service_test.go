@@ -28,11 +28,6 @@ type clock struct {
 }
 
 func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 func newService(t *testing.T, st store.Store) (*allocation.Allocator, *clock) {
 	t.Helper()

@@ -239,22 +239,6 @@ func (a *allocator) client(t *testing.T) allocatorv1.AllocatorServiceClient {
 	return allocatorv1.NewAllocatorServiceClient(a.conn(t))
 }
 
-// repoRoot is the folder holding go.mod, found upwards from the test's
-// working directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, parent, dir, "go.mod not found above the test")
-		dir = parent
-	}
-}
-
 func callCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)

@@ -227,9 +227,6 @@ func (s *Source) Watchers() int {
 // Change is an option of Set and Delete.
 type Change func(*entry)
 
-// ObservedAt sets the change's observation time (default: now).
-func ObservedAt(t time.Time) Change { return func(e *entry) { e.observe = t } }
-
 // WithTrace sets the change's trace context.
 func WithTrace(tc map[string]string) Change { return func(e *entry) { e.trace = tc } }
 

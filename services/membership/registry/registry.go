@@ -66,9 +66,6 @@ type Option func(*Registry)
 // WithLogger sets the logger (default slog.Default).
 func WithLogger(l *slog.Logger) Option { return func(r *Registry) { r.logger = l } }
 
-// WithClock sets the clock heartbeats are stamped with (tests).
-func WithClock(now func() time.Time) Option { return func(r *Registry) { r.now = now } }
-
 // WithRegisterer registers the registry's metrics.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(r *Registry) { r.registerer = reg }

@@ -43,9 +43,6 @@ type SweeperOption func(*Sweeper)
 // SweepWithLogger sets the logger (default slog.Default).
 func SweepWithLogger(l *slog.Logger) SweeperOption { return func(s *Sweeper) { s.logger = l } }
 
-// SweepWithClock sets the clock (tests).
-func SweepWithClock(now func() time.Time) SweeperOption { return func(s *Sweeper) { s.now = now } }
-
 // SweepWithRegisterer registers the sweeper's metrics.
 func SweepWithRegisterer(reg prometheus.Registerer) SweeperOption {
 	return func(s *Sweeper) { s.registerer = reg }

@@ -39,9 +39,6 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.logger = l }
 // WithRegisterer registers the server's watch metrics.
 func WithRegisterer(r prometheus.Registerer) Option { return func(s *Server) { s.registerer = r } }
 
-// WithClock sets the clock of effective readiness (tests).
-func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
-
 // Server implements the MembershipService API over the hub, the informer
 // caches and the registry.
 type Server struct {

@@ -441,12 +441,6 @@ func (v *View) Reference(o decide.Owner) *corev1.ObjectReference {
 		UID: m.GetUID(), ResourceVersion: m.GetResourceVersion()}
 }
 
-// SliceReference returns the object reference of a slice the pass judged.
-func SliceReference(ref decide.SliceRef) *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: discoveryv1.SchemeGroupVersion.String(), Kind: "EndpointSlice",
-		Namespace: ref.Namespace, Name: ref.Name, UID: types.UID(ref.UID), ResourceVersion: ref.ResourceVersion}
-}
-
 // Index functions: the addresses an object claims.
 
 func podIPs(obj any) ([]string, error) {

@@ -83,11 +83,6 @@ func WithRecorder(rec record.EventRecorder) Option { return func(r *Runner) { r.
 // WithRegisterer registers the runner's metrics.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(r *Runner) { r.registerer = reg } }
 
-// WithTracerProvider sets the tracer provider; the global one otherwise.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(r *Runner) { r.tracerProvider = tp }
-}
-
 // WithBeforeAct sets a hook that runs after the decision and before the
 // releases and deletions of every pass.
 func WithBeforeAct(h Hook) Option { return func(r *Runner) { r.beforeAct = h } }
@@ -98,14 +93,8 @@ func WithBeforeAct(h Hook) Option { return func(r *Runner) { r.beforeAct = h } }
 // anyway.
 func WithGuard(g func() error) Option { return func(r *Runner) { r.guard = g } }
 
-// WithPageSize sets the page size of the allocator lists.
-func WithPageSize(n int32) Option { return func(r *Runner) { r.pageSize = n } }
-
 // WithCallTimeout sets the bound of one allocator or Kubernetes call.
 func WithCallTimeout(d time.Duration) Option { return func(r *Runner) { r.callTimeout = d } }
-
-// WithReleaseWorkers sets how many guarded releases run at once.
-func WithReleaseWorkers(n int) Option { return func(r *Runner) { r.releaseWorkers = n } }
 
 // Timings says where the time of a pass went.
 type Timings struct {
@@ -130,20 +119,17 @@ type Result struct {
 
 // Runner runs repair passes. It is safe for concurrent use.
 type Runner struct {
-	cfg            decide.Config
-	alloc          Allocator
-	view           View
-	logger         *slog.Logger
-	recorder       record.EventRecorder
-	registerer     prometheus.Registerer
-	tracerProvider trace.TracerProvider
-	tracer         trace.Tracer
-	metrics        *metrics
-	beforeAct      Hook
-	guard          func() error
-	pageSize       int32
-	releaseWorkers int
-	callTimeout    time.Duration
+	cfg         decide.Config
+	alloc       Allocator
+	view        View
+	logger      *slog.Logger
+	recorder    record.EventRecorder
+	registerer  prometheus.Registerer
+	tracer      trace.Tracer
+	metrics     *metrics
+	beforeAct   Hook
+	guard       func() error
+	callTimeout time.Duration
 
 	// sem holds the right to run a pass; the fields below it are only
 	// touched by its holder.
@@ -164,14 +150,12 @@ func New(cfg decide.Config, alloc Allocator, view View, opts ...Option) (*Runner
 		return nil, errors.New("pass: an allocator client and a view are required")
 	}
 	r := &Runner{
-		cfg:            cfg,
-		alloc:          alloc,
-		view:           view,
-		pageSize:       DefaultPageSize,
-		releaseWorkers: DefaultReleaseWorkers,
-		callTimeout:    DefaultCallTimeout,
-		sem:            make(chan struct{}, 1),
-		guard:          func() error { return nil },
+		cfg:         cfg,
+		alloc:       alloc,
+		view:        view,
+		callTimeout: DefaultCallTimeout,
+		sem:         make(chan struct{}, 1),
+		guard:       func() error { return nil },
 	}
 	for _, o := range opts {
 		o(r)
@@ -179,12 +163,9 @@ func New(cfg decide.Config, alloc Allocator, view View, opts ...Option) (*Runner
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
-	if r.tracerProvider == nil {
-		r.tracerProvider = otel.GetTracerProvider()
-	}
-	r.tracer = r.tracerProvider.Tracer("github.com/plexusnet/plexus/services/repair/pass")
-	if r.pageSize <= 0 || r.releaseWorkers <= 0 || r.callTimeout <= 0 {
-		return nil, errors.New("pass: page size, release workers and call timeout must be positive")
+	r.tracer = otel.GetTracerProvider().Tracer("github.com/plexusnet/plexus/services/repair/pass")
+	if r.callTimeout <= 0 {
+		return nil, errors.New("pass: the call timeout must be positive")
 	}
 	m, err := newMetrics(r.registerer)
 	if err != nil {
@@ -391,7 +372,7 @@ func (r *Runner) list(ctx context.Context) ([]decide.Pool, []decide.Allocation, 
 	var pools []decide.Pool
 	for token := ""; ; {
 		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-		resp, err := r.alloc.ListPools(cctx, &allocatorv1.ListPoolsRequest{PageSize: r.pageSize, PageToken: token})
+		resp, err := r.alloc.ListPools(cctx, &allocatorv1.ListPoolsRequest{PageSize: DefaultPageSize, PageToken: token})
 		cancel()
 		if err != nil {
 			span.RecordError(err)
@@ -417,7 +398,7 @@ func (r *Runner) list(ctx context.Context) ([]decide.Pool, []decide.Allocation, 
 	pages := 0
 	for token := ""; ; {
 		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-		resp, err := r.alloc.ListAllocations(cctx, &allocatorv1.ListAllocationsRequest{Pool: "pools/-", PageSize: r.pageSize, PageToken: token})
+		resp, err := r.alloc.ListAllocations(cctx, &allocatorv1.ListAllocationsRequest{Pool: "pools/-", PageSize: DefaultPageSize, PageToken: token})
 		cancel()
 		if err != nil {
 			span.RecordError(err)
@@ -489,7 +470,7 @@ func (r *Runner) act(ctx context.Context, logger *slog.Logger, out *decide.Outpu
 	var mu sync.Mutex
 	work := make(chan decide.Release)
 	var wg sync.WaitGroup
-	for range min(r.releaseWorkers, len(out.Releases)) {
+	for range min(DefaultReleaseWorkers, len(out.Releases)) {
 		wg.Go(func() {
 			for rel := range work {
 				err := r.releaseOne(ctx, rel)
