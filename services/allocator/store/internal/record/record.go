@@ -47,15 +47,18 @@ func AppendAddr(k []byte, addr netip.Addr) []byte {
 
 // ParseAddr reads an address as AppendAddr wrote it.
 func ParseAddr(b []byte) (netip.Addr, bool) {
-	if n := addrSize(b); n == len(b) && n > 0 {
-		return netip.AddrFromSlice(b[1:])
+	switch {
+	case len(b) == 5 && b[0] == famV4:
+		return netip.AddrFrom4([4]byte(b[1:])), true
+	case len(b) == 17 && b[0] == famV6:
+		return netip.AddrFrom16([16]byte(b[1:])), true
 	}
 	return netip.Addr{}, false
 }
 
 // addrSize is the length of the address AppendAddr wrote at the start of
 // b, or 0.
-func addrSize[T string | []byte](b T) int {
+func addrSize(b []byte) int {
 	switch {
 	case len(b) >= 5 && b[0] == famV4:
 		return 5
@@ -354,19 +357,21 @@ func (d *Decoder) Time() time.Time {
 
 // Addr reads an address as AppendAddr wrote it.
 func (d *Decoder) Addr() netip.Addr {
-	n := addrSize(d.s)
-	if n == 0 {
-		d.Fail(errors.New("malformed address"))
-		return netip.Addr{}
+	s := d.s
+	switch {
+	case len(s) >= 5 && s[0] == famV4:
+		var a [4]byte
+		copy(a[:], s[1:5])
+		d.s = s[5:]
+		return netip.AddrFrom4(a)
+	case len(s) >= 17 && s[0] == famV6:
+		var a [16]byte
+		copy(a[:], s[1:17])
+		d.s = s[17:]
+		return netip.AddrFrom16(a)
 	}
-	var a [16]byte
-	copy(a[:], d.s[1:n])
-	addr := netip.AddrFrom16(a)
-	if n == 5 {
-		addr = netip.AddrFrom4([4]byte(a[:4]))
-	}
-	d.s = d.s[n:]
-	return addr
+	d.Fail(errors.New("malformed address"))
+	return netip.Addr{}
 }
 
 // Finish reports what went wrong, if anything.
