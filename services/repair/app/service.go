@@ -149,7 +149,7 @@ func (s *service) build(context.Context, *server.Cleanup) error {
 	var err error
 	if s.view, err = kube.New(kube.Config{
 		Cluster: cfg.ClusterName, Kube: s.clients.Kube, MCS: s.clients.MCS, Workloads: s.clients.Workloads,
-		Logger: rt.Logger.With("component", "owners"),
+		Logger: rt.Logger.With("component", "view"),
 	}); err != nil {
 		return err
 	}
