@@ -24,3 +24,18 @@ use_cache() {
     exit 0
   fi
 }
+
+# scratch_module NAME MODULE@VERSION: leaves the caller in a new module,
+# plexus.local/NAMEbuild, in a temporary folder removed when the script
+# exits, that requires MODULE@VERSION; GOBUILD and PROGRESS name the
+# scripts that build and report how far a long step got.
+scratch_module() {
+  local hack
+  hack="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  GOBUILD="$hack/gobuild.sh" PROGRESS="$hack/progress.sh"
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  cd "$work"
+  go mod init "plexus.local/${1}build" >/dev/null 2>&1
+  "$PROGRESS" "$1 modules" go get "$2"
+}

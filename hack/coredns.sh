@@ -16,13 +16,7 @@ ok() { "$OUT" -version 2>/dev/null | grep -q "CoreDNS-${COREDNS_VERSION#v}"; }
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
 use_cache coredns "$OUT" "$OUT.lock" ok
 printf 'coredns: building CoreDNS %s from the Go module proxy (3-10 minutes on 2 cores, with a progress line every 20 s)\n' "$COREDNS_VERSION" >&2
-HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-GOBUILD="$HACK/gobuild.sh" PROGRESS="$HACK/progress.sh"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-go mod init plexus.local/corednsbuild >/dev/null 2>&1
-"$PROGRESS" "coredns modules" go get "github.com/coredns/coredns@$COREDNS_VERSION"
+scratch_module coredns "github.com/coredns/coredns@$COREDNS_VERSION"
 cat > main.go <<'GO'
 // A CoreDNS with the plugins the clusterset DNS needs only.
 package main

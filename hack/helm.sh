@@ -19,13 +19,7 @@ ok() { "$OUT" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VE
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
 use_cache helm "$OUT" "$OUT.lock" ok
 printf 'helm: building helm %s from the Go module proxy (2-6 minutes on 2 cores, with a progress line every 20 s)\n' "$HELM_VERSION" >&2
-HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-GOBUILD="$HACK/gobuild.sh" PROGRESS="$HACK/progress.sh"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-go mod init plexus.local/helmbuild >/dev/null 2>&1
-"$PROGRESS" "helm modules" go get "helm.sh/helm/v3@$HELM_VERSION"
+scratch_module helm "helm.sh/helm/v3@$HELM_VERSION"
 echo 'package main' > tools.go
 echo 'import _ "helm.sh/helm/v3/cmd/helm"' >> tools.go
 "$PROGRESS" "helm modules" go mod tidy

@@ -78,3 +78,29 @@ func TestProgressSaysItStillRuns(t *testing.T) {
 	require.Contains(t, out, "boom")
 	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "modules: failed"), out)
 }
+
+// TestScratchModule: hack/cache.sh's scratch_module, the start of every
+// tool build, leaves the script in a new module that requires what it
+// names, with GOBUILD and PROGRESS set, and removes the folder when the
+// script exits. The module comes from the module cache (this module's own
+// dependency), so the test needs no network.
+func TestScratchModule(t *testing.T) {
+	version, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/spf13/cobra").Output()
+	require.NoError(t, err)
+	want := "github.com/spf13/cobra@" + strings.TrimSpace(string(version))
+	script := `source hack/cache.sh
+scratch_module demo "$1"
+pwd
+head -1 go.mod
+go list -m -f '{{.Path}}@{{.Version}}' github.com/spf13/cobra
+test -x "$GOBUILD" && test -x "$PROGRESS" && echo tools`
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script, "scratch", want)
+	cmd.Dir = root(t)
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOSUMDB=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Equal(t, []string{lines[0], "module plexus.local/demobuild", want, "tools"}, lines)
+	require.NotEqual(t, root(t), lines[0], "the script moved to the scratch module")
+	require.NoDirExists(t, lines[0], "the scratch folder goes when the script exits")
+}
