@@ -85,14 +85,14 @@ func TestProgressSaysItStillRuns(t *testing.T) {
 // script exits. The module comes from the module cache (this module's own
 // dependency), so the test needs no network.
 func TestScratchModule(t *testing.T) {
-	version, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/spf13/cobra").Output()
+	version, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/spf13/pflag").Output()
 	require.NoError(t, err)
-	want := "github.com/spf13/cobra@" + strings.TrimSpace(string(version))
+	want := "github.com/spf13/pflag@" + strings.TrimSpace(string(version))
 	script := `source hack/cache.sh
 scratch_module demo "$1"
 pwd
 head -1 go.mod
-go list -m -f '{{.Path}}@{{.Version}}' github.com/spf13/cobra
+go list -m -f '{{.Path}}@{{.Version}}' github.com/spf13/pflag
 test -x "$GOBUILD" && test -x "$PROGRESS" && echo tools`
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script, "scratch", want)
 	cmd.Dir = root(t)
