@@ -30,7 +30,6 @@ type Sweeper struct {
 	informer cache.SharedIndexInformer
 	handler  cache.ResourceEventHandlerRegistration
 	queue    workqueue.TypedRateLimitingInterface[string]
-	now      func() time.Time
 	logger   *slog.Logger
 	expired  prometheus.Counter
 
@@ -58,7 +57,6 @@ func NewSweeper(client rest.Interface, informer cache.SharedIndexInformer, opts 
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "membership_heartbeats"}),
-		now:    time.Now,
 		logger: slog.Default(),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "plexus_membership_heartbeat_expirations_total",
@@ -94,7 +92,7 @@ func (s *Sweeper) schedule(obj any) {
 	if err != nil {
 		return
 	}
-	s.queue.AddAfter(key, ew.HeartbeatExpiry().Sub(s.now()))
+	s.queue.AddAfter(key, ew.HeartbeatExpiry().Sub(time.Now()))
 }
 
 // Run expires workloads until ctx ends.
@@ -146,7 +144,7 @@ func (s *Sweeper) sweep(ctx context.Context, key string) (retry bool, after time
 	if !exists || !ok || !meta.IsStatusConditionTrue(ew.Status.Conditions, workloadv1alpha1.ConditionReady) {
 		return false, 0, nil
 	}
-	now := s.now()
+	now := time.Now()
 	expiry := ew.HeartbeatExpiry()
 	if wait := expiry.Sub(now); wait > 0 {
 		return false, wait, nil

@@ -49,7 +49,6 @@ type Server struct {
 	registry   *registry.Registry
 	cluster    string
 	logger     *slog.Logger
-	now        func() time.Time
 	registerer prometheus.Registerer
 
 	eventsSent  *prometheus.CounterVec
@@ -58,7 +57,7 @@ type Server struct {
 
 // New returns a Server. cluster names the cluster in deletion events.
 func New(hub *watch.Hub[*membershipv1.ServiceEndpoints], members Members, reg *registry.Registry, cluster string, opts ...Option) (*Server, error) {
-	s := &Server{hub: hub, members: members, registry: reg, cluster: cluster, logger: slog.Default(), now: time.Now}
+	s := &Server{hub: hub, members: members, registry: reg, cluster: cluster, logger: slog.Default()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -249,7 +248,7 @@ func (s *Server) workload(ew *workloadv1alpha1.ExternalWorkload) *membershipv1.W
 		Uid:            string(ew.UID),
 		Etag:           ew.ResourceVersion,
 		CreateTime:     timestamppb.New(ew.CreationTimestamp.Time),
-		EffectiveReady: ew.IsReady(s.now()),
+		EffectiveReady: ew.IsReady(time.Now()),
 	}
 	for _, p := range ew.Spec.Ports {
 		w.Ports = append(w.Ports, &membershipv1.WorkloadPort{Name: p.Name, Port: p.Port, Protocol: protocolOf(string(p.Protocol))})
