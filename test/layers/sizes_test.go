@@ -24,24 +24,31 @@ const maxFuncLines = 80
 const maxStoreLines = 6000
 
 // sources calls fn with every Go file under the module-relative dirs that
-// is neither a test nor generated, and its text.
-func sources(t *testing.T, fn func(path string, src []byte), dirs ...string) {
+// is neither a test, testdata nor generated code, parsed, and its text.
+func sources(t *testing.T, fn func(path string, fset *token.FileSet, f *ast.File, src []byte), dirs ...string) {
 	t.Helper()
 	n := 0
+	fset := token.NewFileSet()
 	for _, dir := range dirs {
 		err := filepath.WalkDir(filepath.Join("../..", dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			switch {
+			case err != nil:
 				return err
+			case d.IsDir() && d.Name() == "testdata":
+				return filepath.SkipDir
+			case d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go"):
+				return nil
 			}
 			src, err := os.ReadFile(path)
 			if err != nil {
 				return err
 			}
-			if generated(src) {
-				return nil
+			f, err := parser.ParseFile(fset, path, src, parser.ParseComments|parser.SkipObjectResolution)
+			if err != nil || ast.IsGenerated(f) {
+				return err
 			}
 			n++
-			fn(filepath.ToSlash(strings.TrimPrefix(path, "../../")), src)
+			fn(filepath.ToSlash(strings.TrimPrefix(path, "../../")), fset, f, src)
 			return nil
 		})
 		if err != nil {
@@ -53,27 +60,8 @@ func sources(t *testing.T, fn func(path string, src []byte), dirs ...string) {
 	}
 }
 
-// generated reports whether src carries Go's generated-code marker.
-func generated(src []byte) bool {
-	for line := range bytes.Lines(src) {
-		if bytes.HasPrefix(line, []byte("// Code generated ")) && bytes.HasSuffix(bytes.TrimSpace(line), []byte("DO NOT EDIT.")) {
-			return true
-		}
-		if bytes.HasPrefix(line, []byte("package ")) {
-			return false
-		}
-	}
-	return false
-}
-
 func TestFunctionLength(t *testing.T) {
-	sources(t, func(path string, src []byte) {
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
-		if err != nil {
-			t.Errorf("%s: %v", path, err)
-			return
-		}
+	sources(t, func(path string, fset *token.FileSet, f *ast.File, _ []byte) {
 		for _, decl := range f.Decls {
 			fd, ok := decl.(*ast.FuncDecl)
 			if !ok || fd.Body == nil {
@@ -88,7 +76,7 @@ func TestFunctionLength(t *testing.T) {
 
 func TestStoreSize(t *testing.T) {
 	lines := 0
-	sources(t, func(_ string, src []byte) { lines += bytes.Count(src, []byte("\n")) }, "services/allocator/store")
+	sources(t, func(_ string, _ *token.FileSet, _ *ast.File, src []byte) { lines += bytes.Count(src, []byte("\n")) }, "services/allocator/store")
 	if lines > maxStoreLines {
 		t.Errorf("services/allocator/store is %d lines (tests aside), more than %d", lines, maxStoreLines)
 	}
