@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"net/netip"
@@ -176,29 +175,14 @@ func (x *index) ownerHash(pool, ownerKey string) uint32 {
 }
 
 // hashValue is ownerHash(pool, owner key) of the allocation whose value
-// (as record.AppendAllocation writes it) is v, read from v's owner fields
-// without copying them: the index of a million allocations is built at
-// every start.
+// is v, hashed from v's owner fields without decoding them.
 func (x *index) hashValue(pool, v []byte) (uint32, error) {
 	var h maphash.Hash
 	h.SetSeed(x.seed)
 	h.Write(pool)
 	h.WriteByte(0)
-	version, n := binary.Uvarint(v)
-	if n <= 0 || (version != record.Version && version != record.VersionFlagged) {
-		return 0, fmt.Errorf("unknown or damaged value version")
-	}
-	v = v[n:]
-	for i := range 4 { // cluster, kind, namespace, name: as decide.Owner.Key joins them
-		size, n := binary.Uvarint(v)
-		if n <= 0 || size > uint64(len(v)-n) {
-			return 0, record.ErrTruncated
-		}
-		if i > 0 {
-			h.WriteByte('/')
-		}
-		h.Write(v[n : n+int(size)])
-		v = v[n+int(size):]
+	if err := record.HashOwnerKey(&h, v); err != nil {
+		return 0, err
 	}
 	return fold(h.Sum64()), nil
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math"
 	"net/netip"
@@ -163,6 +164,28 @@ func appendAllocationBase(e Encoder, version uint64, a *store.Allocation, rev in
 	o := a.Owner
 	return e.Uint(version).Str(o.Cluster).Str(o.Kind).Str(o.Namespace).Str(o.Name).Str(o.UID).
 		Time(a.CreateTime).Str(a.RequestID).Int(rev)
+}
+
+// HashOwnerKey writes to h the owner key (owner.Identity's form) of the
+// allocation whose value is v, without decoding or copying it.
+func HashOwnerKey(h *maphash.Hash, v []byte) error {
+	version, n := binary.Uvarint(v)
+	if n <= 0 || (version != Version && version != VersionFlagged) {
+		return errors.New("unknown or damaged value version")
+	}
+	v = v[n:]
+	for i := range 4 { // the owner's first four fields (appendAllocationBase)
+		size, n := binary.Uvarint(v)
+		if n <= 0 || size > uint64(len(v)-n) {
+			return ErrTruncated
+		}
+		if i > 0 {
+			h.WriteByte('/')
+		}
+		h.Write(v[n : n+int(size)])
+		v = v[n+int(size):]
+	}
+	return nil
 }
 
 // Allocation flags, one bit each.

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"hash/maphash"
 	"math"
 	"net/netip"
 	"testing"
@@ -111,7 +112,7 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 // FuzzDecode: no stored bytes, however damaged, make a decoder panic or
-// allocate without bound.
+// allocate without bound, and HashOwnerKey agrees with the decoder.
 func FuzzDecode(f *testing.F) {
 	p := store.Pool{ID: "p", CIDRs: []string{"10.0.0.0/8"}, Labels: map[string]string{"a": "b"}}
 	a := store.Allocation{Owner: decide.Owner{Name: "n"}}
@@ -132,7 +133,17 @@ func FuzzDecode(f *testing.F) {
 			require.Equal(t, got, again)
 		}
 		_, _ = DecodePool("p", v)
-		_, _ = DecodeAllocation("p", addr, v)
+		seed := maphash.MakeSeed()
+		var h, want maphash.Hash
+		h.SetSeed(seed)
+		want.SetSeed(seed)
+		err := HashOwnerKey(&h, v)
+		if got, derr := DecodeAllocation("p", addr, v); derr == nil {
+			// The owner key hashed from the value is the decoded owner's.
+			require.NoError(t, err)
+			want.WriteString(got.Owner.Key())
+			require.Equal(t, want.Sum64(), h.Sum64(), "%+v", got.Owner)
+		}
 		_, _ = DecodeQuarantine("p", addr, v)
 	})
 }
